@@ -1,0 +1,31 @@
+# Baton: make demo | make test | make bench
+SHELL := /bin/bash
+export PATH := $(PATH):/opt/swift/usr/bin
+
+SWIFT_BUILD_FLAGS ?=
+BATON := .build/debug/baton
+
+.PHONY: deps build test demo bench clean
+
+deps:
+	@scripts/install-deps.sh
+
+build: deps
+	swift build $(SWIFT_BUILD_FLAGS)
+
+## Builds, starts a throwaway PostgreSQL, runs every test against it, removes it.
+test: build
+	swift build --build-tests $(SWIFT_BUILD_FLAGS)
+	scripts/pg.sh run swift test --skip-build $(SWIFT_BUILD_FLAGS)
+
+## Migrates a fresh throwaway database and shows Baton's schema.
+demo: build
+	scripts/pg.sh run bash -c '$(BATON) db migrate --database-url "$$BATON_TEST_DATABASE_URL" && psql "$$BATON_TEST_DATABASE_URL" -c "\dt baton.*"'
+
+## Runs every benchmark in release mode and writes bench-results/latest.json.
+bench: deps
+	swift build -c release
+	scripts/bench.sh
+
+clean:
+	rm -rf .build

@@ -1,0 +1,1 @@
+// The AppleEmulator module: see docs and design.md.

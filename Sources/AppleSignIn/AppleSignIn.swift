@@ -1,0 +1,1 @@
+// The AppleSignIn module: see docs and design.md.

@@ -1,0 +1,1 @@
+// The Baton module: see docs and design.md.

@@ -1,0 +1,1 @@
+// The BatonService module: see docs and design.md.

@@ -1,0 +1,1 @@
+// The JOSE module: see docs and design.md.

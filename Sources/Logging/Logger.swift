@@ -1,0 +1,125 @@
+import Foundation
+
+/// A small value-type logger: one machine-readable `key=value` line per event.
+///
+/// Libraries receive a `Logger` and log at `info` or below; the executable decides the level
+/// and where lines go. Never pass tokens, secrets or whole emails as metadata: use
+/// ``Logger/maskEmail(_:)`` for addresses.
+public struct Logger: Sendable {
+    /// Severity, from the most verbose to the most severe.
+    public enum Level: Int, Sendable, Comparable, CustomStringConvertible {
+        case trace, debug, info, notice, warning, error
+
+        public static func < (lhs: Level, rhs: Level) -> Bool { lhs.rawValue < rhs.rawValue }
+
+        public var description: String {
+            switch self {
+            case .trace: "trace"
+            case .debug: "debug"
+            case .info: "info"
+            case .notice: "notice"
+            case .warning: "warning"
+            case .error: "error"
+            }
+        }
+
+        /// Parses a level name such as `info`; nil when unknown.
+        public init?(name: String) {
+            switch name.lowercased() {
+            case "trace": self = .trace
+            case "debug": self = .debug
+            case "info": self = .info
+            case "notice": self = .notice
+            case "warning", "warn": self = .warning
+            case "error": self = .error
+            default: return nil
+            }
+        }
+    }
+
+    /// Where finished lines go.
+    public typealias Sink = @Sendable (String) -> Void
+
+    /// The component that logs, e.g. `baton.service`.
+    public var label: String
+    /// Lines below this level are dropped.
+    public var level: Level
+    /// Metadata added to every line.
+    public var metadata: [String: String]
+    private let sink: Sink
+
+    /// Creates a logger; by default lines go to standard error at `info`.
+    public init(label: String, level: Level = .info, metadata: [String: String] = [:], sink: @escaping Sink = Logger.standardError) {
+        self.label = label
+        self.level = level
+        self.metadata = metadata
+        self.sink = sink
+    }
+
+    /// A logger that drops everything.
+    public static func disabled(label: String = "disabled") -> Logger {
+        Logger(label: label, level: .error, sink: { _ in })
+    }
+
+    /// Writes a line to standard error.
+    public static let standardError: Sink = { line in
+        FileHandle.standardError.write(Data((line + "\n").utf8))
+    }
+
+    /// A copy whose lines carry one more metadata pair.
+    public func with(_ key: String, _ value: String) -> Logger {
+        var copy = self
+        copy.metadata[key] = value
+        return copy
+    }
+
+    /// Logs `message` at `level` with extra metadata.
+    public func log(_ level: Level, _ message: @autoclosure () -> String, _ extra: [String: String] = [:]) {
+        guard level >= self.level else { return }
+        sink(Logger.format(level: level, label: label, message: message(), metadata: metadata.merging(extra) { _, new in new }))
+    }
+
+    public func trace(_ message: @autoclosure () -> String, _ extra: [String: String] = [:]) { log(.trace, message(), extra) }
+    public func debug(_ message: @autoclosure () -> String, _ extra: [String: String] = [:]) { log(.debug, message(), extra) }
+    public func info(_ message: @autoclosure () -> String, _ extra: [String: String] = [:]) { log(.info, message(), extra) }
+    public func notice(_ message: @autoclosure () -> String, _ extra: [String: String] = [:]) { log(.notice, message(), extra) }
+    public func warning(_ message: @autoclosure () -> String, _ extra: [String: String] = [:]) { log(.warning, message(), extra) }
+    public func error(_ message: @autoclosure () -> String, _ extra: [String: String] = [:]) { log(.error, message(), extra) }
+
+    /// Formats one line: `ts=… level=… label=… msg="…" key=value …` with keys sorted.
+    static func format(level: Level, label: String, message: String, metadata: [String: String]) -> String {
+        var line = "ts=\(timestamp()) level=\(level) label=\(quoted(label)) msg=\(quoted(message))"
+        for key in metadata.keys.sorted() {
+            line += " \(key)=\(quoted(metadata[key]!))"
+        }
+        return line
+    }
+
+    private static func timestamp() -> String {
+        Date().formatted(.iso8601.year().month().day().time(includingFractionalSeconds: true))
+    }
+
+    /// Quotes a value when it holds spaces, quotes or `=`; control characters are escaped.
+    static func quoted(_ value: String) -> String {
+        let needsQuotes = value.isEmpty || value.contains { $0 == " " || $0 == "\"" || $0 == "=" || $0.isNewline || $0 == "\t" }
+        guard needsQuotes else { return value }
+        var out = "\""
+        for scalar in value.unicodeScalars {
+            switch scalar {
+            case "\"": out += "\\\""
+            case "\\": out += "\\\\"
+            case "\n": out += "\\n"
+            case "\r": out += "\\r"
+            case "\t": out += "\\t"
+            default: out.unicodeScalars.append(scalar)
+            }
+        }
+        return out + "\""
+    }
+
+    /// Masks an email address for logs: `jane.doe@example.com` → `j***@example.com`.
+    public static func maskEmail(_ email: String) -> String {
+        guard let at = email.lastIndex(of: "@"), at > email.startIndex else { return "***" }
+        return "\(email[email.startIndex])***\(email[at...])"
+    }
+}

@@ -1,0 +1,3 @@
+/// Every subcommand, in the order `baton --help` lists them.
+let commands: [Command] = [
+]

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Makes a fresh Debian 12 machine ready to build and test Baton: installs the C libraries and
+# PostgreSQL with apt-get, only the packages that are missing. The Swift toolchain is assumed.
+set -euo pipefail
+
+packages=(libssl-dev libpq-dev libmicrohttpd-dev postgresql postgresql-contrib pkg-config)
+missing=()
+for package in "${packages[@]}"; do
+    if ! dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed"; then
+        missing+=("$package")
+    fi
+done
+if [ ${#missing[@]} -eq 0 ]; then
+    exit 0
+fi
+echo "installing: ${missing[*]}" >&2
+sudo=""
+if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -qq
+$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
