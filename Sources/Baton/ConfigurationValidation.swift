@@ -1,3 +1,4 @@
+import AppleSignIn
 import Foundation
 
 extension BatonConfiguration {
@@ -52,34 +53,8 @@ extension BatonConfiguration {
         }
     }
 
-    /// Whether `text` looks like a team ID: 10 upper-case ASCII letters or digits.
-    public static func isTeamID(_ text: some StringProtocol) -> Bool {
-        text.utf8.count == 10 && text.utf8.allSatisfy { (0x41...0x5A).contains($0) || (0x30...0x39).contains($0) }
-    }
-
-    /// Whether `text` looks like a key ID: 10 ASCII letters or digits.
-    public static func isKeyID(_ text: some StringProtocol) -> Bool {
-        text.utf8.count == 10 && text.utf8.allSatisfy { (0x41...0x5A).contains($0) || (0x61...0x7A).contains($0) || (0x30...0x39).contains($0) }
-    }
-
-    /// Why `text` is not a usable client ID, or nil when it is.
-    ///
-    /// A client ID is a bundle ID or Services ID (`com.example.app`): letters, digits, `.` and `-`. A leading team
-    /// ID (`A1B2C3D4E5.com.example.app`, the form App ID prefixes take) is refused: Apple answers `invalid_client`.
-    public static func clientIDProblem(_ text: String) -> String? {
-        if text.isEmpty { return "a client ID is empty" }
-        let allowed = text.utf8.allSatisfy { byte in
-            (0x41...0x5A).contains(byte) || (0x61...0x7A).contains(byte) || (0x30...0x39).contains(byte) || byte == 0x2E || byte == 0x2D
-        }
-        guard allowed else { return "a client ID may hold only letters, digits, '.' and '-'" }
-        if let dot = text.firstIndex(of: "."), isTeamID(text[..<dot]), text[text.index(after: dot)...].contains(".") {
-            return "a client ID starts with a team ID: remove the 'TEAMID.' prefix (use the bundle ID or Services ID alone)"
-        }
-        return nil
-    }
-
     private static func checkClientID(_ text: String, key: String) throws {
-        if let problem = clientIDProblem(text) {
+        if let problem = AppleIdentifierFormat.clientIDProblem(text) {
             throw ConfigurationError(.invalidValue, key: key, reason: problem)
         }
     }
@@ -95,10 +70,10 @@ extension BatonConfiguration {
     }
 
     private static func checkCredentials(_ credentials: TeamCredentials, key: String) throws {
-        guard isTeamID(credentials.teamID) else {
+        guard AppleIdentifierFormat.isTeamID(credentials.teamID) else {
             throw ConfigurationError(.invalidValue, key: "\(key).team_id", reason: "a team ID is 10 upper-case letters or digits (see Membership details in the developer account)")
         }
-        guard isKeyID(credentials.keyID) else {
+        guard AppleIdentifierFormat.isKeyID(credentials.keyID) else {
             throw ConfigurationError(.invalidValue, key: "\(key).key_id", reason: "a key ID is 10 letters or digits (the Key ID shown beside the key, also in the .p8 file name)")
         }
         guard !credentials.privateKeyPath.isEmpty else {
