@@ -46,10 +46,6 @@ func echoRouter() -> Router {
     }
     router.get("/teapot") { _ in throw HTTPError(418, code: "teapot", reason: "short and stout", headers: ["Retry-After": "7"]) }
     router.get("/crash") { _ in throw CocoaError(.fileReadNoPermission, userInfo: ["path": "/secret/internal/path"]) }
-    router.get("/slow") { _ in
-        try await Task.sleep(for: .milliseconds(300))
-        return .text("done")
-    }
     return router
 }
 
@@ -183,10 +179,17 @@ struct HTTPServerTests {
 
     @Test("stop lets an in-flight request finish, then refuses connections")
     func gracefulStop() async throws {
-        let server = HTTPServer(router: echoRouter())
+        let (started, signal) = AsyncStream<Void>.makeStream()
+        var router = Router()
+        router.get("/slow") { _ in
+            signal.yield()
+            try await Task.sleep(for: .milliseconds(300))
+            return .text("done")
+        }
+        let server = HTTPServer(router: router)
         let port = try await server.start(port: 0)
         async let slow = fetch(port, "/slow")
-        try await Task.sleep(for: .milliseconds(100))
+        for await _ in started { break }
         await server.stop()
         let (status, _, body) = try await slow
         #expect(status == 200 && body == "done")
