@@ -256,3 +256,19 @@ struct RequestParsingTests {
         #expect(await router.respond(to: HTTPRequest(method: "GET", path: "/missing")).status == 404)
     }
 }
+
+@Suite("LoadClient")
+struct LoadClientTests {
+    @Test("sends every request over keep-alive connections and counts statuses")
+    func load() async throws {
+        try await withServer(echoRouter()) { _, port in
+            let report = await LoadClient.run(port: port, concurrency: 8, total: 2_000) { index in
+                index % 10 == 0 ? LoadRequest(path: "/nope") : LoadRequest(method: "POST", path: "/echo", body: Array("x\(index)".utf8))
+            }
+            print("load: \(Int(report.perSecond)) responses/s (debug build)")
+            #expect(report.failures == 0)
+            #expect(report.responses == 2_000)
+            #expect(report.statuses == [201: 1_800, 404: 200])
+        }
+    }
+}
