@@ -1,1 +1,0 @@
-// The AppleEmulator module: see docs and design.md.
