@@ -1,4 +1,4 @@
-internal import HTTPServer
+import HTTPServer
 
 /// Why the emulator refused a call: Apple's OAuth error codes for Apple's endpoints, and the
 /// emulator's own codes for scenario control.

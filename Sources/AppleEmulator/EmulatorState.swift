@@ -19,6 +19,7 @@ struct EmulatorState: Codable, Sendable {
     var signingKeys: [SigningKey] = []
     var accessTokens: [String: AccessToken] = [:]
     var codes: [String: AuthorizationCode] = [:]
+    var refreshTokens: [String: RefreshToken] = [:]
 
     /// The transfer window: 60 days after acceptance.
     static let transferWindow: Double = 60 * 86_400
@@ -87,6 +88,12 @@ struct EmulatorState: Codable, Sendable {
         var teamID: String
         var clientID: String
         var expiresAt: Date
+    }
+
+    struct RefreshToken: Codable, Sendable {
+        var clientID: String
+        var personID: String
+        var teamID: String
     }
 
     struct AuthorizationCode: Codable, Sendable {
