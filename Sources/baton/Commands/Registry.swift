@@ -1,3 +1,4 @@
 /// Every subcommand, in the order `baton --help` lists them.
 let commands: [Command] = [
+    dbCommand,
 ]
