@@ -1,4 +1,5 @@
 import Foundation
+import Postgres
 
 /// Baton's configuration: a JSON file (default `baton.json`) overridden by `BATON_*` environment variables.
 ///
@@ -313,44 +314,57 @@ public struct BatonConfiguration: Sendable, Equatable, Codable {
             try container.encode(transferColumn, forKey: .transferColumn)
         }
 
+        /// The validated identifiers, ready for `PostgresQuery` interpolation (which quotes them).
+        /// - Throws: ``ConfigurationError`` (`invalidValue`) naming the first invalid one.
+        public func identifiers() throws -> LegacyIdentifiers {
+            LegacyIdentifiers(
+                table: try BatonConfiguration.identifier(table, key: "legacy.table", allowSchema: true),
+                keyColumn: try BatonConfiguration.identifier(keyColumn, key: "legacy.key_column", allowSchema: false),
+                subjectColumn: try BatonConfiguration.identifier(subjectColumn, key: "legacy.subject_column", allowSchema: false),
+                emailColumn: try BatonConfiguration.identifier(emailColumn, key: "legacy.email_column", allowSchema: false),
+                transferColumn: try transferColumn.map { try BatonConfiguration.identifier($0, key: "legacy.transfer_column", allowSchema: false) }
+            )
+        }
+
         /// The table, quoted for SQL: `"public"."users"`.
         /// - Throws: ``ConfigurationError`` (`invalidValue`) when the name is not a valid identifier.
         public func quotedTable() throws -> String {
-            try Legacy.identifier(table, key: "legacy.table", allowSchema: true).quoted
+            try BatonConfiguration.quoteIdentifier(table, key: "legacy.table", allowSchema: true)
         }
+    }
 
-        /// The key column, quoted for SQL.
-        /// - Throws: ``ConfigurationError`` (`invalidValue`) when the name is not a valid identifier.
-        public func quotedKeyColumn() throws -> String {
-            try Legacy.identifier(keyColumn, key: "legacy.key_column", allowSchema: false).quoted
-        }
+    /// The legacy table's validated identifiers.
+    public struct LegacyIdentifiers: Sendable, Equatable {
+        /// The table, possibly schema-qualified.
+        public var table: PostgresIdentifier
+        /// The primary key column.
+        public var keyColumn: PostgresIdentifier
+        /// The Apple `sub` column.
+        public var subjectColumn: PostgresIdentifier
+        /// The email column.
+        public var emailColumn: PostgresIdentifier
+        /// The transfer identifier column, if configured.
+        public var transferColumn: PostgresIdentifier?
+    }
 
-        /// The subject column, quoted for SQL.
-        /// - Throws: ``ConfigurationError`` (`invalidValue`) when the name is not a valid identifier.
-        public func quotedSubjectColumn() throws -> String {
-            try Legacy.identifier(subjectColumn, key: "legacy.subject_column", allowSchema: false).quoted
+    /// Validates an identifier from the configuration: `^[A-Za-z_][A-Za-z0-9_]{0,62}$`, with an optional
+    /// `schema.` prefix when `allowSchema` (tables; not columns).
+    /// - Throws: ``ConfigurationError`` (`invalidValue`) naming `key`.
+    public static func identifier(_ text: String, key: String, allowSchema: Bool) throws -> PostgresIdentifier {
+        guard let identifier = try? PostgresIdentifier(text), allowSchema || identifier.schema == nil else {
+            let shape = allowSchema
+                ? "an SQL identifier, optionally schema-qualified like public.users (letters, digits, _; not starting with a digit; at most 63 each)"
+                : "an SQL identifier without a schema (letters, digits, _; not starting with a digit; at most 63)"
+            throw ConfigurationError(.invalidValue, key: key, reason: "must be \(shape)")
         }
+        return identifier
+    }
 
-        /// The email column, quoted for SQL.
-        /// - Throws: ``ConfigurationError`` (`invalidValue`) when the name is not a valid identifier.
-        public func quotedEmailColumn() throws -> String {
-            try Legacy.identifier(emailColumn, key: "legacy.email_column", allowSchema: false).quoted
-        }
-
-        /// The transfer column, quoted for SQL; nil when none is configured.
-        /// - Throws: ``ConfigurationError`` (`invalidValue`) when the name is not a valid identifier.
-        public func quotedTransferColumn() throws -> String? {
-            guard let transferColumn else { return nil }
-            return try Legacy.identifier(transferColumn, key: "legacy.transfer_column", allowSchema: false).quoted
-        }
-
-        static func identifier(_ text: String, key: String, allowSchema: Bool) throws -> SQLIdentifier {
-            guard let identifier = SQLIdentifier(text, allowSchema: allowSchema) else {
-                let shape = allowSchema ? "an SQL identifier, optionally schema-qualified (public.users)" : "an SQL identifier (letters, digits, _; not starting with a digit; at most 63)"
-                throw ConfigurationError(.invalidValue, key: key, reason: "must be \(shape)")
-            }
-            return identifier
-        }
+    /// Validates an identifier like ``identifier(_:key:allowSchema:)`` and quotes it for SQL:
+    /// `public.users` → `"public"."users"`. Quoted identifiers are case-sensitive.
+    /// - Throws: ``ConfigurationError`` (`invalidValue`) naming `key`.
+    public static func quoteIdentifier(_ text: String, key: String, allowSchema: Bool) throws -> String {
+        try identifier(text, key: key, allowSchema: allowSchema).quoted
     }
 }
 

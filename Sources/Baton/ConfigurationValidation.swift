@@ -35,18 +35,12 @@ extension BatonConfiguration {
                 throw ConfigurationError(.invalidValue, key: "apple.transfer.recipient.team_id", reason: "the recipient's team ID equals the sender's: a transfer moves an app between two teams")
             }
         }
-        _ = try legacy.quotedTable()
-        _ = try legacy.quotedKeyColumn()
-        _ = try legacy.quotedSubjectColumn()
-        _ = try legacy.quotedEmailColumn()
-        if legacy.emailColumn == legacy.subjectColumn {
+        let identifiers = try legacy.identifiers()
+        if identifiers.emailColumn == identifiers.subjectColumn {
             throw ConfigurationError(.invalidValue, key: "legacy.email_column", reason: "must differ from legacy.subject_column")
         }
-        if let transferColumn = legacy.transferColumn {
-            _ = try legacy.quotedTransferColumn()
-            if transferColumn == legacy.subjectColumn || transferColumn == legacy.emailColumn {
-                throw ConfigurationError(.invalidValue, key: "legacy.transfer_column", reason: "must differ from legacy.subject_column and legacy.email_column")
-            }
+        if let transferColumn = identifiers.transferColumn, transferColumn == identifiers.subjectColumn || transferColumn == identifiers.emailColumn {
+            throw ConfigurationError(.invalidValue, key: "legacy.transfer_column", reason: "must differ from legacy.subject_column and legacy.email_column")
         }
         if let adminTokenFile, adminTokenFile.isEmpty {
             throw ConfigurationError(.invalidValue, key: "admin_token_file", reason: "must be a path (remove the key to serve without an admin token)")

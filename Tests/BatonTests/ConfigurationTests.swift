@@ -266,25 +266,35 @@ struct ConfigurationTests {
     }
 }
 
-@Suite("SQLIdentifier")
-struct SQLIdentifierTests {
+@Suite("Configuration identifiers")
+struct ConfigurationIdentifierTests {
     @Test("valid identifiers are quoted part by part")
-    func quoting() {
-        #expect(SQLIdentifier("public.users", allowSchema: true)?.quoted == "\"public\".\"users\"")
-        #expect(SQLIdentifier("Users", allowSchema: false)?.quoted == "\"Users\"")
-        #expect(SQLIdentifier("_a1", allowSchema: false)?.description == "_a1")
-        #expect(SQLIdentifier(String(repeating: "a", count: 63), allowSchema: false) != nil)
+    func quoting() throws {
+        #expect(try BatonConfiguration.quoteIdentifier("public.users", key: "legacy.table", allowSchema: true) == "\"public\".\"users\"")
+        #expect(try BatonConfiguration.quoteIdentifier("Users", key: "legacy.table", allowSchema: false) == "\"Users\"")
+        #expect(try BatonConfiguration.quoteIdentifier("_a1", key: "legacy.key_column", allowSchema: false) == "\"_a1\"")
+        #expect(try BatonConfiguration.quoteIdentifier(String(repeating: "a", count: 63), key: "legacy.key_column", allowSchema: false).count == 65)
     }
 
-    @Test("invalid identifiers are refused", arguments: [
+    @Test("invalid identifiers are refused, naming the key", arguments: [
         "", ".", "a.", ".a", "a b", "a-b", "1a", "a\"b", "é", "a;b", String(repeating: "a", count: 64), "a.b.c",
     ])
     func invalid(_ text: String) {
-        #expect(SQLIdentifier(text, allowSchema: true) == nil)
+        let error = #expect(throws: ConfigurationError.self) { try BatonConfiguration.quoteIdentifier(text, key: "legacy.table", allowSchema: true) }
+        #expect(error?.key == "legacy.table")
     }
 
     @Test("a schema prefix is refused where not allowed")
     func schemaNotAllowed() {
-        #expect(SQLIdentifier("public.users", allowSchema: false) == nil)
+        #expect(throws: ConfigurationError.self) { try BatonConfiguration.quoteIdentifier("public.users", key: "legacy.key_column", allowSchema: false) }
+    }
+
+    @Test("the legacy identifiers are ready for queries")
+    func legacyIdentifiers() throws {
+        let legacy = BatonConfiguration.Legacy(table: "app.users", keyColumn: "id", subjectColumn: "apple_sub", emailColumn: "email", transferColumn: "transfer_sub")
+        let identifiers = try legacy.identifiers()
+        #expect(identifiers.table.quoted == "\"app\".\"users\"")
+        #expect(identifiers.subjectColumn.quoted == "\"apple_sub\"")
+        #expect(identifiers.transferColumn?.quoted == "\"transfer_sub\"")
     }
 }
