@@ -200,8 +200,13 @@ public final class AppleClient: Sendable {
     /// renewal. Concurrent callers share one request.
     /// - Throws: ``AppleClientError``; `invalidClient` when Apple refuses the credentials.
     public func accessToken() async throws -> AccessToken {
+        try await accessToken(purpose: nil)
+    }
+
+    /// ``accessToken()`` on the way to `purpose`, which errors name so their explanation fits the side.
+    private func accessToken(purpose: AppleCallContext.Operation?) async throws -> AccessToken {
         try await cache.token(now: now()) { [self] in
-            try await self.requestAccessToken()
+            try await self.requestAccessToken(purpose: purpose)
         }
     }
 
@@ -246,8 +251,8 @@ public final class AppleClient: Sendable {
 
     // MARK: - Internals
 
-    private func context(_ operation: AppleCallContext.Operation) -> AppleCallContext {
-        AppleCallContext(operation: operation, teamID: signer.teamID, keyID: signer.keyID, clientID: signer.clientID)
+    private func context(_ operation: AppleCallContext.Operation, purpose: AppleCallContext.Operation? = nil) -> AppleCallContext {
+        AppleCallContext(operation: operation, purpose: purpose, teamID: signer.teamID, keyID: signer.keyID, clientID: signer.clientID)
     }
 
     private func endpoint(_ name: String) -> URL {
@@ -263,8 +268,8 @@ public final class AppleClient: Sendable {
     }
 
     /// `POST /auth/token`, uncached.
-    private func requestAccessToken() async throws -> AccessToken {
-        let context = context(.accessToken)
+    private func requestAccessToken(purpose: AppleCallContext.Operation?) async throws -> AccessToken {
+        let context = context(.accessToken, purpose: purpose)
         let secret = try await clientSecret()
         let response = try await send(context, url: endpoint("token"), fields: [
             ("grant_type", "client_credentials"),
@@ -293,7 +298,7 @@ public final class AppleClient: Sendable {
         let context = context(operation)
         var renewed = false
         while true {
-            let token = try await accessToken()
+            let token = try await accessToken(purpose: operation)
             let secret = try await clientSecret()
             do {
                 return try await send(context, url: endpoint("usermigrationinfo"), fields: fields + [

@@ -14,6 +14,9 @@ public struct AppleCallContext: Sendable, Equatable, CustomStringConvertible {
 
     /// The call that failed.
     public var operation: Operation
+    /// For an ``Operation/accessToken`` call made on the way to another call, that call (its side decides
+    /// what the explanation asks for).
+    public var purpose: Operation?
     /// The team whose key signed the client secret.
     public var teamID: String
     /// The key that signed the client secret.
@@ -22,16 +25,19 @@ public struct AppleCallContext: Sendable, Equatable, CustomStringConvertible {
     public var clientID: String
 
     /// Creates a context.
-    public init(operation: Operation, teamID: String, keyID: String, clientID: String) {
+    public init(operation: Operation, purpose: Operation? = nil, teamID: String, keyID: String, clientID: String) {
         self.operation = operation
+        self.purpose = purpose
         self.teamID = teamID
         self.keyID = keyID
         self.clientID = clientID
     }
 
-    /// `token for com.example.app with team AAAAAAAAAA's key KEYA000001`.
+    /// `token for com.example.app with team AAAAAAAAAA's key KEYA000001`, and `(before an exchange (recipient
+    /// side))` when the token was requested for another call.
     public var description: String {
-        "\(operation.rawValue) for \(clientID) with team \(teamID)'s key \(keyID)"
+        let before = purpose.map { " (before a \($0.rawValue))" } ?? ""
+        return "\(operation.rawValue)\(before) for \(clientID) with team \(teamID)'s key \(keyID)"
     }
 }
 
@@ -165,7 +171,7 @@ public struct AppleClientError: Error, Equatable, CustomStringConvertible {
 
     /// What to check, most likely cause first, one cause per line.
     public var explanation: String {
-        let side = context?.operation
+        let side = context.map { $0.purpose ?? $0.operation }
         let team = context.map { "team \($0.teamID)'s key \($0.keyID)" } ?? "the key used"
         let client = context?.clientID ?? "the client ID"
         switch code {
@@ -187,24 +193,30 @@ public struct AppleClientError: Error, Equatable, CustomStringConvertible {
             causes.append("The secret expired or is not yet valid: secrets live at most 6 months; check the machine's clock and make a new one.")
             return numbered(causes)
         case .invalidGrant:
+            var causes = ["The access token expired, was revoked or was issued to another client ID: the client renews it once, so a repeat means the token request itself is wrong (check the client ID)."]
+            switch side {
+            case .exchange: causes.append("The transfer identifier was not made for this recipient team or this app.")
+            case .transferIdentifier: causes.append("The user identifier is not one of this team's users for this app.")
+            case .accessToken, nil: causes = ["The grant is not accepted: check grant_type 'client_credentials' and scope 'user.migration'."]
+            }
+            return numbered(causes)
+        case .invalidRequest:
             switch side {
             case .exchange:
                 return numbered([
-                    "The transfer identifier was not made for this recipient team, or for this app.",
-                    "The 60-day window after the transfer was accepted has closed.",
-                    "The access token expired or was revoked (the client renews it once, so a repeat means something else).",
+                    "The 60-day window after the transfer was accepted has closed: Apple no longer exchanges transfer identifiers (check apple.transfer.accepted_at).",
+                    "The transfer identifier is unknown, or was made for another recipient team (the sender must pass your team ID as target).",
+                    "The user revoked the app's access.",
                 ])
             case .transferIdentifier:
                 return numbered([
+                    "The target is not the team ID of the transfer's recipient, or the transfer is not initiated.",
                     "The user identifier is not one of this team's users for this app.",
-                    "The target team ID is wrong (it must be the recipient team's ID).",
-                    "The access token expired or was revoked (the client renews it once, so a repeat means something else).",
+                    "The user revoked the app's access, or the 60-day window has closed.",
                 ])
             case .accessToken, nil:
-                return numbered(["The grant is not accepted: check grant_type 'client_credentials' and scope 'user.migration'."])
+                return numbered(["A parameter is missing or malformed: check the client ID and the client secret."])
             }
-        case .invalidRequest:
-            return numbered(["A parameter is missing or malformed: check the client ID, the target team ID and the identifier sent."])
         case .unauthorizedClient:
             return numbered(["The app is not allowed to use user migration: check that Sign in with Apple is enabled for \(client) under this team."])
         case .unsupportedGrantType, .invalidScope:
