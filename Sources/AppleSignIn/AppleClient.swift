@@ -203,8 +203,10 @@ public final class AppleClient: Sendable {
         try await accessToken(purpose: nil)
     }
 
-    /// ``accessToken()`` on the way to `purpose`, which errors name so their explanation fits the side.
-    private func accessToken(purpose: AppleCallContext.Operation?) async throws -> AccessToken {
+    /// ``accessToken()`` on the way to `purpose` (the call the token is for), which errors name so their
+    /// explanation asks for the right side's credentials.
+    /// - Throws: ``AppleClientError``.
+    public func accessToken(purpose: AppleCallContext.Operation?) async throws -> AccessToken {
         try await cache.token(now: now()) { [self] in
             try await self.requestAccessToken(purpose: purpose)
         }

@@ -60,7 +60,9 @@ struct Doctor {
         do {
             configuration = try await offload { try BatonConfiguration.load(path: configPath, environment: environment) }
         } catch let error as ConfigurationError {
-            report(.failure, "configuration", error.description, fix: "correct the key named (see sample-config/README.md)")
+            let text = error.description
+            report(.failure, "configuration", text.hasPrefix("configuration: ") ? String(text.dropFirst(15)) : text,
+                   fix: "correct the key named (see sample-config/README.md)")
             return 2
         } catch {
             report(.failure, "configuration", "cannot be loaded", fix: "check the file")
@@ -93,9 +95,18 @@ struct Doctor {
             report(.warning, "credentials", "neither apple.transfer.sender nor apple.transfer.recipient is configured",
                    fix: "add the key of your side of the transfer")
         }
+        var signers: [String: ClientSecret] = [:]
         for (side, credentials) in sides {
             guard let credentials else { continue }
-            guard let signer = await checkKey(side: side, credentials: credentials, clientID: transfer.clientID) else { continue }
+            signers[side] = await checkKey(side: side, credentials: credentials, clientID: transfer.clientID)
+        }
+        if let sender = signers["sender"], let recipient = signers["recipient"],
+           sender.keyID == recipient.keyID || sender.publicKey == recipient.publicKey {
+            report(.failure, "credentials", "the sender and the recipient use the same key (\(recipient.keyID)): each team signs with its own",
+                   fix: "set apple.transfer.recipient to the receiving team's key ID and .p8 file, and .sender to the sending team's")
+        }
+        for (side, _) in sides {
+            guard let signer = signers[side] else { continue }
             await checkToken(side: side, signer: signer, baseURL: configuration.apple.baseURL)
         }
         checkWindow(transfer, now: now)
@@ -134,7 +145,7 @@ struct Doctor {
             options: AppleClient.Options(requestTimeout: 10, retry: RetryPolicy(maxAttempts: 2, maxRetryAfter: 5), secretLifetime: 300)
         )
         do {
-            _ = try await client.accessToken()
+            _ = try await client.accessToken(purpose: side == "sender" ? .transferIdentifier : .exchange)
             report(.ok, "\(side) secret", "accepted by \(baseURL.absoluteString)/auth/token (team \(signer.teamID), client \(signer.clientID))")
         } catch let error as AppleClientError {
             report(.failure, "\(side) secret", error.description, fix: Doctor.oneLine(error.explanation))
@@ -211,9 +222,10 @@ struct Doctor {
             let migrator = try BatonSchema.migrator()
             let pending = try await migrator.pending(pool)
             if pending.isEmpty {
-                report(.ok, "schema", "Baton's schema is migrated (\(migrator.migrations.count) migrations)")
+                let count = migrator.migrations.count
+                report(.ok, "schema", "Baton's schema is migrated (\(count) migration\(count == 1 ? "" : "s"))")
             } else {
-                report(.failure, "schema", "\(pending.count) of \(migrator.migrations.count) migrations pending",
+                report(.failure, "schema", "\(pending.count) of \(migrator.migrations.count) migrations not applied",
                        fix: "run 'baton db migrate'")
             }
         } catch {
