@@ -63,7 +63,8 @@ public struct CompactJWS: Sendable {
     /// Parses a compact JWS.
     ///
     /// The length limit is applied before any decoding. Exactly three dot-separated parts, each strict
-    /// base64url, a non-empty signature, and a header that is a JSON object accepted by ``JWSHeader``.
+    /// base64url, and a header that is a JSON object accepted by ``JWSHeader``. An empty signature parses
+    /// (an unsecured JWS is well-formed) and verifies under no key.
     /// - Throws: ``JOSEError`` `.tooLarge`, `.malformedJWS`, `.invalidBase64`, `.invalidJSON`, `.tooDeep`,
     ///   `.duplicateMember`, `.unexpectedJSON`, `.invalidHeader`, `.criticalExtension`, `.unsupportedType`.
     public static func parse(_ token: some StringProtocol, maxLength: Int = defaultMaxLength) throws -> CompactJWS {
@@ -82,7 +83,6 @@ public struct CompactJWS: Sendable {
             throw JOSEError(.malformedJWS, "expected three parts separated by '.'")
         }
         guard firstDot > 0 else { throw JOSEError(.malformedJWS, "empty header") }
-        guard secondDot + 1 < bytes.count else { throw JOSEError(.malformedJWS, "empty signature") }
         func decode(_ range: Range<Int>) throws -> [UInt8] {
             guard let decoded = Base64URL.decode(bytes: UnsafeBufferPointer(rebasing: bytes[range])) else {
                 throw JOSEError(.invalidBase64, "a token part is not strict base64url")

@@ -1,6 +1,8 @@
 /// Every subcommand, in the order `baton --help` lists them.
 let commands: [Command] = [
-    dbCommand,
+    verifyCommand,
     clientSecretCommand,
+    dbCommand,
     doctorCommand,
+    benchCommand,
 ]
