@@ -1,6 +1,7 @@
 import AppleEmulator
 import AppleSignIn
 import Foundation
+import HTTPServer
 import Synchronization
 import Testing
 
@@ -290,5 +291,54 @@ struct AppleClientEmulatorTests {
         }
         #expect(error?.code == .connectionFailed)
         #expect(error?.attempts == 2)
+    }
+}
+
+@Suite("URLSessionAppleTransport")
+struct URLSessionAppleTransportTests {
+    @Test("a redirect is not followed, so the secret never reaches another URL")
+    func refusesRedirects() async throws {
+        let hits = Mutex<[String]>([])
+        var router = Router()
+        router.post("/auth/token") { request in
+            hits.withLock { $0.append("token") }
+            return HTTPResponse(status: 307, headers: ["Location": "/elsewhere/auth/token"], body: [])
+        }
+        router.post("/elsewhere/auth/token") { request in
+            hits.withLock { $0.append("elsewhere \(String(decoding: request.body, as: UTF8.self))") }
+            return HTTPResponse.json(serialized: #"{"access_token":"stolen","token_type":"Bearer","expires_in":3600}"#)
+        }
+        let server = HTTPServer(router: router)
+        let port = try await server.start()
+        let clock = FakeClock()
+        let client = AppleClient(
+            baseURL: URL(string: "http://127.0.0.1:\(port)")!, credentials: FakeSigner(),
+            transport: URLSessionAppleTransport(timeout: 5), now: { clock.now }, sleep: { clock.sleep($0) }
+        )
+        let error = await #expect(throws: AppleClientError.self) { try await client.accessToken() }
+        await server.stop()
+        #expect(error?.code == .unexpectedStatus)
+        #expect(error?.status == 307)
+        #expect(hits.withLock { $0 } == ["token"])
+    }
+
+    @Test("form fields are percent-encoded and reach the server intact")
+    func formEncoding() async throws {
+        let received = Mutex<[String: String]>([:])
+        var router = Router()
+        router.post("/auth/usermigrationinfo") { request in
+            received.withLock { $0 = (try? request.formValues()) ?? [:] }
+            return HTTPResponse.json(serialized: #"{"sub":"s"}"#)
+        }
+        router.post("/auth/token") { _ in
+            HTTPResponse.json(serialized: #"{"access_token":"t","token_type":"Bearer","expires_in":3600}"#)
+        }
+        let server = HTTPServer(router: router)
+        let port = try await server.start()
+        let client = AppleClient(baseURL: URL(string: "http://127.0.0.1:\(port)")!, credentials: FakeSigner())
+        _ = try await client.exchange(transferIdentifier: "a+b/c=d&e f.é")
+        await server.stop()
+        #expect(received.withLock { $0["transfer_sub"] } == "a+b/c=d&e f.é")
+        #expect(received.withLock { $0["client_id"] } == "com.example.app")
     }
 }

@@ -3,9 +3,6 @@ import Baton
 import Foundation
 import JOSE
 import Postgres
-#if canImport(FoundationNetworking)
-import FoundationNetworking
-#endif
 
 /// `baton doctor`: checks a configuration end to end, one line per check, with a fix for each failure.
 let doctorCommand = Command(
@@ -177,16 +174,8 @@ struct Doctor {
     }
 
     private mutating func checkKeySet(_ url: URL) async {
-        var request = URLRequest(url: url, cachePolicy: .reloadIgnoringLocalCacheData, timeoutInterval: 10)
-        request.httpMethod = "GET"
         do {
-            let (data, response) = try await URLSession.shared.data(for: request)
-            let status = (response as? HTTPURLResponse)?.statusCode ?? 0
-            guard status == 200 else {
-                report(.failure, "key set", "\(url.absoluteString) answered HTTP \(status)", fix: "check apple.keys_url")
-                return
-            }
-            let keySet = try JWKSet(json: Array(data))
+            let keySet = try JWKSet(json: try await HTTPKeySetFetcher(url: url, timeout: 10).fetchKeySet())
             if keySet.keys.isEmpty {
                 report(.failure, "key set", "\(url.absoluteString) holds no usable key", fix: "check apple.keys_url")
             } else {
@@ -194,6 +183,8 @@ struct Doctor {
             }
         } catch let error as JOSEError {
             report(.failure, "key set", "\(url.absoluteString) is not a valid key set (\(error.description))", fix: "check apple.keys_url")
+        } catch let error as HTTPKeySetFetcher.FetchError {
+            report(.failure, "key set", "\(url.absoluteString): \(error.description)", fix: "check apple.keys_url, the network path and proxy")
         } catch {
             report(.failure, "key set", "\(url.absoluteString) is unreachable", fix: "check apple.keys_url, the network path and proxy")
         }
