@@ -1,3 +1,4 @@
+import AppleSignIn
 import Baton
 import Foundation
 import TestSupport
@@ -263,6 +264,32 @@ struct ConfigurationTests {
         #expect(transfer.daysLeft(now: accepted.addingTimeInterval(86_400 * 10 + 1)) == 49)
         #expect(transfer.daysLeft(now: accepted.addingTimeInterval(86_400 * 61)) == 0)
         #expect(BatonConfiguration.Transfer(clientID: "com.example.app").daysLeft(now: accepted) == nil)
+    }
+}
+
+@Suite("Configuration → AppleClient")
+struct ConfigurationAppleClientTests {
+    @Test("each side's client uses that side's key and the transfer's client ID")
+    func clientPerSide() async throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("baton-side-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let generated = try runProcess("/usr/bin/openssl", ["genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", directory.appendingPathComponent("recipient.p8").path])
+        try #require(generated.status == 0)
+        let configuration = try BatonConfiguration.load(json: try configJSON { set(&$0, "apple.transfer.recipient.private_key_path", "recipient.p8") }, baseDirectory: directory.path, environment: [:])
+
+        let recipient = try await configuration.appleClient(for: .recipient)
+        #expect(recipient.teamID == "BBBBBBBBBB")
+        #expect(recipient.clientID == "com.example.app")
+        #expect(recipient.baseURL.absoluteString == "https://appleid.apple.com")
+
+        let missingKey = await #expect(throws: AppleClientError.self) { try await configuration.appleClient(for: .sender) }
+        #expect(missingKey?.code == .keyUnreadable)
+
+        var noSender = configuration
+        noSender.apple.transfer?.sender = nil
+        let notConfigured = await #expect(throws: ConfigurationError.self) { try await noSender.appleClient(for: .sender) }
+        #expect(notConfigured?.key == "apple.transfer.sender")
     }
 }
 
