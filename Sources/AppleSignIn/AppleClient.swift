@@ -213,8 +213,16 @@ public final class AppleClient: Sendable {
     }
 
     /// Sender side: the transfer identifier of the sending team's user `sub` for the receiving team `targetTeamID`.
-    /// - Throws: ``AppleClientError``.
+    /// - Throws: ``AppleClientError``; `invalidParameter`, before any call, when `sub` is empty or `targetTeamID`
+    ///   is not a team ID or is this client's own team (the target is the recipient's team).
     public func transferIdentifier(forUser sub: String, targetTeamID: String) async throws -> String {
+        guard !sub.isEmpty else { throw AppleClientError(.invalidParameter, context: context(.transferIdentifier), detail: "empty user identifier") }
+        guard AppleIdentifierFormat.isTeamID(targetTeamID) else {
+            throw AppleClientError(.invalidParameter, context: context(.transferIdentifier), detail: "the target must be the recipient's team ID: 10 upper-case letters or digits")
+        }
+        guard targetTeamID != signer.teamID else {
+            throw AppleClientError(.invalidParameter, context: context(.transferIdentifier), detail: "the target is the sending team itself: it must be the recipient's team ID")
+        }
         let response = try await authorizedMigrationCall(.transferIdentifier, fields: [("sub", sub), ("target", targetTeamID)])
         let context = context(.transferIdentifier)
         guard let object = try? JSONSerialization.jsonObject(with: response.body) as? [String: Any],
@@ -226,8 +234,11 @@ public final class AppleClient: Sendable {
     }
 
     /// Recipient side: exchanges a transfer identifier for the user's identifier under the receiving team.
-    /// - Throws: ``AppleClientError``.
+    /// - Throws: ``AppleClientError``; `invalidParameter`, before any call, for an empty identifier.
     public func exchange(transferIdentifier: String) async throws -> ExchangedUser {
+        guard !transferIdentifier.isEmpty else {
+            throw AppleClientError(.invalidParameter, context: context(.exchange), detail: "empty transfer identifier")
+        }
         let response = try await authorizedMigrationCall(.exchange, fields: [("transfer_sub", transferIdentifier)])
         let context = context(.exchange)
         guard let object = try? JSONSerialization.jsonObject(with: response.body) as? [String: Any],

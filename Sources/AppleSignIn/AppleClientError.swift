@@ -53,7 +53,8 @@ public struct AppleClientError: Error, Equatable, CustomStringConvertible {
         case keyUnreadable
         /// The key is not an EC P-256 PKCS#8 private key.
         case keyInvalid
-        /// A team ID, key ID, client ID or lifetime given to ``ClientSecret`` is malformed.
+        /// A team ID, key ID, client ID or lifetime given to ``ClientSecret``, or an argument of a call, is
+        /// malformed (found before anything is sent).
         case invalidParameter
         /// Apple: `invalid_request` (a parameter is missing or malformed).
         case invalidRequest
@@ -150,7 +151,7 @@ public struct AppleClientError: Error, Equatable, CustomStringConvertible {
         switch code {
         case .keyUnreadable: line = "cannot read the private key"
         case .keyInvalid: line = "the private key is not an EC P-256 PKCS#8 key (an Apple .p8 file)"
-        case .invalidParameter: line = "invalid client secret parameter"
+        case .invalidParameter: line = "invalid parameter\(context.map { " for the \($0.operation.rawValue)" } ?? "")"
         case .rateLimited: line = "Apple rate-limited the \(context?.operation.rawValue ?? "call")"
         case .serverError: line = "Apple failed the \(context?.operation.rawValue ?? "call")"
         case .timeout: line = "Apple did not answer the \(context?.operation.rawValue ?? "call") in time"
@@ -234,7 +235,7 @@ public struct AppleClientError: Error, Equatable, CustomStringConvertible {
         case .keyInvalid:
             return numbered(["Use the .p8 file downloaded from Certificates, Identifiers & Profiles > Keys (Sign in with Apple); it starts with '-----BEGIN PRIVATE KEY-----'."])
         case .invalidParameter:
-            return numbered(["Team IDs are 10 upper-case letters or digits, key IDs 10 characters; the client ID is the bundle or Services ID without the team prefix; the lifetime is at most 15,777,000 s (182 days)."])
+            return numbered(["Team IDs are 10 upper-case letters or digits, key IDs 10 characters; the client ID is the bundle or Services ID without the team prefix; a secret's lifetime is at most 15,777,000 s (182 days); a transfer's target is the recipient's team ID."])
         }
     }
 

@@ -162,11 +162,16 @@ struct AppleClientEmulatorTests {
 
             // Before acceptance the recipient does not own the app.
             let early = await #expect(throws: AppleClientError.self) {
-                try await scenario.client(scenario.recipient).transferIdentifier(forUser: scenario.users[0].userIdentifier, targetTeamID: scenario.recipient.teamID)
+                try await scenario.client(scenario.recipient).transferIdentifier(forUser: scenario.users[0].userIdentifier, targetTeamID: scenario.sender.teamID)
             }
             #expect(early?.code == .invalidClient)
             #expect(early?.attempts == 1)
             #expect(early?.explanation.contains("sender team's key") == true)
+            // Targeting its own team is caught before anything is sent.
+            let ownTeam = await #expect(throws: AppleClientError.self) {
+                try await scenario.client(scenario.recipient).transferIdentifier(forUser: scenario.users[0].userIdentifier, targetTeamID: scenario.recipient.teamID)
+            }
+            #expect(ownTeam?.code == .invalidParameter)
 
             let identifiers = try await scenario.transfer(initiate: false)
             let senderExchange = await #expect(throws: AppleClientError.self) {

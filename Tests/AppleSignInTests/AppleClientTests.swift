@@ -27,15 +27,26 @@ struct AppleClientTests {
         let transport = ScriptedTransport()
         transport.script("usermigrationinfo", [.respond(200, #"{"transfer_sub":"T.1"}"#), exchangeOK])
         let client = makeClient(transport, clock: FakeClock())
-        #expect(try await client.transferIdentifier(forUser: "000111.old", targetTeamID: "BBBBBBBBBB") == "T.1")
+        #expect(try await client.transferIdentifier(forUser: "000111.old", targetTeamID: "CCCCCCCCCC") == "T.1")
         let user = try await client.exchange(transferIdentifier: "T.1")
         #expect(user == ExchangedUser(sub: "001234.new", email: "x@privaterelay.appleid.com", isPrivateEmail: true))
 
         let calls = transport.requests(to: "usermigrationinfo")
         #expect(calls.count == 2)
         #expect(calls.allSatisfy { $0.headers["Authorization"] == "Bearer TOKEN-1-SECRET" })
-        #expect(ScriptedTransport.fields(calls[0]) == ["sub": "000111.old", "target": "BBBBBBBBBB", "client_id": "com.example.app", "client_secret": "secret-1-SECRETMATERIAL"])
+        #expect(ScriptedTransport.fields(calls[0]) == ["sub": "000111.old", "target": "CCCCCCCCCC", "client_id": "com.example.app", "client_secret": "secret-1-SECRETMATERIAL"])
         #expect(ScriptedTransport.fields(calls[1]) == ["transfer_sub": "T.1", "client_id": "com.example.app", "client_secret": "secret-1-SECRETMATERIAL"])
+    }
+
+    @Test("malformed arguments are refused before any call", arguments: [("", "AAAAAAAAAA"), ("000111.old", "aaaaaaaaaa"), ("000111.old", "BBBBBBBBBB")])
+    func malformedArguments(_ sub: String, _ target: String) async throws {
+        let transport = ScriptedTransport()
+        let client = makeClient(transport, clock: FakeClock())
+        let error = await #expect(throws: AppleClientError.self) { try await client.transferIdentifier(forUser: sub, targetTeamID: target) }
+        #expect(error?.code == .invalidParameter)
+        let empty = await #expect(throws: AppleClientError.self) { try await client.exchange(transferIdentifier: "") }
+        #expect(empty?.code == .invalidParameter)
+        #expect(transport.requests.isEmpty)
     }
 
     @Test("is_private_email may be a string, and email may be absent")
