@@ -3,8 +3,9 @@ import Foundation
 import FoundationNetworking
 #endif
 
-/// One form-encoded `POST` to Apple, as the client builds it.
-public struct AppleHTTPRequest: Sendable {
+/// One form-encoded `POST` to Apple, as the client builds it. Its body holds the client secret and its
+/// `Authorization` header the access token, so printing it shows only the URL.
+public struct AppleHTTPRequest: Sendable, CustomStringConvertible, CustomReflectable {
     /// The endpoint.
     public var url: URL
     /// Header fields (`Content-Type`, `Authorization`, …).
@@ -18,6 +19,12 @@ public struct AppleHTTPRequest: Sendable {
         self.headers = headers
         self.body = body
     }
+
+    /// `POST https://appleid.apple.com/auth/token`: no header values, no body.
+    public var description: String { "POST \(url.absoluteString)" }
+
+    /// Only the URL, so `dump` shows no secret either.
+    public var customMirror: Mirror { Mirror(self, children: ["url": url]) }
 }
 
 /// Apple's answer: status, header fields (names lower-cased), body.

@@ -72,6 +72,8 @@ extension BatonConfiguration {
     ///     executable; library code never reads the process environment itself.
     /// - Throws: ``ConfigurationError`` naming the key: `fileUnreadable`, `invalidJSON`, `unknownKey`,
     ///   `missing`, `invalidValue`.
+    ///
+    /// This reads files synchronously; async code should use ``load(path:environment:queue:)``.
     public static func load(path: String?, environment: [String: String]) throws -> BatonConfiguration {
         let filePath = path ?? defaultPath
         let data: Data
@@ -84,6 +86,16 @@ extension BatonConfiguration {
         }
         let directory = URL(fileURLWithPath: filePath).deletingLastPathComponent().path
         return try load(json: data, baseDirectory: directory, environment: environment)
+    }
+
+    /// ``load(path:environment:)`` on `queue`, keeping the file reads off Swift's cooperative threads.
+    /// - Throws: ``ConfigurationError`` as ``load(path:environment:)``.
+    public static func load(path: String?, environment: [String: String], queue: DispatchQueue) async throws -> BatonConfiguration {
+        try await withCheckedThrowingContinuation { continuation in
+            queue.async {
+                continuation.resume(with: Result { try load(path: path, environment: environment) })
+            }
+        }
     }
 
     /// Decodes `json`, resolves its relative paths against `baseDirectory`, applies `environment` and validates.

@@ -280,7 +280,11 @@ struct AppleClientTests {
         let error = await #expect(throws: AppleClientError.self) { try await client.exchange(transferIdentifier: "T.SECRETTRANSFER") }
         #expect(error?.code == .invalidClient)
         #expect(logs.all.count >= 3)
-        for text in logs.all + [error.map { "\($0)" } ?? "", error?.explanation ?? "", String(reflecting: try await client.accessToken())] {
+        var dumped = ""
+        dump(transport.requests, to: &dumped)
+        dump(try await client.accessToken(), to: &dumped)
+        for text in logs.all + [error.map { "\($0)" } ?? "", error?.explanation ?? "", String(reflecting: try await client.accessToken()),
+                                "\(transport.requests)", dumped] {
             #expect(!text.contains("SECRET"), "leaked: \(text)")
         }
     }

@@ -229,9 +229,11 @@ struct ConfigurationTests {
     }
 
     @Test("the sample configuration loads, and its README lists every key and variable")
-    func sample() throws {
+    func sample() async throws {
         let path = packageRoot.appendingPathComponent("sample-config/baton.json").path
         let configuration = try BatonConfiguration.load(path: path, environment: ["BATON_ADMIN_TOKEN": "sample-admin-token-123"])
+        let viaQueue = try await BatonConfiguration.load(path: path, environment: ["BATON_ADMIN_TOKEN": "sample-admin-token-123"], queue: .global())
+        #expect(viaQueue == configuration)
         #expect(configuration.apple.transfer?.acceptedAt != nil)
         #expect(configuration.apple.transfer?.sender?.privateKeyPath == packageRoot.appendingPathComponent("sample-config/keys/sender.p8").path)
         #expect(try configuration.legacy.quotedTable() == "\"public\".\"users\"")

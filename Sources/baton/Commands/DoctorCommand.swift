@@ -55,7 +55,7 @@ struct Doctor {
     mutating func run(configPath: String?, environment: [String: String], now: Date) async -> Int32 {
         let configuration: BatonConfiguration
         do {
-            configuration = try await offload { try BatonConfiguration.load(path: configPath, environment: environment) }
+            configuration = try await BatonConfiguration.load(path: configPath, environment: environment, queue: .global())
         } catch let error as ConfigurationError {
             let text = error.description
             report(.failure, "configuration", text.hasPrefix("configuration: ") ? String(text.dropFirst(15)) : text,
@@ -285,14 +285,5 @@ struct Doctor {
     /// A numbered explanation on one line.
     static func oneLine(_ explanation: String) -> String {
         explanation.split(separator: "\n").joined(separator: " ")
-    }
-}
-
-/// Runs blocking work (file reads) on a dispatch queue, off Swift's cooperative threads.
-private func offload<T: Sendable>(_ work: @escaping @Sendable () throws -> T) async throws -> T {
-    try await withCheckedThrowingContinuation { continuation in
-        DispatchQueue.global().async {
-            continuation.resume(with: Result { try work() })
-        }
     }
 }
