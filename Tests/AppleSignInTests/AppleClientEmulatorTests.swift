@@ -318,7 +318,8 @@ struct URLSessionAppleTransportTests {
         let clock = FakeClock()
         let client = AppleClient(
             baseURL: URL(string: "http://127.0.0.1:\(port)")!, credentials: FakeSigner(),
-            transport: URLSessionAppleTransport(timeout: 5), now: { clock.now }, sleep: { clock.sleep($0) }
+            options: AppleClient.Options(retry: RetryPolicy(maxAttempts: 1)),
+            transport: URLSessionAppleTransport(timeout: 30), now: { clock.now }, sleep: { clock.sleep($0) }
         )
         let error = await #expect(throws: AppleClientError.self) { try await client.accessToken() }
         await server.stop()
