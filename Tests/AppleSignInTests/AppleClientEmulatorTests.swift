@@ -238,24 +238,22 @@ struct AppleClientEmulatorTests {
         }
     }
 
-    @Test("429 with Retry-After is honoured: the client waits as asked, then succeeds")
+    @Test("the emulator's 429 Retry-After is honoured: the client waits as asked, then succeeds")
     func rateLimitHonoured() async throws {
-        try await EmulatorScenario.run() { scenario in
+        try await EmulatorScenario.run { scenario in
+            // One request per second, bucket of one: the first call spends it, the second is told to wait 1 s.
             try scenario.emulator.setFaults(EmulatorFaults(rateLimitPerSecond: 1))
             let waits = Mutex<[TimeInterval]>([])
-            let client = try scenario.client(scenario.sender, sleep: { seconds in
+            let sleep: @Sendable (TimeInterval) async throws -> Void = { seconds in
                 waits.withLock { $0.append(seconds) }
                 try await Task.sleep(nanoseconds: UInt64(seconds * 1e9))
-            })
-            _ = try await client.accessToken()   // spends the bucket's one token
-            let second = try scenario.client(scenario.sender, sleep: { seconds in
-                waits.withLock { $0.append(seconds) }
-                try await Task.sleep(nanoseconds: UInt64(seconds * 1e9))
-            })
-            _ = try await second.accessToken()
+            }
+            _ = try await scenario.client(scenario.sender, sleep: sleep).accessToken()
+            _ = try await scenario.client(scenario.sender, sleep: sleep).accessToken()
             let recorded = waits.withLock { $0 }
-            #expect(recorded.first == 1)
-            #expect(scenario.emulator.stats()["/auth/token"].rateLimited >= 1)
+            let limited = scenario.emulator.stats()["/auth/token"].rateLimited
+            #expect(recorded.count == limited)
+            #expect(recorded.allSatisfy { (1...2).contains($0) }, "waits \(recorded)")
         }
     }
 
@@ -326,6 +324,34 @@ struct URLSessionAppleTransportTests {
         #expect(error?.code == .unexpectedStatus)
         #expect(error?.status == 307)
         #expect(hits.withLock { $0 } == ["token"])
+    }
+
+    @Test("Retry-After from a live server is waited exactly, then the call succeeds")
+    func exactRetryAfter() async throws {
+        let calls = Mutex(0)
+        var router = Router()
+        router.post("/auth/token") { _ in
+            let call = calls.withLock { count in
+                count += 1
+                return count
+            }
+            if call == 1 {
+                return HTTPResponse(status: 429, headers: ["Retry-After": "2"], body: Array(#"{"error":"rate_limited"}"#.utf8))
+            }
+            return HTTPResponse.json(serialized: #"{"access_token":"t","token_type":"Bearer","expires_in":3600}"#)
+        }
+        let server = HTTPServer(router: router)
+        let port = try await server.start()
+        let clock = FakeClock()
+        let client = AppleClient(
+            baseURL: URL(string: "http://127.0.0.1:\(port)")!, credentials: FakeSigner(),
+            now: { clock.now }, sleep: { clock.sleep($0) }, jitter: { 0 }
+        )
+        let token = try await client.accessToken()
+        await server.stop()
+        #expect(token.value == "t")
+        #expect(clock.sleeps == [2])
+        #expect(calls.withLock { $0 } == 2)
     }
 
     @Test("form fields are percent-encoded and reach the server intact")
