@@ -1,3 +1,5 @@
 /// Every subcommand, in the order `baton --help` lists them.
 let commands: [Command] = [
+    emulatorCommand,
+    benchCommand,
 ]
