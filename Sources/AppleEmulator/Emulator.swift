@@ -259,6 +259,13 @@ final class Emulator: Sendable {
         }
     }
 
+    /// Checks that `teamID` owns `clientID`, or is sending it in a transfer that is pending or within its window.
+    /// - Throws: ``EmulatorError`` `invalid_client` otherwise.
+    func checkTeamActs(for clientID: String, teamID: String, now: Date) throws(EmulatorError) {
+        let acts = state.withLock { state in state.apps[clientID].map { EmulatorState.teamActsFor($0, teamID: teamID, now: now) } ?? false }
+        guard acts else { throw EmulatorError(.invalidClient, "client_id does not belong to this team") }
+    }
+
     /// Checks a bearer token against the team and client it must have been issued to.
     func checkAccessToken(_ token: String, clientID: String, teamID: String, now: Date) throws(EmulatorError) {
         let record = state.withLock { $0.accessTokens[token] }
