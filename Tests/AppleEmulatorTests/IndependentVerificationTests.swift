@@ -20,24 +20,24 @@ struct IndependentVerificationTests {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("verify-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: directory) }
-        func path(_ name: String) -> String { directory.appendingPathComponent(name).path }
+        @Sendable func path(_ name: String) -> String { directory.appendingPathComponent(name).path }
         let hex = { (bytes: [UInt8]) in bytes.map { String(format: "%02X", $0) }.joined() }
         // An RSAPublicKey (PKCS#1) built by openssl from n and e, then turned into a SubjectPublicKeyInfo PEM.
         try "asn1=SEQUENCE:key\n[key]\nn=INTEGER:0x\(hex(rsa.modulus))\ne=INTEGER:0x\(hex(rsa.exponent))\n"
             .write(toFile: path("key.conf"), atomically: true, encoding: .utf8)
-        let der = try runProcess("/usr/bin/openssl", ["asn1parse", "-genconf", path("key.conf"), "-out", path("key.der"), "-noout"])
+        let der = try await offPool { try runProcess("/usr/bin/openssl", ["asn1parse", "-genconf", path("key.conf"), "-out", path("key.der"), "-noout"]) }
         #expect(der.status == 0, "\(der.stderr)")
-        let pem = try runProcess("/usr/bin/openssl", ["rsa", "-RSAPublicKey_in", "-inform", "DER", "-in", path("key.der"), "-pubout", "-out", path("pub.pem")])
+        let pem = try await offPool { try runProcess("/usr/bin/openssl", ["rsa", "-RSAPublicKey_in", "-inform", "DER", "-in", path("key.der"), "-pubout", "-out", path("pub.pem")]) }
         #expect(pem.status == 0, "\(pem.stderr)")
         try Data(jws.signingInput).write(to: URL(fileURLWithPath: path("input")))
         try Data(jws.signature).write(to: URL(fileURLWithPath: path("sig.bin")))
-        let verified = try runProcess("/usr/bin/openssl", ["dgst", "-sha256", "-verify", path("pub.pem"), "-signature", path("sig.bin"), path("input")])
+        let verified = try await offPool { try runProcess("/usr/bin/openssl", ["dgst", "-sha256", "-verify", path("pub.pem"), "-signature", path("sig.bin"), path("input")]) }
         #expect(verified.status == 0)
         #expect(verified.stdout.contains("Verified OK"))
 
         // The same check fails for a tampered signing input: the test can fail.
         try Data(jws.signingInput + [0x41]).write(to: URL(fileURLWithPath: path("input")))
-        let tampered = try runProcess("/usr/bin/openssl", ["dgst", "-sha256", "-verify", path("pub.pem"), "-signature", path("sig.bin"), path("input")])
+        let tampered = try await offPool { try runProcess("/usr/bin/openssl", ["dgst", "-sha256", "-verify", path("pub.pem"), "-signature", path("sig.bin"), path("input")]) }
         #expect(tampered.status != 0)
     }
 

@@ -19,11 +19,15 @@ struct EmulatorCommandTests {
         defer { if process.isRunning { process.terminate() } }
 
         // The first line announces the URL.
-        var line = Data()
-        while !line.contains(UInt8(ascii: "\n")) {
-            let chunk = output.fileHandleForReading.availableData
-            guard !chunk.isEmpty else { break }
-            line.append(chunk)
+        let reader = output.fileHandleForReading
+        let line = try await offPool { () -> Data in
+            var line = Data()
+            while !line.contains(UInt8(ascii: "\n")) {
+                let chunk = reader.availableData
+                guard !chunk.isEmpty else { break }
+                line.append(chunk)
+            }
+            return line
         }
         let text = String(decoding: line, as: UTF8.self)
         let prefix = "emulator listening on "
@@ -41,7 +45,7 @@ struct EmulatorCommandTests {
         #expect(String(decoding: keys, as: UTF8.self).contains("\"kty\":\"RSA\""))
 
         process.terminate()  // SIGTERM
-        process.waitUntilExit()
+        try await offPool { process.waitUntilExit() }
         #expect(process.terminationReason == .exit)
         #expect(process.terminationStatus == 0)
         let saved = try String(contentsOfFile: statePath, encoding: .utf8)
@@ -57,25 +61,25 @@ struct EmulatorCommandTests {
         ["bench", "nothing"],
         ["bench", "emulator", "--concurrency", "0"],
     ])
-    func usageErrors(arguments: [String]) throws {
-        let result = try runBaton(arguments)
+    func usageErrors(arguments: [String]) async throws {
+        let result = try await offPool { try runBaton(arguments) }
         #expect(result.status == 2)
         #expect(result.stderr.split(separator: "\n").count == 1)
     }
 
     @Test("a state file that cannot be read fails with exit 1")
-    func badStateFile() throws {
+    func badStateFile() async throws {
         let path = FileManager.default.temporaryDirectory.appendingPathComponent("bad-\(UUID().uuidString).json").path
         defer { try? FileManager.default.removeItem(atPath: path) }
         try "[]".write(toFile: path, atomically: true, encoding: .utf8)
-        let result = try runBaton(["emulator", "--port", "0", "--state", path])
+        let result = try await offPool { try runBaton(["emulator", "--port", "0", "--state", path]) }
         #expect(result.status == 1)
         #expect(result.stderr.contains("state_file"))
     }
 
     @Test("bench emulator ends with one JSON line of figures")
-    func bench() throws {
-        let result = try runBaton(["bench", "emulator", "--requests", "500", "--tokens", "100", "--concurrency", "4"])
+    func bench() async throws {
+        let result = try await offPool { try runBaton(["bench", "emulator", "--requests", "500", "--tokens", "100", "--concurrency", "4"]) }
         #expect(result.status == 0, "\(result.stderr)")
         let last = try #require(result.stdout.split(separator: "\n").last)
         let figures = try #require(try JSONSerialization.jsonObject(with: Data(last.utf8)) as? [String: Any])

@@ -125,11 +125,13 @@ struct HTTPServerTests {
             #expect(status == 413)
             #expect(body.contains("payload_too_large"))
 
-            let socket = try RawSocket(port: port)
-            let chunk = String(repeating: "B", count: 800)
-            try socket.send("POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n320\r\n\(chunk)\r\n320\r\n\(chunk)\r\n0\r\n\r\n")
-            let response = try #require(try socket.readResponse())
-            #expect(response.status == 413)
+            let chunkedStatus = try await offPool { () -> Int? in
+                let socket = try RawSocket(port: port)
+                let chunk = String(repeating: "B", count: 800)
+                try socket.send("POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n320\r\n\(chunk)\r\n320\r\n\(chunk)\r\n0\r\n\r\n")
+                return try socket.readResponse()?.status
+            }
+            #expect(chunkedStatus == 413)
         }
     }
 
@@ -141,15 +143,18 @@ struct HTTPServerTests {
     @Test("keep-alive: several requests on one connection")
     func keepAlive() async throws {
         try await withServer(echoRouter()) { _, port in
-            let socket = try RawSocket(port: port)
-            for index in 0..<5 {
-                try socket.send("GET /hello?name=n\(index) HTTP/1.1\r\nHost: x\r\n\r\n")
-                let response = try #require(try socket.readResponse())
-                #expect(response.status == 200)
-                #expect(response.body == "hello n\(index) from 127.0.0.1")
+            let bodies = try await offPool { () -> [String?] in
+                let socket = try RawSocket(port: port)
+                var bodies: [String?] = []
+                for index in 0..<5 {
+                    try socket.send("GET /hello?name=n\(index) HTTP/1.1\r\nHost: x\r\n\r\n")
+                    bodies.append(try socket.readResponse()?.body)
+                }
+                try socket.send("POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\nabc")
+                bodies.append(try socket.readResponse()?.body)
+                return bodies
             }
-            try socket.send("POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\nabc")
-            #expect(try socket.readResponse()?.body == "abc")
+            #expect(bodies == (0..<5).map { "hello n\($0) from 127.0.0.1" } + ["abc"])
         }
     }
 
@@ -158,11 +163,13 @@ struct HTTPServerTests {
         var configuration = HTTPServerConfiguration()
         configuration.maxHeaderSize = 2048
         try await withServer(echoRouter(), configuration: configuration) { _, port in
-            let socket = try RawSocket(port: port)
-            try socket.send("GET /hello HTTP/1.1\r\nHost: x\r\nX-Big: \(String(repeating: "z", count: 20_000))\r\n\r\n")
-            let response = try #require(try socket.readResponse())
-            #expect(response.status == 431)
-            #expect(socket.isClosedByServer())
+            let (status, closed) = try await offPool { () -> (Int?, Bool) in
+                let socket = try RawSocket(port: port)
+                try socket.send("GET /hello HTTP/1.1\r\nHost: x\r\nX-Big: \(String(repeating: "z", count: 20_000))\r\n\r\n")
+                return (try socket.readResponse()?.status, socket.isClosedByServer())
+            }
+            #expect(status == 431)
+            #expect(closed)
         }
     }
 
@@ -171,9 +178,12 @@ struct HTTPServerTests {
         var configuration = HTTPServerConfiguration()
         configuration.connectionTimeout = 1
         try await withServer(echoRouter(), configuration: configuration) { _, port in
-            let socket = try RawSocket(port: port)
-            try socket.send("GET /hello HTTP/1.1\r\nHost: x\r\n")
-            #expect(socket.isClosedByServer())
+            let closed = try await offPool { () -> Bool in
+                let socket = try RawSocket(port: port)
+                try socket.send("GET /hello HTTP/1.1\r\nHost: x\r\n")
+                return socket.isClosedByServer()
+            }
+            #expect(closed)
         }
     }
 
