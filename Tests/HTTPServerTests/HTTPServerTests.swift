@@ -135,9 +135,13 @@ struct HTTPServerTests {
         }
     }
 
-    @Test("the default body limit is 64 KiB")
-    func defaultBodyLimit() {
-        #expect(HTTPServerConfiguration().maxBodySize == 65_536)
+    @Test("defaults: 64 KiB body, 16 KiB head, 30 s timeout, 1,024 connections")
+    func defaults() {
+        let configuration = HTTPServerConfiguration()
+        #expect(configuration.maxBodySize == 65_536)
+        #expect(configuration.maxHeaderSize == 16_384)
+        #expect(configuration.connectionTimeout == 30)
+        #expect(configuration.connectionLimit == 1_024)
     }
 
     @Test("keep-alive: several requests on one connection")
@@ -184,6 +188,28 @@ struct HTTPServerTests {
                 return socket.isClosedByServer()
             }
             #expect(closed)
+        }
+    }
+
+    @Test("a connection over the limit waits until one within it closes")
+    func connectionLimit() async throws {
+        var configuration = HTTPServerConfiguration()
+        configuration.connectionLimit = 2
+        try await withServer(echoRouter(), configuration: configuration) { _, port in
+            let (answeredEarly, thirdBody) = try await offPool { () -> (Bool, String?) in
+                let first = try RawSocket(port: port), second = try RawSocket(port: port)
+                try first.send("GET /hello?name=1 HTTP/1.1\r\nHost: x\r\n\r\n")
+                try second.send("GET /hello?name=2 HTTP/1.1\r\nHost: x\r\n\r\n")
+                _ = try first.readResponse()
+                _ = try second.readResponse()
+                let third = try RawSocket(port: port)
+                try third.send("GET /hello?name=3 HTTP/1.1\r\nHost: x\r\n\r\n")
+                let answeredEarly = third.isReadable(within: 300)
+                first.shutdown()
+                return (answeredEarly, try third.readResponse()?.body)
+            }
+            #expect(!answeredEarly)
+            #expect(thirdBody == "hello 3 from 127.0.0.1")
         }
     }
 
