@@ -238,3 +238,22 @@ struct ControlTests {
         await #expect(throws: EmulatorError(.stateFile)) { try await AppleEmulator.start(statePath: path) }
     }
 }
+
+@Suite("Rate limiter")
+struct RateLimiterTests {
+    @Test("under 1/s the first request waits, and the Retry-After is long enough for the next token")
+    func slowRate() async throws {
+        let emulator = try await AppleEmulator.start()
+        defer { Task { await emulator.stop() } }
+        try emulator.setFaults(EmulatorFaults(rateLimitPerSecond: 0.01))
+        let reply = try await EmulatorHTTP(emulator).get("/auth/keys")
+        #expect(reply.status == 429)
+        #expect(reply.headers["retry-after"] == "99")
+        try emulator.setFaults(EmulatorFaults(rateLimitPerSecond: 1))
+        #expect(try await EmulatorHTTP(emulator).get("/auth/keys").status == 200)
+        let limited = try await EmulatorHTTP(emulator).get("/auth/keys")
+        #expect(limited.status == 429 && limited.headers["retry-after"] == "1")
+        try emulator.setFaults(EmulatorFaults())
+        #expect(try await EmulatorHTTP(emulator).get("/auth/keys").status == 200)
+    }
+}
