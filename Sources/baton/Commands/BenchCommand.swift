@@ -1,32 +1,33 @@
-/// One benchmark run by `baton bench NAME`; its last line of output is one JSON object of figures.
+import Foundation
+
+/// One benchmark of `baton bench NAME`: its name, a summary line, and its runner (arguments after the name).
 struct Benchmark: Sendable {
-    /// The word after `baton bench`.
     let name: String
-    /// One line for `baton bench --help`.
     let summary: String
-    /// Usage text of its options.
-    let usage: String
-    /// Runs it with the arguments after its name; returns the exit code.
     let run: @Sendable ([String]) async throws -> Int32
 }
 
-/// Every benchmark, in the order `baton bench` lists them: adding one is one line here.
+/// Every benchmark; adding one is one line here plus its own file.
 let benchmarks: [Benchmark] = [
-    emulatorBenchmark,
+    Benchmark(name: "emulator", summary: "emulator requests/s (/auth/keys) and tokens/s (/emulator/authorize) [--concurrency N --requests N --tokens N]", run: runEmulatorBenchmark),
 ]
 
-/// `baton bench NAME [options]`.
+/// `baton bench NAME`: runs a benchmark; its last line of output is one JSON object of figures.
 let benchCommand = Command(
     name: "bench",
     summary: "run a benchmark (\(benchmarks.map(\.name).joined(separator: ", ")))",
-    usage: "usage: baton bench <name> [options]\n\nbenchmarks:\n"
-        + benchmarks.map { "  \($0.name)  \($0.summary)\n" + $0.usage.split(separator: "\n").dropFirst().map { "    \($0)" }.joined(separator: "\n") }.joined(separator: "\n"),
+    usage: """
+    usage: baton bench <name> [options]
+
+    benchmarks:
+    \(benchmarks.map { "  \($0.name)  \($0.summary)" }.joined(separator: "\n"))
+
+    The last line of output is one JSON object of figures. Build with -c release for meaningful numbers.
+    """,
     run: { arguments in
-        guard let name = arguments.first else {
-            throw CommandFailure.usage("name a benchmark: \(benchmarks.map(\.name).joined(separator: ", "))")
-        }
+        guard let name = arguments.first else { throw CommandFailure.usage("missing benchmark name") }
         guard let benchmark = benchmarks.first(where: { $0.name == name }) else {
-            throw CommandFailure.usage("unknown benchmark '\(name)'; known: \(benchmarks.map(\.name).joined(separator: ", "))")
+            throw CommandFailure.usage("unknown benchmark '\(name)'")
         }
         return try await benchmark.run(Array(arguments.dropFirst()))
     }

@@ -77,58 +77,49 @@ private final class SignalLatch: @unchecked Sendable {
     }
 }
 
-/// `baton bench emulator`: requests/s for `/auth/keys` and tokens/s for `/emulator/authorize`,
-/// over keep-alive connections, against an in-process emulator.
-let emulatorBenchmark = Benchmark(
-    name: "emulator",
-    summary: "requests/s for /auth/keys and tokens/s for /emulator/authorize",
-    usage: """
-    usage: baton bench emulator [--concurrency N] [--requests N] [--tokens N]
+/// `baton bench emulator [--concurrency N] [--requests N] [--tokens N]`: requests/s for
+/// `/auth/keys` and tokens/s for `/emulator/authorize` over keep-alive connections (default 32),
+/// against an in-process emulator; 100,000 key requests and 10,000 tokens by default.
+@Sendable
+func runEmulatorBenchmark(_ arguments: [String]) async throws -> Int32 {
+    let parsed = try Arguments(arguments, options: ["concurrency", "requests", "tokens"])
+    let concurrency = try parsed.integer("concurrency", default: 32, in: 1...1024)
+    let requests = try parsed.integer("requests", default: 100_000, in: 1...10_000_000)
+    let tokens = try parsed.integer("tokens", default: 10_000, in: 1...1_000_000)
 
-      --concurrency N   keep-alive connections (default 32)
-      --requests N      /auth/keys requests (default 100000)
-      --tokens N        /emulator/authorize calls (default 10000)
-    """,
-    run: { arguments in
-        let parsed = try Arguments(arguments, options: ["concurrency", "requests", "tokens"])
-        let concurrency = try parsed.integer("concurrency", default: 32, in: 1...1024)
-        let requests = try parsed.integer("requests", default: 100_000, in: 1...10_000_000)
-        let tokens = try parsed.integer("tokens", default: 10_000, in: 1...1_000_000)
+    var configuration = HTTPServerConfiguration()
+    configuration.connectionLimit = max(configuration.connectionLimit, concurrency * 2)
+    let emulator = try await AppleEmulator.start(configuration: configuration)
+    let team = try emulator.createTeam()
+    try emulator.createApp(clientID: "com.example.bench", teamID: team.teamID)
+    let users = try emulator.createUsers(clientID: "com.example.bench", count: 1_000)
+    let bodies = users.map { Array("{\"client_id\":\"com.example.bench\",\"user\":\"\($0.id)\",\"nonce\":\"n\"}".utf8) }
 
-        var configuration = HTTPServerConfiguration()
-        configuration.connectionLimit = max(configuration.connectionLimit, concurrency * 2)
-        let emulator = try await AppleEmulator.start(configuration: configuration)
-        let team = try emulator.createTeam()
-        try emulator.createApp(clientID: "com.example.bench", teamID: team.teamID)
-        let users = try emulator.createUsers(clientID: "com.example.bench", count: 1_000)
-        let bodies = users.map { Array("{\"client_id\":\"com.example.bench\",\"user\":\"\($0.id)\",\"nonce\":\"n\"}".utf8) }
+    print("warming up")
+    _ = await LoadClient.run(port: emulator.port, concurrency: concurrency, total: 2_000) { _ in LoadRequest(path: "/auth/keys") }
 
-        print("warming up")
-        _ = await LoadClient.run(port: emulator.port, concurrency: concurrency, total: 2_000) { _ in LoadRequest(path: "/auth/keys") }
+    print("GET /auth/keys: \(requests) requests over \(concurrency) keep-alive connections")
+    let keys = await LoadClient.run(port: emulator.port, concurrency: concurrency, total: requests) { _ in LoadRequest(path: "/auth/keys") }
+    print("  \(Int(keys.perSecond)) requests/s, statuses \(keys.statuses), failures \(keys.failures)")
 
-        print("GET /auth/keys: \(requests) requests over \(concurrency) keep-alive connections")
-        let keys = await LoadClient.run(port: emulator.port, concurrency: concurrency, total: requests) { _ in LoadRequest(path: "/auth/keys") }
-        print("  \(Int(keys.perSecond)) requests/s, statuses \(keys.statuses), failures \(keys.failures)")
-
-        print("POST /emulator/authorize: \(tokens) tokens over \(concurrency) keep-alive connections")
-        let authorize = await LoadClient.run(port: emulator.port, concurrency: concurrency, total: tokens) { index in
-            LoadRequest(method: "POST", path: "/emulator/authorize", headers: [("Content-Type", "application/json")], body: bodies[index % bodies.count])
-        }
-        print("  \(Int(authorize.perSecond)) tokens/s, statuses \(authorize.statuses), failures \(authorize.failures)")
-        await emulator.stop()
-
-        let ok = keys.failures == 0 && authorize.failures == 0 && keys.statuses[200] == requests && authorize.statuses[200] == tokens
-        let figures: [String: Any] = [
-            "benchmark": "emulator",
-            "concurrency": concurrency,
-            "keys_requests": requests,
-            "keys_requests_per_s": Int(keys.perSecond),
-            "authorize_tokens": tokens,
-            "authorize_tokens_per_s": Int(authorize.perSecond),
-            "errors": keys.failures + authorize.failures + (requests - (keys.statuses[200] ?? 0)) + (tokens - (authorize.statuses[200] ?? 0)),
-        ]
-        let line = try JSONSerialization.data(withJSONObject: figures, options: [.sortedKeys])
-        print(String(decoding: line, as: UTF8.self))
-        return ok ? 0 : 1
+    print("POST /emulator/authorize: \(tokens) tokens over \(concurrency) keep-alive connections")
+    let authorize = await LoadClient.run(port: emulator.port, concurrency: concurrency, total: tokens) { index in
+        LoadRequest(method: "POST", path: "/emulator/authorize", headers: [("Content-Type", "application/json")], body: bodies[index % bodies.count])
     }
-)
+    print("  \(Int(authorize.perSecond)) tokens/s, statuses \(authorize.statuses), failures \(authorize.failures)")
+    await emulator.stop()
+
+    let ok = keys.failures == 0 && authorize.failures == 0 && keys.statuses[200] == requests && authorize.statuses[200] == tokens
+    let figures: [String: Any] = [
+        "benchmark": "emulator",
+        "concurrency": concurrency,
+        "keys_requests": requests,
+        "keys_requests_per_s": Int(keys.perSecond),
+        "authorize_tokens": tokens,
+        "authorize_tokens_per_s": Int(authorize.perSecond),
+        "errors": keys.failures + authorize.failures + (requests - (keys.statuses[200] ?? 0)) + (tokens - (authorize.statuses[200] ?? 0)),
+    ]
+    let line = try JSONSerialization.data(withJSONObject: figures, options: [.sortedKeys])
+    print(String(decoding: line, as: UTF8.self))
+    return ok ? 0 : 1
+}
