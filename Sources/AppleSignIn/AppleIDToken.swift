@@ -116,9 +116,9 @@ public struct AppleIDToken: Sendable, Equatable {
 /// values are read from the members only when needed, so nothing is copied up front.
 struct ClaimFields {
     private let members: [JSONObject.Member]
-    private var positions = [Int](repeating: -1, count: Name.allCases.count)
+    private var positions = InlineArray<17, Int>(repeating: -1)
 
-    /// The claims located.
+    /// The claims located (17 of them: the size of `positions`).
     enum Name: Int, CaseIterable {
         case iss, sub, aud, iat, exp, nbf, nonce, email, cHash, orgID, atHash, authTime
         case transferSub, emailVerified, nonceSupported, isPrivateEmail, realUserStatus
