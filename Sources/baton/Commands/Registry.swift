@@ -1,4 +1,6 @@
 /// Every subcommand, in the order `baton --help` lists them.
 let commands: [Command] = [
     dbCommand,
+    verifyCommand,
+    benchCommand,
 ]
