@@ -2,5 +2,6 @@
 let commands: [Command] = [
     dbCommand,
     verifyCommand,
+    emulatorCommand,
     benchCommand,
 ]
