@@ -1,7 +1,9 @@
 /// Every subcommand, in the order `baton --help` lists them.
 let commands: [Command] = [
-    dbCommand,
     verifyCommand,
+    clientSecretCommand,
+    dbCommand,
+    doctorCommand,
     emulatorCommand,
     benchCommand,
 ]
