@@ -43,7 +43,7 @@ let package = Package(
         .testTarget(name: "PostgresTests", dependencies: ["Postgres", "TestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "HTTPServerTests", dependencies: ["HTTPServer"], swiftSettings: swiftSettings),
         .testTarget(name: "BatonTests", dependencies: ["Baton", "TestSupport"], swiftSettings: swiftSettings),
-        .testTarget(name: "BatonServiceTests", dependencies: ["BatonService", "TestSupport"], swiftSettings: swiftSettings),
+        .testTarget(name: "BatonServiceTests", dependencies: ["BatonService", "Baton", "AppleEmulator", "AppleSignIn", "HTTPServer", "JOSE", "Postgres", "TestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "AppleEmulatorTests", dependencies: ["AppleEmulator", "TestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "CLITests", dependencies: ["AppleEmulator", "TestSupport", "JOSE"], swiftSettings: swiftSettings),
     ],
