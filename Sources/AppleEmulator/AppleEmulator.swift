@@ -18,8 +18,9 @@ import Logging
 /// The window runs from the transfer's acceptance to 60 days (5,184,000 s) later, inclusive, on
 /// the emulator's clock. Inside it identity tokens of users who have a transfer identifier carry
 /// `transfer_sub`, and `/auth/usermigrationinfo` works on both sides. After it, tokens no longer
-/// carry `transfer_sub` and the endpoint is inactive: it answers 400 `{"error":"invalid_request"}`
-/// to any call that authenticates. We chose `invalid_request` over `invalid_client` because the
+/// carry `transfer_sub` and the endpoint is inactive: it answers the recipient (which owns the app
+/// and authenticates fine) 400 `{"error":"invalid_request"}`; the sender, which no longer owns the
+/// app once the window has closed, gets `invalid_client` like any team that does not. We chose `invalid_request` over `invalid_client` because the
 /// caller's credentials are still valid (its secret verifies and its access token is good), so
 /// `invalid_client` would send an operator chasing keys that are fine; what is no longer valid is
 /// the request for a transfer identifier, which is what `invalid_request` says. A client that

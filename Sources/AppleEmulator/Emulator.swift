@@ -259,6 +259,13 @@ final class Emulator: Sendable {
         }
     }
 
+    /// Checks that `teamID` owns `clientID`, or is sending it in a transfer that is pending or within its window.
+    /// - Throws: ``EmulatorError`` `invalid_client` otherwise.
+    func checkTeamActs(for clientID: String, teamID: String, now: Date) throws(EmulatorError) {
+        let acts = state.withLock { state in state.apps[clientID].map { EmulatorState.teamActsFor($0, teamID: teamID, now: now) } ?? false }
+        guard acts else { throw EmulatorError(.invalidClient, "client_id does not belong to this team") }
+    }
+
     /// Checks a bearer token against the team and client it must have been issued to.
     func checkAccessToken(_ token: String, clientID: String, teamID: String, now: Date) throws(EmulatorError) {
         let record = state.withLock { $0.accessTokens[token] }
@@ -323,11 +330,14 @@ final class Emulator: Sendable {
         let now = self.now
         let code = issueCode ? Identifiers.opaque("c") : nil
         let (claims, personID, teamID, sub) = try state.withLock { (state) throws(EmulatorError) -> (JSONObject, String, String, String) in
-            guard var app = state.apps[clientID] else { throw EmulatorError(.unknownApp, clientID) }
+            guard let app = state.apps[clientID] else { throw EmulatorError(.unknownApp, clientID) }
             guard let personID = state.person(named: user) else { throw EmulatorError(.unknownUser, "no such person or identifier") }
-            if !app.users.contains(personID) { app.users.append(personID) }
-            app.revoked.remove(personID)
-            state.apps[clientID] = app
+            // A first sign-in makes the person a user; signing in again after revoking re-consents.
+            // Mutated in place, and only when needed, so large apps are not copied per call.
+            if !app.users.contains(personID) || app.revoked.contains(personID) {
+                state.apps[clientID]?.users.insert(personID)
+                state.apps[clientID]?.revoked.remove(personID)
+            }
             let team = app.ownerTeamID
             let sub = state.identifier(of: personID, team: team)
             let (email, isPrivate) = state.email(of: personID, team: team)

@@ -48,8 +48,8 @@ struct EmulatorState: Codable, Sendable {
         var ownerTeamID: String
         /// Every transfer of this app, oldest first.
         var transfers: [Transfer] = []
-        /// People who use the app, in order of arrival.
-        var users: [String] = []
+        /// People who use the app.
+        var users: Set<String> = []
         /// People who revoked the app.
         var revoked: Set<String> = []
     }
@@ -134,7 +134,7 @@ struct EmulatorState: Codable, Sendable {
             let id = String(format: "person-%06d", number)
             let person = Person(id: id, email: "\(id)@example.com", usesPrivateEmail: privateEmail ?? (number % 2 == 1))
             people[id] = person
-            app.users.append(id)
+            app.users.insert(id)
             _ = identifier(of: id, team: app.ownerTeamID)
             created.append(people[id]!)
         }

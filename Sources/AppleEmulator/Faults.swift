@@ -4,8 +4,9 @@ import Synchronization
 /// Faults injected into Apple's endpoints (`/auth/*`): a rate limit answered with 429 and
 /// `Retry-After`, extra latency, and a share of 5xx answers.
 public struct EmulatorFaults: Sendable, Codable, Equatable {
-    /// Requests per second allowed across `/auth/*` (a token bucket holding one second's worth);
-    /// nil for no limit.
+    /// Requests per second allowed across `/auth/*`; nil for no limit. A token bucket refilled at
+    /// this rate, holding at most `max(1, rate)` tokens and starting with one second's worth
+    /// (so a rate under 1/s refuses the first request and the `Retry-After` it gives is honoured).
     public var rateLimitPerSecond: Double?
     /// Milliseconds added before every `/auth/*` answer.
     public var latencyMilliseconds: Int
@@ -102,7 +103,7 @@ final class FaultInjector: Sendable {
             let now = ContinuousClock.now
             let elapsed = now - bucket.refilledAt
             let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
-            bucket.tokens = min(rate, bucket.tokens + seconds * rate)
+            bucket.tokens = min(max(1, rate), bucket.tokens + seconds * rate)
             bucket.refilledAt = now
             if bucket.tokens >= 1 {
                 bucket.tokens -= 1

@@ -27,8 +27,19 @@ enum Identifiers {
     /// An opaque bearer value (access tokens, refresh tokens, codes): `prefix` and 48 hex digits.
     static func opaque(_ prefix: String) -> String { prefix + hex(48) }
 
-    /// `count` random hex digits.
-    static func hex(_ count: Int) -> String { String((0..<count).map { _ in hexDigits.randomElement()! }) }
+    /// `count` random hex digits (16 per 64-bit draw, so few calls to the system generator).
+    static func hex(_ count: Int) -> String {
+        var digits: [Character] = []
+        digits.reserveCapacity(count + 15)
+        while digits.count < count {
+            var word = UInt64.random(in: .min ... .max)
+            for _ in 0..<16 {
+                digits.append(hexDigits[Int(word & 0xF)])
+                word >>= 4
+            }
+        }
+        return String(digits.prefix(count))
+    }
 
     /// `count` random decimal digits.
     static func digits(_ count: Int) -> String { String((0..<count).map { _ in Character(String(Int.random(in: 0...9))) }) }

@@ -206,6 +206,7 @@ extension Emulator {
         }
         let now = self.now
         let teamID = try authenticate(clientSecret: secret, clientID: clientID, now: now)
+        try checkTeamActs(for: clientID, teamID: teamID, now: now)
         try checkAccessToken(token, clientID: clientID, teamID: teamID, now: now)
         if sender {
             let value = try senderTransferIdentifier(clientID: clientID, teamID: teamID, sub: sub!, target: target!, now: now)

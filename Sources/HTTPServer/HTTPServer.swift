@@ -11,7 +11,7 @@ public struct HTTPServerConfiguration: Sendable {
     public var maxHeaderSize: Int = 16 * 1024
     /// Seconds of inactivity after which a connection is closed (slow clients are cut off). Default 30.
     public var connectionTimeout: Int = 30
-    /// Most connections open at once; further connections are refused. Default 1,024.
+    /// Most connections open at once; further connections wait in the listen backlog until one closes. Default 1,024.
     public var connectionLimit: Int = 1024
     /// Threads polling sockets (libmicrohttpd's thread pool); handlers run on Swift tasks. Default 1.
     public var pollingThreads: Int = 1

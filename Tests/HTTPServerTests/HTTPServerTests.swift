@@ -125,31 +125,40 @@ struct HTTPServerTests {
             #expect(status == 413)
             #expect(body.contains("payload_too_large"))
 
-            let socket = try RawSocket(port: port)
-            let chunk = String(repeating: "B", count: 800)
-            try socket.send("POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n320\r\n\(chunk)\r\n320\r\n\(chunk)\r\n0\r\n\r\n")
-            let response = try #require(try socket.readResponse())
-            #expect(response.status == 413)
+            let chunkedStatus = try await offPool { () -> Int? in
+                let socket = try RawSocket(port: port)
+                let chunk = String(repeating: "B", count: 800)
+                try socket.send("POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n320\r\n\(chunk)\r\n320\r\n\(chunk)\r\n0\r\n\r\n")
+                return try socket.readResponse()?.status
+            }
+            #expect(chunkedStatus == 413)
         }
     }
 
-    @Test("the default body limit is 64 KiB")
-    func defaultBodyLimit() {
-        #expect(HTTPServerConfiguration().maxBodySize == 65_536)
+    @Test("defaults: 64 KiB body, 16 KiB head, 30 s timeout, 1,024 connections")
+    func defaults() {
+        let configuration = HTTPServerConfiguration()
+        #expect(configuration.maxBodySize == 65_536)
+        #expect(configuration.maxHeaderSize == 16_384)
+        #expect(configuration.connectionTimeout == 30)
+        #expect(configuration.connectionLimit == 1_024)
     }
 
     @Test("keep-alive: several requests on one connection")
     func keepAlive() async throws {
         try await withServer(echoRouter()) { _, port in
-            let socket = try RawSocket(port: port)
-            for index in 0..<5 {
-                try socket.send("GET /hello?name=n\(index) HTTP/1.1\r\nHost: x\r\n\r\n")
-                let response = try #require(try socket.readResponse())
-                #expect(response.status == 200)
-                #expect(response.body == "hello n\(index) from 127.0.0.1")
+            let bodies = try await offPool { () -> [String?] in
+                let socket = try RawSocket(port: port)
+                var bodies: [String?] = []
+                for index in 0..<5 {
+                    try socket.send("GET /hello?name=n\(index) HTTP/1.1\r\nHost: x\r\n\r\n")
+                    bodies.append(try socket.readResponse()?.body)
+                }
+                try socket.send("POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\nabc")
+                bodies.append(try socket.readResponse()?.body)
+                return bodies
             }
-            try socket.send("POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\nabc")
-            #expect(try socket.readResponse()?.body == "abc")
+            #expect(bodies == (0..<5).map { "hello n\($0) from 127.0.0.1" } + ["abc"])
         }
     }
 
@@ -158,11 +167,13 @@ struct HTTPServerTests {
         var configuration = HTTPServerConfiguration()
         configuration.maxHeaderSize = 2048
         try await withServer(echoRouter(), configuration: configuration) { _, port in
-            let socket = try RawSocket(port: port)
-            try socket.send("GET /hello HTTP/1.1\r\nHost: x\r\nX-Big: \(String(repeating: "z", count: 20_000))\r\n\r\n")
-            let response = try #require(try socket.readResponse())
-            #expect(response.status == 431)
-            #expect(socket.isClosedByServer())
+            let (status, closed) = try await offPool { () -> (Int?, Bool) in
+                let socket = try RawSocket(port: port)
+                try socket.send("GET /hello HTTP/1.1\r\nHost: x\r\nX-Big: \(String(repeating: "z", count: 20_000))\r\n\r\n")
+                return (try socket.readResponse()?.status, socket.isClosedByServer())
+            }
+            #expect(status == 431)
+            #expect(closed)
         }
     }
 
@@ -171,9 +182,34 @@ struct HTTPServerTests {
         var configuration = HTTPServerConfiguration()
         configuration.connectionTimeout = 1
         try await withServer(echoRouter(), configuration: configuration) { _, port in
-            let socket = try RawSocket(port: port)
-            try socket.send("GET /hello HTTP/1.1\r\nHost: x\r\n")
-            #expect(socket.isClosedByServer())
+            let closed = try await offPool { () -> Bool in
+                let socket = try RawSocket(port: port)
+                try socket.send("GET /hello HTTP/1.1\r\nHost: x\r\n")
+                return socket.isClosedByServer()
+            }
+            #expect(closed)
+        }
+    }
+
+    @Test("a connection over the limit waits until one within it closes")
+    func connectionLimit() async throws {
+        var configuration = HTTPServerConfiguration()
+        configuration.connectionLimit = 2
+        try await withServer(echoRouter(), configuration: configuration) { _, port in
+            let (answeredEarly, thirdBody) = try await offPool { () -> (Bool, String?) in
+                let first = try RawSocket(port: port), second = try RawSocket(port: port)
+                try first.send("GET /hello?name=1 HTTP/1.1\r\nHost: x\r\n\r\n")
+                try second.send("GET /hello?name=2 HTTP/1.1\r\nHost: x\r\n\r\n")
+                _ = try first.readResponse()
+                _ = try second.readResponse()
+                let third = try RawSocket(port: port)
+                try third.send("GET /hello?name=3 HTTP/1.1\r\nHost: x\r\n\r\n")
+                let answeredEarly = third.isReadable(within: 300)
+                first.shutdown()
+                return (answeredEarly, try third.readResponse()?.body)
+            }
+            #expect(!answeredEarly)
+            #expect(thirdBody == "hello 3 from 127.0.0.1")
         }
     }
 

@@ -3,7 +3,7 @@ import Foundation
 /// A blocking TCP connection to 127.0.0.1 for tests that need control URLSession does not give
 /// (several requests on one connection, oversized heads, slow clients).
 final class RawSocket {
-    private let fd: Int32
+    private var fd: Int32
 
     init(port: Int) throws {
         fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
@@ -20,7 +20,19 @@ final class RawSocket {
         setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
     }
 
-    deinit { close(fd) }
+    deinit { shutdown() }
+
+    /// Closes the connection (idempotent).
+    func shutdown() {
+        if fd >= 0 { close(fd) }
+        fd = -1
+    }
+
+    /// Whether bytes (or end of stream) arrive within `milliseconds`.
+    func isReadable(within milliseconds: Int32) -> Bool {
+        var entry = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+        return poll(&entry, 1, milliseconds) > 0
+    }
 
     func send(_ text: String) throws {
         let bytes = Array(text.utf8)

@@ -4,5 +4,6 @@ let commands: [Command] = [
     clientSecretCommand,
     dbCommand,
     doctorCommand,
+    emulatorCommand,
     benchCommand,
 ]
