@@ -6,5 +6,7 @@ let commands: [Command] = [
     doctorCommand,
     emulatorCommand,
     importCommand,
+    transferIDsCommand,
+    exchangeCommand,
     benchCommand,
 ]
