@@ -56,8 +56,8 @@ public struct AppleIDToken: Sendable, Equatable {
     /// Every claim as sent, in order (for printing or for claims this type does not name).
     public let claims: JSONObject
 
-    /// Decodes the optional claims of `claims`, the required ones being passed in already checked.
-    init(claims: JSONObject, keyID: String, issuer: String, subject: String, audience: [String],
+    /// Decodes the optional claims from `fields`, the required ones being passed in already checked.
+    init(claims: JSONObject, fields: ClaimFields, keyID: String, issuer: String, subject: String, audience: [String],
          issuedAt: Date, expiresAt: Date, notBefore: Date?) throws {
         self.claims = claims
         self.keyID = keyID
@@ -67,63 +67,89 @@ public struct AppleIDToken: Sendable, Equatable {
         self.issuedAt = issuedAt
         self.expiresAt = expiresAt
         self.notBefore = notBefore
-        var nonce: String?, nonceSupported: Bool?, email: String?, emailVerified: Bool?, isPrivateEmail: Bool?
-        var realUserStatus: RealUserStatus?, transferSubject: String?, codeHash: String?, accessTokenHash: String?
-        var authTime: Date?, organizationID: String?
-        for member in claims {
-            switch member.key {
-            case "nonce": nonce = try Self.string(member)
-            case "nonce_supported": nonceSupported = try Self.flag(member)
-            case "email": email = try Self.string(member)
-            case "email_verified": emailVerified = try Self.flag(member)
-            case "is_private_email": isPrivateEmail = try Self.flag(member)
-            case "real_user_status":
-                guard let raw = member.value.intValue, let status = RealUserStatus(rawValue: Int(raw)) else {
-                    throw VerificationError(.invalidClaim, "'real_user_status' must be 0, 1 or 2")
-                }
-                realUserStatus = status
-            case "transfer_sub": transferSubject = try Self.string(member)
-            case "c_hash": codeHash = try Self.string(member)
-            case "at_hash": accessTokenHash = try Self.string(member)
-            case "auth_time": authTime = try Self.date(member)
-            case "org_id": organizationID = try Self.string(member)
-            default: continue
+        nonce = try Self.string(fields.nonce, "nonce")
+        nonceSupported = try Self.flag(fields.nonceSupported, "nonce_supported")
+        email = try Self.string(fields.email, "email")
+        emailVerified = try Self.flag(fields.emailVerified, "email_verified")
+        isPrivateEmail = try Self.flag(fields.isPrivateEmail, "is_private_email")
+        if let raw = fields.realUserStatus {
+            guard let number = raw.intValue, let status = RealUserStatus(rawValue: Int(number)) else {
+                throw VerificationError(.invalidClaim, "'real_user_status' must be 0, 1 or 2")
             }
+            realUserStatus = status
+        } else {
+            realUserStatus = nil
         }
-        self.nonce = nonce
-        self.nonceSupported = nonceSupported
-        self.email = email
-        self.emailVerified = emailVerified
-        self.isPrivateEmail = isPrivateEmail
-        self.realUserStatus = realUserStatus
-        self.transferSubject = transferSubject
-        self.codeHash = codeHash
-        self.accessTokenHash = accessTokenHash
-        self.authTime = authTime
-        self.organizationID = organizationID
+        transferSubject = try Self.string(fields.transferSub, "transfer_sub")
+        codeHash = try Self.string(fields.cHash, "c_hash")
+        accessTokenHash = try Self.string(fields.atHash, "at_hash")
+        organizationID = try Self.string(fields.orgID, "org_id")
+        if let raw = fields.authTime {
+            guard case .number(let seconds) = raw, seconds >= 0 else {
+                throw VerificationError(.invalidClaim, "'auth_time' must be a non-negative NumericDate")
+            }
+            authTime = Date(timeIntervalSince1970: seconds)
+        } else {
+            authTime = nil
+        }
     }
 
-    private static func string(_ member: JSONObject.Member) throws -> String {
-        guard case .string(let value) = member.value else {
-            throw VerificationError(.invalidClaim, "'\(member.key)' must be a string")
-        }
-        return value
+    private static func string(_ value: JSONValue?, _ name: String) throws -> String? {
+        guard let value else { return nil }
+        guard case .string(let text) = value else { throw VerificationError(.invalidClaim, "'\(name)' must be a string") }
+        return text
     }
 
     /// A Boolean claim: `true`/`false`, or the strings `"true"`/`"false"` as Apple sometimes sends.
-    private static func flag(_ member: JSONObject.Member) throws -> Bool {
-        switch member.value {
-        case .bool(let value): return value
-        case .string("true"): return true
-        case .string("false"): return false
-        default: throw VerificationError(.invalidClaim, "'\(member.key)' must be a Boolean")
+    private static func flag(_ value: JSONValue?, _ name: String) throws -> Bool? {
+        switch value {
+        case nil: return nil
+        case .bool(let flag)?: return flag
+        case .string("true")?: return true
+        case .string("false")?: return false
+        default: throw VerificationError(.invalidClaim, "'\(name)' must be a Boolean")
         }
     }
+}
 
-    private static func date(_ member: JSONObject.Member) throws -> Date {
-        guard case .number(let seconds) = member.value, seconds >= 0 else {
-            throw VerificationError(.invalidClaim, "'\(member.key)' must be a non-negative NumericDate")
+/// The claims Apple defines, picked out of a claims set in one pass (each member name is compared once).
+struct ClaimFields {
+    var iss, sub, aud, iat, exp, nbf, nonce, email, cHash, orgID, atHash, authTime: JSONValue?
+    var transferSub, emailVerified, nonceSupported, isPrivateEmail, realUserStatus: JSONValue?
+
+    init(_ claims: JSONObject) {
+        for member in claims {
+            let key = member.key, value = member.value
+            switch key.utf8.count {
+            case 3:
+                switch key {
+                case "iss": iss = value
+                case "sub": sub = value
+                case "aud": aud = value
+                case "iat": iat = value
+                case "exp": exp = value
+                case "nbf": nbf = value
+                default: break
+                }
+            case 5:
+                if key == "nonce" { nonce = value } else if key == "email" { email = value }
+            case 6:
+                if key == "c_hash" { cHash = value } else if key == "org_id" { orgID = value }
+            case 7:
+                if key == "at_hash" { atHash = value }
+            case 9:
+                if key == "auth_time" { authTime = value }
+            case 12:
+                if key == "transfer_sub" { transferSub = value }
+            case 14:
+                if key == "email_verified" { emailVerified = value }
+            case 15:
+                if key == "nonce_supported" { nonceSupported = value }
+            case 16:
+                if key == "is_private_email" { isPrivateEmail = value } else if key == "real_user_status" { realUserStatus = value }
+            default:
+                break
+            }
         }
-        return Date(timeIntervalSince1970: seconds)
     }
 }

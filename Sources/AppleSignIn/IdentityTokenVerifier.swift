@@ -144,11 +144,13 @@ public struct IdentityTokenVerifier: Sendable {
             throw VerificationError(.malformed, "payload: \(error.description)")
         }
 
-        guard let iss = claims["iss"] else { throw VerificationError(.missingClaim, "no 'iss'") }
+        let fields = ClaimFields(claims)
+
+        guard let iss = fields.iss else { throw VerificationError(.missingClaim, "no 'iss'") }
         guard case .string(issuer) = iss else { throw VerificationError(.wrongIssuer, "'iss' is not \(issuer)") }
 
         let audience: [String]
-        switch claims["aud"] {
+        switch fields.aud {
         case nil:
             throw VerificationError(.missingClaim, "no 'aud'")
         case .string(let single)?:
@@ -166,21 +168,21 @@ public struct IdentityTokenVerifier: Sendable {
         }
 
         let current = now().timeIntervalSince1970
-        let exp = try numericDate(claims, "exp", required: true)!
-        let iat = try numericDate(claims, "iat", required: true)!
+        let exp = try numericDate(fields.exp, "exp", required: true)!
+        let iat = try numericDate(fields.iat, "iat", required: true)!
         guard current < exp + leeway else { throw VerificationError(.expired, "'exp' has passed") }
         guard iat <= current + leeway else { throw VerificationError(.notYetValid, "'iat' is in the future") }
-        let nbf = try numericDate(claims, "nbf", required: false)
+        let nbf = try numericDate(fields.nbf, "nbf", required: false)
         if let nbf, nbf > current + leeway { throw VerificationError(.notYetValid, "'nbf' is in the future") }
 
-        guard let subValue = claims["sub"] else { throw VerificationError(.missingClaim, "no 'sub'") }
+        guard let subValue = fields.sub else { throw VerificationError(.missingClaim, "no 'sub'") }
         // Counting bytes first spares the grapheme walk for every ordinary (ASCII) subject.
         guard case .string(let sub) = subValue, !sub.isEmpty, sub.utf8.count <= 255 || sub.count <= 255 else {
             throw VerificationError(.invalidClaim, "'sub' must be a non-empty string of at most 255 characters")
         }
 
         if let nonce {
-            guard let claim = claims["nonce"] else { throw VerificationError(.missingClaim, "a nonce is expected but the token has none") }
+            guard let claim = fields.nonce else { throw VerificationError(.missingClaim, "a nonce is expected but the token has none") }
             guard case .string(let value) = claim else { throw VerificationError(.invalidClaim, "'nonce' must be a string") }
             let expected: String
             switch nonce {
@@ -191,15 +193,15 @@ public struct IdentityTokenVerifier: Sendable {
         }
 
         return try AppleIDToken(
-            claims: claims, keyID: kid, issuer: issuer, subject: sub, audience: audience,
+            claims: claims, fields: fields, keyID: kid, issuer: issuer, subject: sub, audience: audience,
             issuedAt: Date(timeIntervalSince1970: iat), expiresAt: Date(timeIntervalSince1970: exp),
             notBefore: nbf.map { Date(timeIntervalSince1970: $0) }
         )
     }
 
     /// A NumericDate claim in seconds; `nil` when absent and not required.
-    private func numericDate(_ claims: JSONObject, _ name: String, required: Bool) throws -> Double? {
-        switch claims[name] {
+    private func numericDate(_ value: JSONValue?, _ name: String, required: Bool) throws -> Double? {
+        switch value {
         case nil:
             if required { throw VerificationError(.missingClaim, "no '\(name)'") }
             return nil

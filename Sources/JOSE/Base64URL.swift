@@ -66,6 +66,24 @@ public enum Base64URL {
             let output = [UInt8](unsafeUninitializedCapacity: outputCount) { out, initialized in
                 var i = 0, o = 0
                 var invalid: UInt8 = 0
+                // Eight characters at a time into one 48-bit group, stored as one 8-byte big-endian word
+                // (the two extra bytes are overwritten by the next group or never counted as initialized).
+                if let base = out.baseAddress {
+                    let raw = UnsafeMutableRawPointer(base)
+                    while i + 8 <= count, o + 8 <= outputCount {
+                        var group: UInt64 = 0
+                        var bad: UInt8 = 0
+                        for k in 0..<8 {
+                            let value = table[Int(input[i + k])]
+                            bad |= value
+                            group = group << 6 | UInt64(value & 0x3F)
+                        }
+                        invalid |= bad
+                        raw.storeBytes(of: (group << 16).bigEndian, toByteOffset: o, as: UInt64.self)
+                        i += 8
+                        o += 6
+                    }
+                }
                 while i + 4 <= count {
                     let a = table[Int(input[i])], b = table[Int(input[i + 1])]
                     let c = table[Int(input[i + 2])], d = table[Int(input[i + 3])]

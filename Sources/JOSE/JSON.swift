@@ -162,6 +162,11 @@ private struct Reader {
         guard depth <= maxDepth else { throw JOSEError(.tooDeep, "nesting deeper than \(maxDepth)") }
         index += 1
         var members: [JSONObject.Member] = []
+        members.reserveCapacity(16)
+        // Duplicate names are found through fingerprints: FNV-1a of an ASCII name without escapes, or 0 for
+        // any other name, which is then compared with `==` (canonical equivalence, the stricter test).
+        var fingerprints: [UInt64] = []
+        fingerprints.reserveCapacity(16)
         var seen: Set<String>?
         skipWhitespace()
         if index < bytes.count, bytes[index] == UInt8(ascii: "}") {
@@ -170,12 +175,16 @@ private struct Reader {
         }
         while true {
             guard index < bytes.count, bytes[index] == UInt8(ascii: "\"") else { throw fail("expected a member name") }
+            let start = index + 1
             let key = try readString()
+            let fingerprint = Self.fingerprint(UnsafeBufferPointer(rebasing: bytes[start..<(index - 1)]))
             // Small objects (every JWS header and JWT) are checked by a scan; larger ones through a set.
             if members.count < 16 {
-                for member in members where member.key == key {
+                for (position, other) in fingerprints.enumerated()
+                where (other == fingerprint || other == 0 || fingerprint == 0) && members[position].key == key {
                     throw JOSEError(.duplicateMember, "member name repeated")
                 }
+                fingerprints.append(fingerprint)
                 if members.count == 15 { seen = Set(members.map(\.key)); seen?.insert(key) }
             } else if seen?.insert(key).inserted == false {
                 throw JOSEError(.duplicateMember, "member name repeated")
@@ -223,6 +232,16 @@ private struct Reader {
                 throw fail("expected ',' or ']'")
             }
         }
+    }
+
+    /// FNV-1a of a member name's raw bytes when they are printable ASCII without escapes (never 0), else 0.
+    private static func fingerprint(_ raw: UnsafeBufferPointer<UInt8>) -> UInt64 {
+        var hash: UInt64 = 0xCBF2_9CE4_8422_2325
+        for byte in raw {
+            if byte >= 0x80 || byte == UInt8(ascii: "\\") { return 0 }
+            hash = (hash ^ UInt64(byte)) &* 0x0000_0100_0000_01B3
+        }
+        return hash == 0 ? 1 : hash
     }
 
     private mutating func readNumber() throws -> Double {

@@ -5,9 +5,9 @@ import Foundation
 /// `baton bench verify [--seconds S]`: full identity-token verification against the bare OpenSSL RS256
 /// verification of the same signature with the same key.
 ///
-/// Single-threaded figures come from interleaved rounds (verify, OpenSSL, verify, …) totalling at least
-/// S seconds each (default 2), so load from other processes affects both sides alike; then both run on
-/// every core for S seconds.
+/// Single-threaded figures come from short interleaved rounds (50 ms of verify, 50 ms of OpenSSL, …)
+/// totalling at least S seconds each (default 2), so load from other processes affects both sides alike;
+/// then both run on every core for S seconds.
 @Sendable
 func runVerifyBenchmark(_ rawArguments: [String]) async throws -> Int32 {
     let arguments = try Arguments(rawArguments, options: ["seconds"])
@@ -31,7 +31,7 @@ func runVerifyBenchmark(_ rawArguments: [String]) async throws -> Int32 {
 
     _ = await measure(full, for: 0.2)
     _ = await measure(bare, for: 0.2)
-    let rounds = 4
+    let rounds = max(1, Int((seconds / 0.05).rounded(.up)))
     var fullCount = 0, fullTime = 0.0, bareCount = 0, bareTime = 0.0
     for _ in 0..<rounds {
         let f = await measure(full, for: seconds / Double(rounds))
