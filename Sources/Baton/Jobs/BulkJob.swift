@@ -10,6 +10,9 @@ public enum BulkStepOutcome: Sendable, Equatable {
     case done
     /// Someone else (a sign-in, another worker) had already finished the user; nothing was changed.
     case alreadyDone
+    /// The answer cannot be applied for good (no legacy record, or the new identifier belongs to another
+    /// record): the row is recorded `unresolvable` with this reason.
+    case unresolvable(String)
 }
 
 /// The work a bulk job does for one user: one call to Apple, then storing its answer.
@@ -162,7 +165,7 @@ public final class BulkJob: Sendable {
     /// Runs the job to its end and returns its summary. Never throws: failures end up in the summary.
     public func run() async -> BulkJobSummary {
         let started = ContinuousClock.now
-        let feeder = Feeder(queue: queue, batchSize: max(options.workers, min(500, Int(options.rate * Double(queue.leaseSeconds) / 4))), isStopped: { [self] in stopReason != nil })
+        let feeder = Feeder(queue: queue, batchSize: max(options.workers, min(500, Int(options.rate), queue.leaseSeconds * Int(options.rate) / 4)), isStopped: { [self] in stopReason != nil })
         await withTaskGroup(of: Void.self) { group in
             for _ in 0..<options.workers {
                 group.addTask { [self] in await work(feeder) }
@@ -218,7 +221,13 @@ public final class BulkJob: Sendable {
                 try await limiter.acquire()
                 counters.update { $0.requests += 1 }
                 let outcome = try await step.perform(item)
-                counters.update { outcome == .done ? ($0.succeeded += 1) : ($0.alreadyDone += 1) }
+                switch outcome {
+                case .done: counters.update { $0.succeeded += 1 }
+                case .alreadyDone: counters.update { $0.alreadyDone += 1 }
+                case .unresolvable(let reason):
+                    await recordUnresolvable(item, reason: reason)
+                    return
+                }
                 control.withLock { $0.consecutiveFailures = 0 }
                 return
             } catch is CancellationError {
@@ -250,15 +259,7 @@ public final class BulkJob: Sendable {
                         try? await queue.release([item])
                         return
                     }
-                    do {
-                        try await queue.markUnresolvable(item, reason: reason)
-                    } catch {
-                        stop(BulkJobError(.stopped, "the database failed: \(FailureKind.reason(error))"))
-                        return
-                    }
-                    counters.update { $0.unresolvable += 1 }
-                    logger.info("user unresolvable", ["reason": reason])
-                    noteFailure(reason)
+                    await recordUnresolvable(item, reason: reason)
                     return
                 case .fatal:
                     let detail = (error as? AppleClientError).map { "\($0.description)\n\($0.explanation)" } ?? "\(error)"
@@ -268,6 +269,19 @@ public final class BulkJob: Sendable {
                 }
             }
         }
+    }
+
+    /// Records the row `unresolvable` and counts a failure.
+    private func recordUnresolvable(_ item: TransferQueue.Item, reason: String) async {
+        do {
+            try await queue.markUnresolvable(item, reason: reason)
+        } catch {
+            stop(BulkJobError(.stopped, "the database failed: \(FailureKind.reason(error))"))
+            return
+        }
+        counters.update { $0.unresolvable += 1 }
+        logger.info("user unresolvable", ["reason": reason])
+        noteFailure(reason)
     }
 
     /// Defers the row (or fails it after its last attempt) and counts a failure.

@@ -56,3 +56,29 @@ public struct TransferIdentifierStep: BulkJobStep {
         return try await queue.storeTransferIdentifier(item, transferSub: transferSub) ? .done : .alreadyDone
     }
 }
+
+extension LegacyStore: ExchangeApplier {
+    /// Applies the exchange through ``applyMigration(oldSub:newSub:newEmail:isPrivateEmail:transferSub:method:)``
+    /// with `method = exchange`, so an exchange and a sign-in of the same user rewrite it once between them.
+    /// A record already migrated whose `baton.transfers` row is still pending (migrated outside Baton's
+    /// jobs) has that row closed as migrated; a missing record or a conflict is ``BulkStepOutcome/unresolvable(_:)``.
+    public func applyExchange(oldSub: String, transferSub: String, user: ExchangedUser) async throws -> BulkStepOutcome {
+        let outcome = try await applyMigration(oldSub: oldSub, newSub: user.sub, newEmail: user.email, isPrivateEmail: user.isPrivateEmail,
+                                               transferSub: transferSub, method: .exchange)
+        switch outcome {
+        case .migrated:
+            return .done
+        case .alreadyMigrated:
+            try await pool.execute("""
+                UPDATE baton.transfers SET state = 'migrated', new_sub = COALESCE(new_sub, \(user.sub)), method = COALESCE(method, 'exchange'),
+                    migrated_at = COALESCE(migrated_at, now()), lease_owner = NULL, lease_expires_at = NULL, updated_at = now()
+                WHERE old_sub = \(oldSub) AND state = 'pending'
+                """)
+            return .alreadyDone
+        case .legacyRecordMissing:
+            return .unresolvable("no legacy record carries the old identifier")
+        case .conflict:
+            return .unresolvable("the new identifier already belongs to another legacy record")
+        }
+    }
+}

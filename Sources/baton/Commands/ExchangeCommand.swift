@@ -111,7 +111,6 @@ func runBulkCommand(_ arguments: [String], side: BatonConfiguration.TransferSide
                 throw CommandFailure.usage("confirm the target team with --yes (standard input is not a terminal)")
             }
             print("Create transfer identifiers for team \(targetTeamID)? Type the team ID to confirm: ", terminator: "")
-            fflush(stdout)
             guard readLine()?.trimmingCharacters(in: .whitespaces) == targetTeamID else {
                 throw CommandFailure.rejected("not confirmed; nothing was done")
             }
@@ -163,5 +162,14 @@ func printSummary(_ name: String, _ summary: BulkJobSummary) {
     if let reason = summary.stopReason {
         printError("baton \(name): \(reason)")
         printError("\(summary.remaining) users were left pending; rerun to continue")
+    }
+}
+
+/// The migration store the exchange applies its answers through (the one sign-ins use).
+func migrationStore(configuration: BatonConfiguration, pool: PostgresPool) throws -> LegacyStore {
+    do {
+        return LegacyStore(pool: pool, legacy: try configuration.legacy.identifiers())
+    } catch let error as ConfigurationError {
+        throw CommandFailure.usage("\(error)")
     }
 }
