@@ -39,13 +39,13 @@ let package = Package(
         // Shared helpers for tests: a fresh database per suite, the emulator on loopback, the built binary.
         .target(name: "TestSupport", dependencies: ["Postgres"], path: "Tests/TestSupport", swiftSettings: swiftSettings),
         .testTarget(name: "JOSETests", dependencies: ["JOSE"], swiftSettings: swiftSettings),
-        .testTarget(name: "AppleSignInTests", dependencies: ["AppleSignIn", "JOSE", "TestSupport"], swiftSettings: swiftSettings),
+        .testTarget(name: "AppleSignInTests", dependencies: ["AppleSignIn", "JOSE", "AppleEmulator", "HTTPServer", "TestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "PostgresTests", dependencies: ["Postgres", "TestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "HTTPServerTests", dependencies: ["HTTPServer"], swiftSettings: swiftSettings),
-        .testTarget(name: "BatonTests", dependencies: ["Baton", "TestSupport"], swiftSettings: swiftSettings),
+        .testTarget(name: "BatonTests", dependencies: ["Baton", "AppleSignIn", "TestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "BatonServiceTests", dependencies: ["BatonService", "TestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "AppleEmulatorTests", dependencies: ["AppleEmulator", "TestSupport"], swiftSettings: swiftSettings),
-        .testTarget(name: "CLITests", dependencies: ["TestSupport"], swiftSettings: swiftSettings),
+        .testTarget(name: "CLITests", dependencies: ["AppleEmulator", "TestSupport"], swiftSettings: swiftSettings),
     ],
     swiftLanguageModes: [.v6]
 )

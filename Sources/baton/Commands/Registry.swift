@@ -1,4 +1,8 @@
 /// Every subcommand, in the order `baton --help` lists them.
 let commands: [Command] = [
+    verifyCommand,
+    clientSecretCommand,
     dbCommand,
+    doctorCommand,
+    benchCommand,
 ]

@@ -1,1 +1,0 @@
-// The JOSE module: see docs and design.md.

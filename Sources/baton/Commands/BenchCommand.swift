@@ -1,0 +1,34 @@
+import Foundation
+
+/// One benchmark of `baton bench NAME`: its name, a summary line, and its runner (arguments after the name).
+struct Benchmark: Sendable {
+    let name: String
+    let summary: String
+    let run: @Sendable ([String]) async throws -> Int32
+}
+
+/// Every benchmark; adding one is one line here plus its own file.
+let benchmarks: [Benchmark] = [
+    Benchmark(name: "verify", summary: "identity-token verification against bare OpenSSL RS256", run: runVerifyBenchmark),
+]
+
+/// `baton bench NAME`: runs a benchmark; its last line of output is one JSON object of figures.
+let benchCommand = Command(
+    name: "bench",
+    summary: "run a benchmark (\(benchmarks.map(\.name).joined(separator: ", ")))",
+    usage: """
+    usage: baton bench <name> [options]
+
+    benchmarks:
+    \(benchmarks.map { "  \($0.name)  \($0.summary)" }.joined(separator: "\n"))
+
+    The last line of output is one JSON object of figures. Build with -c release for meaningful numbers.
+    """,
+    run: { arguments in
+        guard let name = arguments.first else { throw CommandFailure.usage("missing benchmark name") }
+        guard let benchmark = benchmarks.first(where: { $0.name == name }) else {
+            throw CommandFailure.usage("unknown benchmark '\(name)'")
+        }
+        return try await benchmark.run(Array(arguments.dropFirst()))
+    }
+)
