@@ -113,17 +113,22 @@ public struct ReportBuilder: Sendable {
         )
     }
 
-    /// Reads every unresolved user, `pageSize` at a time in `old_sub` order, handing each page to `body`:
-    /// the full list for a mailer, without holding it in memory.
+    /// Reads the unresolved users, `pageSize` at a time in `old_sub` order (after the builder's `after`),
+    /// handing each page to `body`: the full list for a mailer, without holding it in memory.
+    /// - Parameters:
+    ///   - pageSize: users per page (and per query), at least 1; default 1,000.
+    ///   - limit: users read at most; default all of them.
     /// - Throws: what `body` throws; ``ConfigurationError`` or `PostgresError` as ``build()``.
-    public func forEachUnresolvedPage(pageSize: Int = 1_000, _ body: ([MigrationReport.UnresolvedUser]) async throws -> Void) async throws {
+    public func forEachUnresolvedPage(pageSize: Int = 1_000, limit: Int = .max, _ body: ([MigrationReport.UnresolvedUser]) async throws -> Void) async throws {
         let identifiers = try legacy?.identifiers()
-        let size = max(1, pageSize)
         var cursor = after
-        while true {
+        var remaining = max(0, limit)
+        while remaining > 0 {
+            let size = min(max(1, pageSize), remaining)
             let users = try await page(after: cursor, limit: size, identifiers: identifiers)
             if users.isEmpty { return }
             try await body(users)
+            remaining -= users.count
             if users.count < size { return }
             cursor = users.last?.oldSub
         }

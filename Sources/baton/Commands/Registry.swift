@@ -5,4 +5,5 @@ let commands: [Command] = [
     dbCommand,
     doctorCommand,
     benchCommand,
+    reportCommand,
 ]
