@@ -59,6 +59,13 @@ enum ReportCharts {
             let endShare = current + (endDay - nowDay) * perDayShare
             let color = report.projection.status == .behind ? "#c4413b" : "#2e9d57"
             svg += "<line x1=\"\(f(x(nowDay)))\" y1=\"\(f(y(current)))\" x2=\"\(f(x(endDay)))\" y2=\"\(f(y(endShare)))\" stroke=\"\(color)\" stroke-width=\"2\" stroke-dasharray=\"7 5\"/>\n"
+            if let finish = report.projection.finishAt, endDay < maxX {
+                svg += "<circle cx=\"\(f(x(endDay)))\" cy=\"\(f(y(1)))\" r=\"4\" fill=\"\(color)\"/>"
+                let nearDeadline = endDay > 60 - (maxX - minX) * 0.2
+                svg += "<text x=\"\(f(x(endDay) + (nearDeadline ? -8 : 0)))\" y=\"\(f(y(1) + (nearDeadline ? 18 : -8)))\" text-anchor=\"\(nearDeadline ? "end" : "middle")\" class=\"strong\">projected finish \(ReportFormat.day(finish).dropFirst(5))</text>\n"
+            } else if report.projection.status == .behind {
+                svg += "<text x=\"\(f(x(endDay) - 6))\" y=\"\(f(y(endShare) + 16))\" text-anchor=\"end\" class=\"bad\">\(ReportFormat.percent(endShare)) by day \(Int(maxX)) at this pace</text>\n"
+            }
         }
 
         // Deadline and today.
@@ -78,7 +85,7 @@ enum ReportCharts {
 
     /// One stacked bar per method: migrated, failed and unresolvable, with the counts.
     static func methods(_ report: MigrationReport) -> String {
-        let width = 620.0, rowHeight = 46.0, top = 8.0, left = 90.0, right = 150.0
+        let width = 560.0, rowHeight = 46.0, top = 8.0, left = 80.0, right = 200.0
         let height = top * 2 + rowHeight * Double(report.methods.count) + 24
         let peak = Double(max(1, report.methods.map { $0.migrated + $0.failed + $0.unresolvable }.max() ?? 1))
         let plotWidth = width - left - right
@@ -93,11 +100,13 @@ enum ReportCharts {
                 svg += "<rect x=\"\(f(offset))\" y=\"\(f(rowY + 6))\" width=\"\(f(barWidth))\" height=\"22\" fill=\"\(color)\"/>"
                 offset += barWidth
             }
-            var label = "\(ReportFormat.count(outcome.migrated)) migrated"
-            if outcome.failed + outcome.unresolvable > 0 {
-                label += ", \(ReportFormat.count(outcome.failed + outcome.unresolvable)) not"
+            let notMigrated = outcome.failed + outcome.unresolvable
+            let labelY = notMigrated > 0 ? rowY + 15 : rowY + 21
+            svg += "<text x=\"\(f(width - right + 10))\" y=\"\(f(labelY))\" class=\"strong\">\(ReportFormat.count(outcome.migrated)) migrated</text>"
+            if notMigrated > 0 {
+                svg += "<text x=\"\(f(width - right + 10))\" y=\"\(f(labelY + 15))\">\(ReportFormat.count(outcome.failed)) failed, \(ReportFormat.count(outcome.unresolvable)) unresolvable</text>"
             }
-            svg += "<text x=\"\(f(width - right + 10))\" y=\"\(f(rowY + 21))\">\(label)</text>\n"
+            svg += "\n"
         }
         svg += "</svg>\n"
         svg += "<p class=\"legend\"><span><i class=\"migrated\"></i>migrated</span> <span><i class=\"failed\"></i>failed</span> <span><i class=\"unresolvable\"></i>unresolvable</span></p>\n"
@@ -112,7 +121,7 @@ enum ReportCharts {
         let days = Array(report.perDay.suffix(120))
         let width = 1040.0, height = 260.0, left = 60.0, right = 16.0, top = 16.0, bottom = 40.0
         let plotWidth = width - left - right, plotHeight = height - top - bottom
-        let peak = niceCeiling(Double(max(1, days.map(\.total).max() ?? 1)))
+        let peak = niceStep(Double(max(4, days.map(\.total).max() ?? 4)) / 4) * 4
         let slot = plotWidth / Double(max(1, days.count))
         let barWidth = max(1, slot * 0.72)
         func y(_ value: Double) -> Double { top + (1 - value / peak) * plotHeight }
@@ -144,10 +153,10 @@ enum ReportCharts {
         return svg
     }
 
-    /// The smallest of 1, 2, 2.5 or 5 times a power of ten at or above `value`.
-    private static func niceCeiling(_ value: Double) -> Double {
+    /// The smallest of 1, 2 or 5 times a power of ten at or above `value`: a gridline step.
+    private static func niceStep(_ value: Double) -> Double {
         let magnitude = pow(10, (log10(value)).rounded(.down))
-        for factor in [1.0, 2, 2.5, 5, 10] where factor * magnitude >= value {
+        for factor in [1.0, 2, 5, 10] where factor * magnitude >= value {
             return factor * magnitude
         }
         return 10 * magnitude

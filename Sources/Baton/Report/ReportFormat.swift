@@ -62,9 +62,15 @@ enum ReportFormat {
 
     /// `1,234.5` (one decimal below 100, whole numbers above).
     static func rate(_ value: Double) -> String {
-        guard value.isFinite else { return "0" }
+        guard value.isFinite, value > 0 else { return "0" }
         if value >= 100 { return count(Int(value.rounded())) }
         return String(format: "%.1f", value)
+    }
+
+    /// `7` for whole days, `2.5` otherwise.
+    static func days(_ value: Double) -> String {
+        guard value.isFinite else { return "0" }
+        return value == value.rounded() ? String(Int(value)) : String(format: "%.1f", value)
     }
 
     /// `52.3%`.
@@ -78,7 +84,7 @@ extension MigrationReport {
     /// One or two sentences on the pace and where it leads, e.g. `Not at the current pace: …`.
     public var projectionSummary: String {
         let p = projection
-        let pace = "\(ReportFormat.rate(p.perDay)) migrations/day over the last \(ReportFormat.rate(p.periodDays)) days"
+        let pace = "\(ReportFormat.rate(p.perDay)) migrations/day over the last \(ReportFormat.days(p.periodDays)) days"
         let required = p.requiredPerDay.map { " Finishing by the deadline takes \(ReportFormat.rate($0))/day." } ?? ""
         switch p.status {
         case .complete:
@@ -87,7 +93,7 @@ extension MigrationReport {
             if window.closed, let end = window.endsAt {
                 return "The window closed on \(ReportFormat.timestamp(end)) with \(ReportFormat.count(p.remaining)) users not migrated: reach them with a re-sign-in campaign (CSV)."
             }
-            return "No migration in the last \(ReportFormat.rate(p.periodDays)) days: no finish at the current pace; \(ReportFormat.count(p.remaining)) users remain.\(required)"
+            return "No migration in the last \(ReportFormat.days(p.periodDays)) days: no finish at the current pace; \(ReportFormat.count(p.remaining)) users remain.\(required)"
         case .onTrack:
             let finish = p.finishAt.map(ReportFormat.timestamp) ?? "-"
             if let end = window.endsAt {

@@ -84,6 +84,9 @@ extension MigrationReport {
         case .complete:
             finish = "done"
             finishNote = "nobody left to migrate"
+        case .stalled where window.closed, .behind where window.closed:
+            finish = "window closed"
+            finishNote = "re-sign-in campaign: see the CSV"
         case .stalled:
             finish = "none"
             finishNote = "no migration in the pace period"
@@ -96,7 +99,7 @@ extension MigrationReport {
         let items: [(String, String, String, String)] = [
             ("Migrated", ReportFormat.percent(totals.migratedFraction), "\(ReportFormat.count(totals.migrated)) of \(ReportFormat.count(totals.total))", ""),
             ("Days left", days, daysNote, window.closed ? "bad" : ""),
-            ("Pace", "\(ReportFormat.rate(projection.perDay))/day", "\(ReportFormat.count(projection.migratedInPeriod)) in the last \(ReportFormat.rate(projection.periodDays)) days", ""),
+            ("Pace", "\(ReportFormat.rate(projection.perDay))/day", "\(ReportFormat.count(projection.migratedInPeriod)) in the last \(ReportFormat.days(projection.periodDays)) days", ""),
             ("Projected finish", finish, finishNote, statusClass),
             ("Still to reach", ReportFormat.count(totals.unresolved), "pending, failed or unresolvable", ""),
         ]
@@ -156,12 +159,12 @@ extension MigrationReport {
         }
         page.raw("<p class=\"muted\">The users a re-sign-in campaign has to reach. Emails are masked here; the CSV carries the addresses.</p>\n")
         if !listed.isEmpty {
-            page.raw("<table class=\"users\">\n<thead><tr><th>Legacy key</th><th>Old identifier</th><th>State</th><th class=\"num\">Attempts</th><th>Email</th><th>Last error</th></tr></thead>\n<tbody>\n")
+            page.raw("<div class=\"scroll\">\n<table class=\"users\">\n<thead><tr><th>Legacy key</th><th>Old identifier</th><th>State</th><th class=\"num\">Attempts</th><th>Email</th><th>Last error</th></tr></thead>\n<tbody>\n")
             for user in listed {
                 let email = user.email.map(ReportFormat.maskEmail) ?? "-"
-                page.raw("<tr><td>\(htmlEscape(user.legacyKey ?? "-"))</td><td class=\"mono\">\(htmlEscape(user.oldSub))</td><td><i class=\"\(htmlEscape(user.state))\"></i>\(htmlEscape(user.state))</td><td class=\"num\">\(user.attempts)</td><td>\(htmlEscape(email))\(user.privateRelay ? " <span class=\"tag\">relay</span>" : "")</td><td>\(htmlEscape(user.lastError ?? ""))</td></tr>\n")
+                page.raw("<tr><td>\(htmlEscape(user.legacyKey ?? "-"))</td><td class=\"mono\">\(htmlEscape(user.oldSub))</td><td class=\"nowrap\"><i class=\"\(htmlEscape(user.state))\"></i>\(htmlEscape(user.state))</td><td class=\"num\">\(user.attempts)</td><td class=\"nowrap\">\(htmlEscape(email))\(user.privateRelay ? " <span class=\"tag\">relay</span>" : "")</td><td>\(htmlEscape(user.lastError ?? ""))</td></tr>\n")
             }
-            page.raw("</tbody>\n</table>\n")
+            page.raw("</tbody>\n</table>\n</div>\n")
         }
         if unresolved.total > listed.count {
             page.raw("<p class=\"more\">and \(ReportFormat.count(unresolved.total - listed.count)) more</p>\n")
@@ -231,11 +234,14 @@ enum ReportStyle {
         svg { display: block; width: 100%; height: auto; margin-top: 8px; }
         svg text { font: 12px -apple-system, "Segoe UI", Roboto, Arial, sans-serif; fill: var(--muted); }
         svg .strong { fill: var(--ink); font-weight: 600; }
+        svg .bad { fill: var(--unresolvable); font-weight: 600; }
         table { width: 100%; border-collapse: collapse; font-size: 14px; }
         th, td { text-align: left; padding: 6px 8px; border-bottom: 1px solid var(--line); vertical-align: top; }
         thead th { color: var(--muted); font-weight: 600; font-size: 12px; text-transform: uppercase; letter-spacing: .03em; }
         .num { text-align: right; font-variant-numeric: tabular-nums; }
-        .mono { font-family: ui-monospace, "SF Mono", Menlo, Consolas, monospace; font-size: 12px; word-break: break-all; }
+        .mono { font-family: ui-monospace, "SF Mono", Menlo, Consolas, monospace; font-size: 12px; }
+        .nowrap, .users .mono { white-space: nowrap; }
+        .scroll { overflow-x: auto; }
         .users td { font-size: 13px; }
         .tag { font-size: 11px; color: var(--muted); border: 1px solid var(--line); border-radius: 4px; padding: 0 4px; }
         .more { font-weight: 600; margin: 10px 0 0; }

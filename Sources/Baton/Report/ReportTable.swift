@@ -23,7 +23,7 @@ extension MigrationReport {
         }
         let filled = Int((totals.migratedFraction * 30).rounded(.down))
         out.append("Progress    [\(String(repeating: "#", count: filled))\(String(repeating: ".", count: 30 - filled))] \(ReportFormat.percent(totals.migratedFraction)) migrated (\(ReportFormat.count(totals.migrated)) of \(ReportFormat.count(totals.total)))")
-        out.append("Pace        \(ReportFormat.rate(projection.perDay))/day (\(ReportFormat.count(projection.migratedInPeriod)) in the last \(ReportFormat.rate(projection.periodDays)) days)")
+        out.append("Pace        \(ReportFormat.rate(projection.perDay))/day (\(ReportFormat.count(projection.migratedInPeriod)) in the last \(ReportFormat.days(projection.periodDays)) days)")
         out.append("Projection  \(projectionSummary)")
         out.append("")
 
@@ -116,7 +116,8 @@ extension MigrationReport {
                 if index == row.count - 1 && !rightAligned.contains(index) { return cell }
                 return rightAligned.contains(index) ? padding + cell : cell + padding
             }
-            return "  " + cells.joined(separator: "  ")
+            let line = "  " + cells.joined(separator: "  ")
+            return String(line.reversed().drop(while: { $0 == " " }).reversed())
         }
     }
 }
