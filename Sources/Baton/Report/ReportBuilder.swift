@@ -79,7 +79,13 @@ public struct ReportBuilder: Sendable {
                 )
             }
         }
-        let unresolvedPage = try await page(after: after, limit: limit, identifiers: identifiers)
+        // One more than asked, to know whether another page follows.
+        var unresolvedPage = try await page(after: after, limit: limit == 0 || limit == .max ? limit : limit + 1, identifiers: identifiers)
+        var nextAfter: String?
+        if limit > 0, unresolvedPage.count > limit {
+            unresolvedPage.removeLast(unresolvedPage.count - limit)
+            nextAfter = unresolvedPage.last?.oldSub
+        }
 
         let byState = { (state: String) in counts.filter { $0.key.state == state }.reduce(0) { $0 + $1.value } }
         let totals = MigrationReport.Totals(
@@ -103,12 +109,12 @@ public struct ReportBuilder: Sendable {
             totals: totals,
             methods: methods,
             perDay: fillDays(days),
-            projection: project(totals: totals, window: window, migratedInPeriod: pace.count, periodDays: pace.days),
+            projection: ReportBuilder.projection(totals: totals, window: window, migratedInPeriod: pace.count, periodDays: pace.days, now: now),
             failures: reasons,
             unresolved: MigrationReport.UnresolvedList(
                 total: totals.unresolved,
                 users: unresolvedPage,
-                nextAfter: unresolvedPage.count == limit && limit > 0 ? unresolvedPage.last?.oldSub : nil
+                nextAfter: nextAfter
             )
         )
     }
@@ -208,29 +214,7 @@ public struct ReportBuilder: Sendable {
 
     private func page(after: String?, limit: Int, identifiers: BatonConfiguration.LegacyIdentifiers?) async throws -> [MigrationReport.UnresolvedUser] {
         guard limit > 0 else { return [] }
-        let legacyColumns: String
-        let legacyJoin: PostgresQuery
-        if let identifiers {
-            legacyColumns = "legacy.key, legacy.email"
-            legacyJoin = """
-                LEFT JOIN LATERAL (
-                    SELECT \(identifiers.keyColumn)::text AS key, \(identifiers.emailColumn)::text AS email
-                    FROM \(identifiers.table) WHERE \(identifiers.subjectColumn) = t.old_sub LIMIT 1
-                ) AS legacy ON true
-                """
-        } else {
-            legacyColumns = "NULL::text, NULL::text"
-            legacyJoin = ""
-        }
-        // The join's SQL holds no bound values, so the two parts can be spliced without renumbering.
-        let rows = try await pool.query("""
-            SELECT t.old_sub, t.state, t.attempts, t.last_error, \(unsafeRaw: legacyColumns)
-            FROM baton.transfers AS t
-            \(unsafeRaw: legacyJoin.sql)
-            WHERE t.state <> 'migrated' AND (\(after)::text IS NULL OR t.old_sub > \(after))
-            ORDER BY t.old_sub
-            LIMIT \(limit)
-            """)
+        let rows = try await pool.query(ReportBuilder.unresolvedQuery(after: after, limit: limit, identifiers: identifiers))
         return try rows.map { row in
             let email = try row.decode(String?.self, at: 5)
             return MigrationReport.UnresolvedUser(
@@ -243,6 +227,31 @@ public struct ReportBuilder: Sendable {
                 privateRelay: email.map(ReportFormat.isPrivateRelay) ?? false
             )
         }
+    }
+
+    /// One page of users not migrated, in `old_sub` order, each with its legacy row's key and email (the
+    /// first row carrying `old_sub`, if any): an index scan of `transfers_unresolved_idx`.
+    static func unresolvedQuery(after: String?, limit: Int, identifiers: BatonConfiguration.LegacyIdentifiers?) -> PostgresQuery {
+        guard let identifiers else {
+            return """
+                SELECT t.old_sub, t.state, t.attempts, t.last_error, NULL::text, NULL::text
+                FROM baton.transfers AS t
+                WHERE t.state <> 'migrated' AND (\(after)::text IS NULL OR t.old_sub > \(after))
+                ORDER BY t.old_sub
+                LIMIT \(limit)
+                """
+        }
+        return """
+            SELECT t.old_sub, t.state, t.attempts, t.last_error, legacy.key, legacy.email
+            FROM baton.transfers AS t
+            LEFT JOIN LATERAL (
+                SELECT \(identifiers.keyColumn)::text AS key, \(identifiers.emailColumn)::text AS email
+                FROM \(identifiers.table) WHERE \(identifiers.subjectColumn) = t.old_sub LIMIT 1
+            ) AS legacy ON true
+            WHERE t.state <> 'migrated' AND (\(after)::text IS NULL OR t.old_sub > \(after))
+            ORDER BY t.old_sub
+            LIMIT \(limit)
+            """
     }
 
     // MARK: - Derived figures
@@ -263,7 +272,8 @@ public struct ReportBuilder: Sendable {
         return filled
     }
 
-    private func project(totals: MigrationReport.Totals, window: MigrationReport.Window, migratedInPeriod: Int, periodDays: Double) -> MigrationReport.Projection {
+    /// The pace over the period and the finish it leads to, against the window's end.
+    static func projection(totals: MigrationReport.Totals, window: MigrationReport.Window, migratedInPeriod: Int, periodDays: Double, now: Date) -> MigrationReport.Projection {
         let perDay = Double(migratedInPeriod) / periodDays
         let remaining = totals.unresolved
         var required: Double?
