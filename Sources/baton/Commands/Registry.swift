@@ -10,4 +10,5 @@ let commands: [Command] = [
     transferIDsCommand,
     exchangeCommand,
     benchCommand,
+    reportCommand,
 ]
