@@ -11,4 +11,5 @@ let commands: [Command] = [
     exchangeCommand,
     benchCommand,
     reportCommand,
+    demoCommand,
 ]

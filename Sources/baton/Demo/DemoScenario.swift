@@ -1,0 +1,403 @@
+import AppleEmulator
+import AppleSignIn
+import Baton
+import BatonService
+import Foundation
+import HTTPServer
+import Logging
+import Postgres
+import Synchronization
+
+/// What `baton demo` runs with.
+struct DemoOptions: Sendable {
+    /// The database the demo fills (it must hold neither `public.users` nor a `baton` schema).
+    var databaseURL: String
+    /// Users of the legacy app; default 10,000.
+    var users: Int
+    /// Devices and job workers in flight at once; default 32.
+    var concurrency: Int
+    /// Requests per second for the bulk jobs; default 2,000.
+    var rate: Double
+    /// Users the exchange leaves for after day 60.
+    var stragglers: Int
+    /// Where the HTML report goes; default `report.html`.
+    var reportPath: String
+    /// Leave the demo's tables in the database at the end.
+    var keepData: Bool
+    /// Whether the database is a throwaway cluster from `scripts/pg.sh` (for the wording only).
+    var throwawayDatabase: Bool
+}
+
+/// The demo's figures, checked at the end: every user is accounted for.
+struct DemoAccount: Sendable, Equatable {
+    /// Rows of the legacy table.
+    var legacyUsers: Int
+    /// Users migrated by a sign-in.
+    var bySignIn: Int
+    /// Users migrated by the exchange.
+    var byExchange: Int
+    /// Users migrated by re-linking.
+    var byLink: Int
+    /// Users not migrated (pending, failed or unresolvable).
+    var unresolved: Int
+    /// Legacy records whose subject is now a new-team identifier.
+    var rewrittenRecords: Int
+
+    /// Whether the sum is the whole table and every migration shows in the table.
+    var balances: Bool {
+        bySignIn + byExchange + byLink + unresolved == legacyUsers && rewrittenRecords == bySignIn + byExchange + byLink
+    }
+}
+
+/// The end-to-end scenario of `baton demo`: a legacy app under team A with a table of users, the transfer to
+/// team B, devices signing in, the exchange for the rest, day 60 for a few stragglers, and the report.
+///
+/// Everything runs in this process against real servers on loopback: the Apple emulator, Baton's HTTP
+/// service (`baton serve`), and Baton's bulk jobs (`baton transfer-ids`, `baton exchange`) over the given
+/// PostgreSQL database. No secret or token is printed.
+struct DemoScenario {
+    let options: DemoOptions
+    let output = DemoOutput(steps: 10)
+
+    /// The transferred app.
+    static let clientID = "com.example.app"
+    /// The legacy table.
+    static let legacy = BatonConfiguration.Legacy(table: "public.users", keyColumn: "id", subjectColumn: "apple_sub", emailColumn: "email")
+
+    /// Runs the story; returns whether every step did what it should and every user is accounted for.
+    func run() async throws -> Bool {
+        let (ok, elapsed) = try await timed { try await runSteps() }
+        output.write("\nThe demo took \(DemoFormat.seconds(elapsed)).\n")
+        let absolute = URL(fileURLWithPath: options.reportPath).standardizedFileURL.path
+        output.write("""
+
+            Where to look next:
+              \(absolute)   progress against day 60, outcomes by method, the unresolved users
+              baton report --format csv --unmasked --out unresolved.csv   the re-sign-in campaign list for a mailer
+              docs/runbook.md   a real transfer, step by step: keys, team IDs, what to run when, rollback from baton.events
+              sample-config/README.md   every configuration key and its environment variable
+
+            """)
+        return ok
+    }
+
+    private func runSteps() async throws -> Bool {
+        let users = options.users
+        output.write("Baton demo: an app with \(DemoFormat.count(users)) Sign in with Apple users moves from team A to team B.\n")
+
+        // 1. The database and Baton's schema.
+        output.step(1, "PostgreSQL and Baton's schema (baton db migrate)")
+        let pool = PostgresPool(url: options.databaseURL, maxConnections: options.concurrency + 4)
+        let existing = try await pool.query("SELECT to_regclass('public.users') IS NOT NULL, EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = 'baton')")[0]
+        if try existing.decode(Bool.self, at: 0) || existing.decode(Bool.self, at: 1) {
+            await pool.close()
+            throw CommandFailure.usage("the database already has public.users or a baton schema; the demo needs an empty one (make demo starts a throwaway PostgreSQL)")
+        }
+        output.line(options.throwawayDatabase
+            ? "a throwaway cluster from scripts/pg.sh on a private Unix socket, deleted when the demo ends"
+            : "the database given by --database-url (the demo creates public.users and schema baton in it)")
+        do {
+            let healthy = try await fromMigration(pool: pool)
+            try await cleanUp(pool: pool)
+            await pool.close()
+            return healthy
+        } catch {
+            try? await cleanUp(pool: pool)
+            await pool.close()
+            throw error
+        }
+    }
+
+    /// Drops what the demo created in the database, unless asked to keep it.
+    private func cleanUp(pool: PostgresPool) async throws {
+        guard !options.keepData else {
+            output.line("kept public.users and schema baton in the database (--keep-data)")
+            return
+        }
+        try await pool.execute("DROP TABLE IF EXISTS public.users")
+        try await pool.execute("DROP SCHEMA IF EXISTS baton CASCADE")
+        output.line("dropped public.users and schema baton from the database (--keep-data keeps them)")
+    }
+
+    private func fromMigration(pool: PostgresPool) async throws -> Bool {
+        let users = options.users
+        let (applied, migrateSeconds) = try await timed { try await BatonSchema.migrator().migrate(pool) }
+        output.line("\(applied.count) migrations applied in \(DemoFormat.seconds(migrateSeconds)): \(applied.map { String(format: "%04d_%@", $0.version, $0.name) }.joined(separator: ", "))")
+        output.line("tables: baton.transfers (one row per user to migrate), baton.events (append-only audit), baton.subjects, baton.nonces")
+
+        // 2. Apple: the emulator, the two teams, the app and its users.
+        output.step(2, "Apple: the emulator, team A's app and its users")
+        var httpConfiguration = HTTPServerConfiguration()
+        httpConfiguration.connectionLimit = max(httpConfiguration.connectionLimit, options.concurrency * 4)
+        let emulator = try await AppleEmulator.start(configuration: httpConfiguration)
+        let teamA = try emulator.createTeam()
+        let teamB = try emulator.createTeam()
+        try emulator.createApp(clientID: DemoScenario.clientID, teamID: teamA.teamID)
+        let (people, peopleSeconds) = try await timed { try emulator.createUsers(clientID: DemoScenario.clientID, count: users) }
+        let privateCount = people.filter(\.isPrivateEmail).count
+        output.line("emulator of appleid.apple.com on \(emulator.baseURL.absoluteString) (keys, tokens, transfers, the 60-day window)")
+        output.line("team A \(teamA.teamID) owns \(DemoScenario.clientID); team B \(teamB.teamID) will receive it; each team has an ES256 key (.p8, never printed)")
+        output.line("\(DemoFormat.count(people.count)) people use the app under team A, \(DemoFormat.count(privateCount)) of them behind private relay addresses (created in \(DemoFormat.seconds(peopleSeconds)))")
+
+        let healthy = try await withEmulator(emulator) {
+            try await afterEmulator(pool: pool, emulator: emulator, teamA: teamA, teamB: teamB, people: people)
+        }
+        output.line("stopped the service and the emulator")
+        return healthy
+    }
+
+    /// Runs `body`, then stops the emulator whatever happened.
+    private func withEmulator<T>(_ emulator: AppleEmulator, _ body: () async throws -> T) async throws -> T {
+        do {
+            let value = try await body()
+            await emulator.stop()
+            return value
+        } catch {
+            await emulator.stop()
+            throw error
+        }
+    }
+
+    private func afterEmulator(pool: PostgresPool, emulator: AppleEmulator, teamA: TeamCredentials, teamB: TeamCredentials,
+                               people: [EmulatedUser]) async throws -> Bool {
+        let clientID = DemoScenario.clientID
+        let legacy = try DemoScenario.legacy.identifiers()
+        var healthy = true
+
+        // 3. The legacy table, with one statement.
+        output.step(3, "The app's own table: public.users under team A")
+        try await pool.execute("""
+            CREATE TABLE public.users (
+                id          bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+                apple_sub   text NOT NULL UNIQUE,
+                email       text,
+                created_at  timestamptz NOT NULL DEFAULT now()
+            )
+            """)
+        let subs = people.map(\.userIdentifier).joined(separator: "\n")
+        let emails = people.map(\.email).joined(separator: "\n")
+        let (inserted, insertSeconds) = try await timed {
+            try await pool.execute("""
+                INSERT INTO public.users (apple_sub, email)
+                SELECT * FROM unnest(string_to_array(\(subs), E'\\n'), string_to_array(\(emails), E'\\n'))
+                """)
+        }
+        output.line("\(DemoFormat.count(inserted)) rows inserted with one INSERT … SELECT unnest(…) in \(DemoFormat.seconds(insertSeconds))")
+        output.line("apple_sub holds each user's team A identifier; email their address (a relay address for \(DemoFormat.count(people.filter(\.isPrivateEmail).count)))")
+
+        // 4. The transfer is initiated; the sender makes transfer identifiers.
+        output.step(4, "Team A initiates the transfer and makes transfer identifiers (baton transfer-ids)")
+        try emulator.initiateTransfer(clientID: clientID, toTeamID: teamB.teamID)
+        output.line("App Store Connect › Transfer App: \(clientID) from team A \(teamA.teamID) to team B \(teamB.teamID), pending acceptance")
+        let seeded = try await LegacySeeder(pool: pool, legacy: legacy).seed()
+        let sender = try appleClient(emulator, team: teamA)
+        let senderQueue = TransferQueue(pool: pool, kind: .transferIdentifiers)
+        let senderStep = try TransferIdentifierStep(client: sender, targetTeamID: teamB.teamID, queue: senderQueue)
+        emulator.resetStats()
+        let senderSummary = await runJob(queue: senderQueue, step: senderStep, total: seeded, acceptedAt: nil, requireOpenWindow: false)
+        let senderCalls = emulator.stats()["/auth/usermigrationinfo"].calls
+        output.line("\(DemoFormat.count(seeded)) users queued from public.users (keyset pages of 1,000, never all rows at once)")
+        output.line("\(DemoFormat.count(senderSummary.counts.succeeded)) transfer identifiers made in \(DemoFormat.seconds(senderSummary.elapsed)) (\(DemoFormat.rate(senderSummary.counts.succeeded, senderSummary.elapsed)), limit \(DemoFormat.count(Int(options.rate)))/s): \(DemoFormat.count(senderCalls)) calls to POST /auth/usermigrationinfo with team A's key, \(senderSummary.counts.rateLimited) rate-limited, \(senderSummary.counts.errors) failed")
+        output.line("a team runs: baton transfer-ids --yes --workers \(options.concurrency) --rate \(Int(options.rate))")
+        if senderSummary.counts.succeeded != seeded || senderSummary.remaining != 0 {
+            healthy = false
+            output.line("NOT EVERY USER GOT A TRANSFER IDENTIFIER: \(DemoFormat.count(senderSummary.remaining)) remain")
+        }
+
+        // 5. Team B accepts: the 60-day window opens.
+        output.step(5, "Team B accepts: the 60-day window opens")
+        let acceptedAt = try emulator.acceptTransfer(clientID: clientID)
+        let closesAt = acceptedAt.addingTimeInterval(BatonConfiguration.Transfer.window)
+        output.line("accepted \(DemoFormat.timestamp(acceptedAt)); the window closes \(DemoFormat.timestamp(closesAt))")
+        output.line("until then identity tokens carry transfer_sub, and team B can exchange transfer identifiers itself")
+        output.line("Baton's configuration: apple.transfer.accepted_at = \(ISO8601DateFormatter().string(from: acceptedAt))")
+
+        // 6. Baton's service.
+        output.step(6, "Baton's HTTP service (baton serve)")
+        let configuration = BatonConfiguration(
+            listen: .init(host: "127.0.0.1", port: 0),
+            database: .init(url: options.databaseURL, poolSize: options.concurrency),
+            apple: .init(baseURL: emulator.baseURL, clientIDs: [clientID], transfer: .init(clientID: clientID, acceptedAt: acceptedAt)),
+            legacy: DemoScenario.legacy
+        )
+        let server = try await BatonServer.start(configuration: configuration, port: 0)
+        let serviceURL = URL(string: "http://127.0.0.1:\(server.port)")!
+        output.line("listening on \(serviceURL.absoluteString): POST /v1/signin, GET /v1/credential-state, POST /v1/link, GET /metrics")
+        output.line("it verifies identity tokens against the emulator's /auth/keys (RS256, iss, aud \(clientID), exp)")
+
+        do {
+            let rest = try await afterService(pool: pool, emulator: emulator, teamB: teamB, people: people, serviceURL: serviceURL, acceptedAt: acceptedAt)
+            await server.stop()
+            return healthy && rest
+        } catch {
+            await server.stop()
+            throw error
+        }
+    }
+
+    private func afterService(pool: PostgresPool, emulator: AppleEmulator, teamB: TeamCredentials, people: [EmulatedUser],
+                              serviceURL: URL, acceptedAt: Date) async throws -> Bool {
+        let clientID = DemoScenario.clientID
+        let legacy = try DemoScenario.legacy.identifiers()
+        var healthy = true
+
+        // 7. Devices: a third of the users open the app at once.
+        let deviceUsers = people.enumerated().filter { $0.offset % 3 == 0 }.map(\.element.userIdentifier)
+        output.step(7, "\(DemoFormat.count(deviceUsers.count)) iPhones open the app at once (a third of the users)")
+        output.line("each does what the app does on a device, \(options.concurrency) devices in flight:")
+        let devices = DemoDevices(service: serviceURL, apple: emulator.baseURL, clientID: clientID, concurrency: options.concurrency)
+        let (tally, deviceSeconds) = await timed { await devices.run(users: deviceUsers) }
+        output.line("  GET /v1/credential-state?user=OLD_SUB → \(DemoFormat.tally(tally.credentialStates))")
+        output.line("  silent re-authorization (POST /emulator/authorize) → \(DemoFormat.count(tally.tokens)) identity tokens, \(DemoFormat.count(tally.tokensWithTransferSub)) with transfer_sub")
+        output.line("  POST /v1/signin with the new token → \(DemoFormat.tally(tally.signInOutcomes))")
+        let signIns = tally.signInOutcomes["migrated"] ?? 0
+        output.line("\(DemoFormat.count(tally.requests)) requests in \(DemoFormat.seconds(deviceSeconds)) (\(DemoFormat.rate(tally.requests, deviceSeconds)), \(DemoFormat.rate(signIns, deviceSeconds)) sign-ins); each record rewritten once, with an event in baton.events")
+        if tally.failures > 0 || signIns != deviceUsers.count {
+            healthy = false
+            output.line("\(DemoFormat.count(tally.failures)) DEVICES DID NOT FINISH")
+        }
+
+        // 8. The exchange for the rest.
+        let exchangeQueue = TransferQueue(pool: pool, kind: .exchange)
+        let pending = try await exchangeQueue.pendingCount()
+        let stragglers = min(options.stragglers, pending)
+        output.step(8, "Team B exchanges the rest (baton exchange)")
+        let recipient = try appleClient(emulator, team: teamB)
+        let store = LegacyStore(pool: pool, legacy: legacy)
+        let budget = HoldBack(allowed: pending - stragglers)
+        emulator.resetStats()
+        let exchangeSummary = await runJob(queue: exchangeQueue, step: HoldBackStep(inner: ExchangeStep(client: recipient, applier: store), budget: budget),
+                                           total: pending - stragglers, acceptedAt: acceptedAt, requireOpenWindow: true)
+        let exchangeCalls = emulator.stats()["/auth/usermigrationinfo"]
+        let exchanged = exchangeSummary.counts.succeeded
+        output.line("\(DemoFormat.count(pending)) users did not sign in; POST /auth/usermigrationinfo with each transfer_sub and team B's key")
+        output.line("\(DemoFormat.count(exchanged)) exchanged and rewritten in \(DemoFormat.seconds(exchangeSummary.elapsed)) (\(DemoFormat.rate(exchanged, exchangeSummary.elapsed)), limit \(DemoFormat.count(Int(options.rate)))/s): \(DemoFormat.count(exchangeCalls.calls)) calls, \(exchangeSummary.counts.rateLimited) rate-limited, \(exchangeSummary.counts.errors) failed, \(exchangeSummary.counts.alreadyDone) already migrated by a sign-in")
+        output.line("the demo stops the job with \(DemoFormat.count(exchangeSummary.remaining)) users to go: the stragglers nobody reaches before day 60")
+        output.line("a team runs: baton exchange --workers \(options.concurrency) --rate \(Int(options.rate))   (resumable; several processes may share the work)")
+        if exchanged != pending - stragglers || exchangeSummary.remaining != stragglers {
+            healthy = false
+            output.line("THE EXCHANGE DID NOT DO EVERY USER IT WAS GIVEN")
+        }
+
+        // 9. Day 61: the window has closed.
+        output.step(9, "Day 61: the window has closed")
+        let day61 = try emulator.setClock(to: acceptedAt.addingTimeInterval(61 * 86_400))
+        output.line("the emulator's clock moves to \(DemoFormat.timestamp(day61)), a day after the window closed")
+        let lateClient = try appleClient(emulator, team: teamB)
+        emulator.resetStats()
+        let lateSummary = await runJob(queue: exchangeQueue, step: ExchangeStep(client: lateClient, applier: store), total: exchangeSummary.remaining,
+                                       acceptedAt: acceptedAt, requireOpenWindow: true, maxConsecutiveFailures: exchangeSummary.remaining + 1)
+        let lateCalls = emulator.stats()["/auth/usermigrationinfo"]
+        output.line("a late exchange for the \(DemoFormat.count(exchangeSummary.remaining)) stragglers: Apple answers \(DemoFormat.tally(lateCalls.errors.mapValues { $0 }))")
+        output.line("Baton marks them unresolvable (\(DemoFormat.count(lateSummary.counts.unresolvable))), keeping Apple's reason in baton.transfers.last_error; their old records stay untouched")
+        output.line("(only the emulator's clock moved, so Baton asked; against Apple, baton exchange refuses to start after day 60 and counts who is left)")
+        if lateSummary.counts.unresolvable != exchangeSummary.remaining || lateSummary.remaining != 0 {
+            healthy = false
+            output.line("THE LATE EXCHANGE DID NOT MARK EVERY STRAGGLER")
+        }
+
+        // 10. The report.
+        output.step(10, "The report (baton report)")
+        let account = try await accountFor(pool: pool)
+        let report = try await ReportBuilder(pool: pool, legacy: DemoScenario.legacy, acceptedAt: acceptedAt, now: emulator.now, limit: 100).build()
+        output.write("\n" + report.renderTable(listLimit: 5).split(separator: "\n", omittingEmptySubsequences: false).map { "      " + $0 }.joined(separator: "\n") + "\n")
+        let html = report.renderHTML()
+        try await writeFile(options.reportPath, html)
+        let absolute = URL(fileURLWithPath: options.reportPath).standardizedFileURL.path
+        output.line("written \(absolute) (\(DemoFormat.count(html.utf8.count / 1024)) KB, self-contained: open it in a browser)")
+        output.line("every user accounted for: \(DemoFormat.count(account.bySignIn)) by sign-in + \(DemoFormat.count(account.byExchange)) by exchange + \(DemoFormat.count(account.unresolved)) unresolved = \(DemoFormat.count(account.bySignIn + account.byExchange + account.byLink + account.unresolved)) of \(DemoFormat.count(account.legacyUsers)) users in public.users")
+        output.line("public.users now holds \(DemoFormat.count(account.rewrittenRecords)) team B identifiers; baton.events holds one event per rewrite, to trace or reverse it")
+        if !account.balances {
+            healthy = false
+            output.line("THE FIGURES DO NOT ADD UP")
+        }
+
+        return healthy
+    }
+
+    /// Runs a bulk job with the demo's rate and workers, printing its progress.
+    private func runJob(queue: TransferQueue, step: any BulkJobStep, total: Int, acceptedAt: Date?, requireOpenWindow: Bool,
+                        maxConsecutiveFailures: Int = 25) async -> BulkJobSummary {
+        let job = BulkJob(queue: queue, step: step,
+                          options: BulkJobOptions(workers: options.concurrency, rate: options.rate, maxConsecutiveFailures: max(1, maxConsecutiveFailures)),
+                          window: TransferWindow(acceptedAt: acceptedAt), requireOpenWindow: requireOpenWindow)
+        let output = self.output
+        let reporter = ProgressReporter(total: total, counters: job.counters, isTerminal: output.isTerminal, logInterval: 2) { text in
+            if text.hasPrefix("\r") {
+                output.write("\r      " + text.dropFirst())
+            } else {
+                output.write(text == "\n" ? text : "      " + text)
+            }
+        }
+        reporter.start()
+        let summary = await job.run()
+        await reporter.finish()
+        return summary
+    }
+
+    /// An Apple client for `team`, on the emulator's clock (a server's clock agrees with Apple's).
+    private func appleClient(_ emulator: AppleEmulator, team: TeamCredentials) throws -> AppleClient {
+        let secret = try ClientSecret(teamID: team.teamID, keyID: team.keyID, clientID: DemoScenario.clientID, pem: team.privateKeyPEM)
+        return AppleClient(baseURL: emulator.baseURL, credentials: secret,
+                           options: AppleClient.Options(retry: RetryPolicy(maxAttempts: 1), maxConnectionsPerHost: options.concurrency),
+                           now: { emulator.now })
+    }
+
+    /// Counts the outcome of every user from the database.
+    private func accountFor(pool: PostgresPool) async throws -> DemoAccount {
+        let row = try await pool.query("""
+            SELECT (SELECT count(*) FROM public.users),
+                   count(*) FILTER (WHERE state = 'migrated' AND method = 'signin'),
+                   count(*) FILTER (WHERE state = 'migrated' AND method = 'exchange'),
+                   count(*) FILTER (WHERE state = 'migrated' AND method = 'link'),
+                   count(*) FILTER (WHERE state <> 'migrated'),
+                   (SELECT count(*) FROM public.users u JOIN baton.transfers t ON t.new_sub = u.apple_sub AND t.state = 'migrated')
+            FROM baton.transfers
+            """)[0]
+        return DemoAccount(legacyUsers: try row.decode(Int.self, at: 0), bySignIn: try row.decode(Int.self, at: 1),
+                           byExchange: try row.decode(Int.self, at: 2), byLink: try row.decode(Int.self, at: 3),
+                           unresolved: try row.decode(Int.self, at: 4), rewrittenRecords: try row.decode(Int.self, at: 5))
+    }
+
+    /// Writes `text` to `path` on a dispatch queue (file I/O stays off Swift's cooperative threads).
+    private func writeFile(_ path: String, _ text: String) async throws {
+        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+            DispatchQueue.global().async {
+                continuation.resume(with: Result { try Data(text.utf8).write(to: URL(fileURLWithPath: path), options: .atomic) })
+            }
+        }
+    }
+}
+
+/// How many users the demo's exchange may still take before it stops.
+final class HoldBack: Sendable {
+    private let remaining: Mutex<Int>
+
+    init(allowed: Int) { remaining = Mutex(allowed) }
+
+    /// Takes one user from the allowance; false once it is spent.
+    func take() -> Bool {
+        remaining.withLock { count in
+            guard count > 0 else { return false }
+            count -= 1
+            return true
+        }
+    }
+}
+
+/// The demo's interrupted exchange: the real ``ExchangeStep`` for as many users as the allowance holds, then a
+/// stop, so the job ends with the stragglers still pending (their rows released, not leased).
+struct HoldBackStep: BulkJobStep {
+    let inner: ExchangeStep
+    let budget: HoldBack
+
+    func perform(_ item: TransferQueue.Item) async throws -> BulkStepOutcome {
+        guard budget.take() else { throw DemoInterruption() }
+        return try await inner.perform(item)
+    }
+}
+
+/// Why the demo's exchange stopped early.
+struct DemoInterruption: Error, CustomStringConvertible {
+    var description: String { "the demo interrupted the exchange to leave stragglers for day 60" }
+}
