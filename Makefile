@@ -20,9 +20,12 @@ test: build
 	swift build --build-tests $(SWIFT_BUILD_FLAGS)
 	scripts/pg.sh run swift test --skip-build --no-parallel $(SWIFT_BUILD_FLAGS)
 
-## Migrates a fresh throwaway database and shows Baton's schema.
+## The one-command demo: builds (debug: the fastest to produce on a fresh machine), starts a throwaway
+## PostgreSQL, runs `baton demo` (the emulator, the service and the jobs in-process on 127.0.0.1), writes
+## report.html here, and deletes the database; Ctrl-C cleans up too. DEMO_FLAGS passes options (--users N, …).
+DEMO_FLAGS ?=
 demo: build
-	scripts/pg.sh run bash -c '$(BATON) db migrate --database-url "$$BATON_TEST_DATABASE_URL" && psql "$$BATON_TEST_DATABASE_URL" -c "\dt baton.*"'
+	scripts/pg.sh run bash -c '$(BATON) demo --database-url "$$BATON_TEST_DATABASE_URL" $(DEMO_FLAGS)'
 
 ## Runs every benchmark in release mode and writes bench-results/latest.json.
 bench: deps

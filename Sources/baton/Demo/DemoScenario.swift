@@ -42,10 +42,13 @@ struct DemoAccount: Sendable, Equatable {
     var unresolved: Int
     /// Legacy records whose subject is now a new-team identifier.
     var rewrittenRecords: Int
+    /// `migrated` events in `baton.events`.
+    var migrationEvents: Int
 
     /// Whether the sum is the whole table and every migration shows in the table.
     var balances: Bool {
-        bySignIn + byExchange + byLink + unresolved == legacyUsers && rewrittenRecords == bySignIn + byExchange + byLink
+        let migrated = bySignIn + byExchange + byLink
+        return migrated + unresolved == legacyUsers && rewrittenRecords == migrated && migrationEvents == migrated
     }
 }
 
@@ -306,7 +309,7 @@ struct DemoScenario {
         let absolute = URL(fileURLWithPath: options.reportPath).standardizedFileURL.path
         output.line("written \(absolute) (\(DemoFormat.count(html.utf8.count / 1024)) KB, self-contained: open it in a browser)")
         output.line("every user accounted for: \(DemoFormat.count(account.bySignIn)) by sign-in + \(DemoFormat.count(account.byExchange)) by exchange + \(DemoFormat.count(account.unresolved)) unresolved = \(DemoFormat.count(account.bySignIn + account.byExchange + account.byLink + account.unresolved)) of \(DemoFormat.count(account.legacyUsers)) users in public.users")
-        output.line("public.users now holds \(DemoFormat.count(account.rewrittenRecords)) team B identifiers; baton.events holds one event per rewrite, to trace or reverse it")
+        output.line("public.users now holds \(DemoFormat.count(account.rewrittenRecords)) team B identifiers; baton.events holds \(DemoFormat.count(account.migrationEvents)) 'migrated' events with the old and new values, to trace or reverse each rewrite")
         if !account.balances {
             healthy = false
             output.line("THE FIGURES DO NOT ADD UP")
@@ -351,12 +354,14 @@ struct DemoScenario {
                    count(*) FILTER (WHERE state = 'migrated' AND method = 'exchange'),
                    count(*) FILTER (WHERE state = 'migrated' AND method = 'link'),
                    count(*) FILTER (WHERE state <> 'migrated'),
-                   (SELECT count(*) FROM public.users u JOIN baton.transfers t ON t.new_sub = u.apple_sub AND t.state = 'migrated')
+                   (SELECT count(*) FROM public.users u JOIN baton.transfers t ON t.new_sub = u.apple_sub AND t.state = 'migrated'),
+                   (SELECT count(*) FROM baton.events WHERE kind = 'migrated')
             FROM baton.transfers
             """)[0]
         return DemoAccount(legacyUsers: try row.decode(Int.self, at: 0), bySignIn: try row.decode(Int.self, at: 1),
                            byExchange: try row.decode(Int.self, at: 2), byLink: try row.decode(Int.self, at: 3),
-                           unresolved: try row.decode(Int.self, at: 4), rewrittenRecords: try row.decode(Int.self, at: 5))
+                           unresolved: try row.decode(Int.self, at: 4), rewrittenRecords: try row.decode(Int.self, at: 5),
+                           migrationEvents: try row.decode(Int.self, at: 6))
     }
 
     /// Writes `text` to `path` on a dispatch queue (file I/O stays off Swift's cooperative threads).
