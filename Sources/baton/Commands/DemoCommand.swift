@@ -64,6 +64,8 @@ private func stopOnInterrupt() {
     Task.detached {
         let signal = await waitForTerminationSignal()
         printError("\nbaton demo: interrupted (signal \(signal)); the emulator, the service and the jobs stop with this process")
-        exit(130)
+        // `_exit`, not `exit`: the jobs' threads are still running, and `exit` would tear OpenSSL and libpq down
+        // under them (atexit handlers); the kernel closes the sockets either way.
+        _exit(130)
     }
 }
