@@ -57,6 +57,7 @@ struct EmulatorCommandTests {
         ["emulator", "--port", "70000"],
         ["emulator", "extra"],
         ["emulator", "--log-level", "loud"],
+        ["emulator", "--host", "not-an-address", "--port", "0"],
         ["bench"],
         ["bench", "nothing"],
         ["bench", "emulator", "--concurrency", "0"],

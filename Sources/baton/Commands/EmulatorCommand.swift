@@ -33,6 +33,8 @@ let emulatorCommand = Command(
         let emulator: AppleEmulator
         do {
             emulator = try await AppleEmulator.start(host: host, port: port, statePath: parsed.value("state"), logger: logger)
+        } catch let error as HTTPServerError where error.code == .invalidAddress {
+            throw CommandFailure.usage("--host must be a numeric IPv4 or IPv6 address or localhost")
         } catch let error as HTTPServerError {
             throw CommandFailure.failed("baton emulator: cannot listen on \(host):\(port) (\(error))")
         } catch {
