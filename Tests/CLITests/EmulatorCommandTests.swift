@@ -64,13 +64,14 @@ struct EmulatorCommandTests {
 
     @Test("bench emulator ends with one JSON line of figures")
     func bench() async throws {
-        let result = try await offPool { try runBaton(["bench", "emulator", "--requests", "500", "--tokens", "100", "--concurrency", "4"]) }
+        let result = try await offPool { try runBaton(["bench", "emulator", "--requests", "500", "--tokens", "100", "--exchanges", "100", "--concurrency", "4"]) }
         #expect(result.status == 0, "\(result.stderr)")
         let last = try #require(result.stdout.split(separator: "\n").last)
         let figures = try #require(try JSONSerialization.jsonObject(with: Data(last.utf8)) as? [String: Any])
         #expect(figures["benchmark"] as? String == "emulator")
         #expect((figures["keys_requests_per_s"] as? Int ?? 0) > 0)
         #expect((figures["authorize_tokens_per_s"] as? Int ?? 0) > 0)
+        #expect((figures["exchange_requests_per_s"] as? Int ?? 0) > 0)
         #expect(figures["errors"] as? Int == 0)
         #expect(figures["concurrency"] as? Int == 4)
     }
