@@ -440,6 +440,8 @@ final class Emulator: Sendable {
             encoder.dateEncodingStrategy = .secondsSince1970
             encoder.outputFormatting = [.sortedKeys]
             try encoder.encode(snapshot).write(to: URL(fileURLWithPath: statePath), options: .atomic)
+            // The file holds the emulated teams' private keys: readable by its owner only.
+            try FileManager.default.setAttributes([.posixPermissions: 0o600], ofItemAtPath: statePath)
         } catch {
             throw EmulatorError(.stateFile, "cannot write \(statePath)")
         }

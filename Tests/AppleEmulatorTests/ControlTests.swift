@@ -217,7 +217,8 @@ struct ControlTests {
         try first.advanceClock(by: 10 * 86_400)
         let kids = first.jwks.keys.compactMap(\.kid)
         await first.stop()
-        #expect(FileManager.default.fileExists(atPath: path))
+        let permissions = try FileManager.default.attributesOfItem(atPath: path)[.posixPermissions] as? Int
+        #expect(permissions == 0o600)
 
         let second = try await AppleEmulator.start(statePath: path)
         defer { Task { await second.stop() } }
