@@ -45,7 +45,7 @@ let package = Package(
         .testTarget(name: "BatonTests", dependencies: ["Baton", "TestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "BatonServiceTests", dependencies: ["BatonService", "TestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "AppleEmulatorTests", dependencies: ["AppleEmulator", "TestSupport"], swiftSettings: swiftSettings),
-        .testTarget(name: "CLITests", dependencies: ["TestSupport"], swiftSettings: swiftSettings),
+        .testTarget(name: "CLITests", dependencies: ["TestSupport", "JOSE"], swiftSettings: swiftSettings),
     ],
     swiftLanguageModes: [.v6]
 )

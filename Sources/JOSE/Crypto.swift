@@ -237,6 +237,20 @@ public final class RSAPublicKey: @unchecked Sendable, Equatable {
         }
     }
 
+    /// The key as SubjectPublicKeyInfo PEM (`-----BEGIN PUBLIC KEY-----`).
+    public func pem() -> String {
+        guard let bio = BIO_new(BIO_s_mem()) else { return "" }
+        defer { BIO_free(bio) }
+        guard PEM_write_bio_PUBKEY(bio, key) == 1 else {
+            ERR_clear_error()
+            return ""
+        }
+        var data: UnsafeMutablePointer<CChar>?
+        let length = COpenSSL_BIO_get_mem_data(bio, &data)
+        guard let data, length > 0 else { return "" }
+        return String(decoding: UnsafeRawBufferPointer(start: data, count: length), as: UTF8.self)
+    }
+
     /// Keys are equal when their modulus and exponent are.
     public static func == (lhs: RSAPublicKey, rhs: RSAPublicKey) -> Bool {
         lhs.modulus == rhs.modulus && lhs.exponent == rhs.exponent
@@ -285,6 +299,25 @@ public final class RSAPrivateKey: @unchecked Sendable {
 
     /// The key as unencrypted PKCS#8 PEM. This is a secret: never print or log it.
     public func pem() -> String { writePKCS8PEM(key) }
+
+    /// Signs `message` with RS512 (`pss: false`) or PS256 (`pss: true`): algorithms Baton never accepts,
+    /// for tests that must show a correctly signed token under a refused algorithm is still refused.
+    /// - Throws: ``JOSEError`` `.cryptoFailure` if OpenSSL fails.
+    @_spi(Testing)
+    public func signRefusedAlgorithm(_ message: [UInt8], pss: Bool) throws -> [UInt8] {
+        guard let context = EVP_MD_CTX_new() else { throw openSSLError(.cryptoFailure, "digest context") }
+        defer { EVP_MD_CTX_free(context) }
+        var keyContext: OpaquePointer?
+        guard EVP_DigestSignInit(context, &keyContext, pss ? EVP_sha256() : EVP_sha512(), nil, key) == 1,
+              !pss || EVP_PKEY_CTX_set_rsa_padding(keyContext, RSA_PKCS1_PSS_PADDING) == 1 else {
+            throw openSSLError(.cryptoFailure, "signing")
+        }
+        var length = 0
+        guard EVP_DigestSign(context, nil, &length, message, message.count) == 1 else { throw openSSLError(.cryptoFailure, "signing") }
+        var signature = [UInt8](repeating: 0, count: length)
+        guard EVP_DigestSign(context, &signature, &length, message, message.count) == 1 else { throw openSSLError(.cryptoFailure, "signing") }
+        return Array(signature.prefix(length))
+    }
 
     /// Signs `message` with RS256; the signature is as long as the modulus.
     /// - Throws: ``JOSEError`` `.cryptoFailure` if OpenSSL fails.

@@ -63,7 +63,8 @@ public struct CompactJWS: Sendable {
     /// Parses a compact JWS.
     ///
     /// The length limit is applied before any decoding. Exactly three dot-separated parts, each strict
-    /// base64url, a non-empty signature, and a header that is a JSON object accepted by ``JWSHeader``.
+    /// base64url, and a header that is a JSON object accepted by ``JWSHeader``. An empty signature parses
+    /// (an unsecured JWS is well-formed) and verifies under no key.
     /// - Throws: ``JOSEError`` `.tooLarge`, `.malformedJWS`, `.invalidBase64`, `.invalidJSON`, `.tooDeep`,
     ///   `.duplicateMember`, `.unexpectedJSON`, `.invalidHeader`, `.criticalExtension`, `.unsupportedType`.
     public static func parse(_ token: some StringProtocol, maxLength: Int = defaultMaxLength) throws -> CompactJWS {
@@ -74,15 +75,12 @@ public struct CompactJWS: Sendable {
     }
 
     private static func parse(bytes: UnsafeBufferPointer<UInt8>) throws -> CompactJWS {
-        guard let firstDot = bytes.firstIndex(of: UInt8(ascii: ".")) else {
-            throw JOSEError(.malformedJWS, "expected three parts separated by '.'")
-        }
-        guard let secondDot = bytes[(firstDot + 1)...].firstIndex(of: UInt8(ascii: ".")),
-              !bytes[(secondDot + 1)...].contains(UInt8(ascii: ".")) else {
+        guard let firstDot = nextDot(in: bytes, from: 0),
+              let secondDot = nextDot(in: bytes, from: firstDot + 1),
+              nextDot(in: bytes, from: secondDot + 1) == nil else {
             throw JOSEError(.malformedJWS, "expected three parts separated by '.'")
         }
         guard firstDot > 0 else { throw JOSEError(.malformedJWS, "empty header") }
-        guard secondDot + 1 < bytes.count else { throw JOSEError(.malformedJWS, "empty signature") }
         func decode(_ range: Range<Int>) throws -> [UInt8] {
             guard let decoded = Base64URL.decode(bytes: UnsafeBufferPointer(rebasing: bytes[range])) else {
                 throw JOSEError(.invalidBase64, "a token part is not strict base64url")
@@ -99,6 +97,25 @@ public struct CompactJWS: Sendable {
             signingInput: Array(UnsafeBufferPointer(rebasing: bytes[0..<secondDot])),
             signature: signature
         )
+    }
+
+    /// The index of the first '.' in `bytes` at or after `start`, scanning eight bytes at a time.
+    private static func nextDot(in bytes: UnsafeBufferPointer<UInt8>, from start: Int) -> Int? {
+        guard let base = bytes.baseAddress else { return nil }
+        let raw = UnsafeRawPointer(base)
+        var index = start
+        let dots: UInt64 = 0x2E2E_2E2E_2E2E_2E2E, ones: UInt64 = 0x0101_0101_0101_0101, highs: UInt64 = 0x8080_8080_8080_8080
+        while index + 8 <= bytes.count {
+            let word = raw.loadUnaligned(fromByteOffset: index, as: UInt64.self) ^ dots
+            // Non-zero exactly when some byte of `word` is zero, i.e. some byte was '.'.
+            if (word &- ones) & ~word & highs != 0 { break }
+            index += 8
+        }
+        while index < bytes.count {
+            if bytes[index] == UInt8(ascii: ".") { return index }
+            index += 1
+        }
+        return nil
     }
 
     /// The payload parsed as a JWT claims set: a JSON object without duplicate names.

@@ -41,7 +41,7 @@ struct JWSTests {
 
     @Test("Compact parsing refuses each malformed shape with its code", arguments: [
         ("a.b", JOSEError.Code.malformedJWS), ("a.b.c.d", .malformedJWS), ("abc", .malformedJWS), (".e30.AQ", .malformedJWS),
-        ("e30.e30.", .malformedJWS), ("e30=.e30.AQ", .invalidBase64), ("eyJhbGciOiJSUzI1NiJ9.e3 0.AQ", .invalidBase64), ("eyJhbGciOiJSUzI1NiJ9.e30.A", .invalidBase64),
+        ("e30.e30.", .invalidHeader), ("..", .malformedJWS), ("e30=.e30.AQ", .invalidBase64), ("eyJhbGciOiJSUzI1NiJ9.e3 0.AQ", .invalidBase64), ("eyJhbGciOiJSUzI1NiJ9.e30.A", .invalidBase64),
         ("eyJhbGciOiJSUzI1NiJ9.e30.AQ+", .invalidBase64), ("bm90IGpzb24.e30.AQ", .invalidJSON), ("WzFd.e30.AQ", .unexpectedJSON),
         ("e30.e30.AQ", .invalidHeader),
     ])

@@ -1,1 +1,0 @@
-// The AppleSignIn module: see docs and design.md.

@@ -1,0 +1,129 @@
+import AppleSignIn
+import Foundation
+import JOSE
+
+/// `baton verify`: verifies one identity token and prints its claims.
+let verifyCommand = Command(
+    name: "verify",
+    summary: "verify an identity token and print its claims as JSON",
+    usage: """
+    usage: baton verify --client-id ID (--jwks FILE | --jwks-url URL) [--nonce N] [--nonce-flow native|web] [--now UNIX] TOKEN
+
+    Verifies TOKEN (or standard input when TOKEN is '-') as a Sign in with Apple identity token:
+    RS256 only, key by 'kid', iss https://appleid.apple.com, aud one of the --client-id values,
+    exp/iat/nbf with 60 s leeway, and the nonce when --nonce is given.
+
+      --client-id ID      an accepted audience; repeat for several
+      --jwks FILE         a JWK Set file
+      --jwks-url URL      fetch the JWK Set from URL (e.g. https://appleid.apple.com/auth/keys)
+      --nonce N           require this nonce: its SHA-256 hex (native flow, the default) or itself (web flow)
+      --nonce-flow FLOW   native (default) or web
+      --now UNIX          judge exp/iat/nbf at this Unix time instead of the system clock
+
+    Exit 0 with the claims as JSON on stdout; 1 with 'rejected: <reason>: <explanation>' on stderr;
+    2 for usage or configuration errors.
+    """,
+    run: runVerify
+)
+
+/// The longest token read from standard input before refusing it as too large.
+private let standardInputLimit = 1 << 20
+
+/// The largest JWK Set file read.
+private let keySetFileLimit = 1 << 20
+
+@Sendable
+private func runVerify(_ rawArguments: [String]) async throws -> Int32 {
+    let arguments = try Arguments(rawArguments, options: ["client-id", "jwks", "jwks-url", "nonce", "nonce-flow", "now"])
+    let clientIDs = arguments.values("client-id").filter { !$0.isEmpty }
+    guard !clientIDs.isEmpty else { throw CommandFailure.usage("missing --client-id") }
+    guard arguments.positionals.count == 1, let tokenArgument = arguments.positionals.first else {
+        throw CommandFailure.usage(arguments.positionals.isEmpty ? "missing TOKEN" : "expected one TOKEN")
+    }
+    let nonce: ExpectedNonce?
+    switch (arguments.value("nonce"), arguments.value("nonce-flow") ?? "native") {
+    case (nil, _): nonce = nil
+    case (let value?, "native"): nonce = .native(raw: value)
+    case (let value?, "web"): nonce = .web(value)
+    default: throw CommandFailure.usage("--nonce-flow must be native or web")
+    }
+    var now: @Sendable () -> Date = { Date() }
+    if let text = arguments.value("now") {
+        guard let seconds = Double(text), seconds.isFinite, seconds >= 0 else {
+            throw CommandFailure.usage("--now must be a Unix time in seconds")
+        }
+        now = { Date(timeIntervalSince1970: seconds) }
+    }
+
+    let keys: any VerificationKeyProvider
+    switch (arguments.value("jwks"), arguments.value("jwks-url")) {
+    case (let path?, nil):
+        let bytes = try await offCooperativePool { try readFile(path, limit: keySetFileLimit) }
+        do {
+            keys = FixedKeySet(try JWKSet(json: bytes))
+        } catch {
+            throw CommandFailure.usage("--jwks \(path): not a usable JWK Set (\(error))")
+        }
+    case (nil, let text?):
+        guard let url = URL(string: text), let scheme = url.scheme?.lowercased(), scheme == "https" || scheme == "http" else {
+            throw CommandFailure.usage("--jwks-url must be an http or https URL")
+        }
+        let cache = KeySetCache(url: url, now: now)
+        do {
+            try await cache.refresh()
+        } catch {
+            throw CommandFailure.failed("baton verify: cannot fetch the key set from \(text): \(error)")
+        }
+        keys = cache
+    case (nil, nil):
+        throw CommandFailure.usage("give --jwks FILE or --jwks-url URL")
+    case (.some, .some):
+        throw CommandFailure.usage("give only one of --jwks and --jwks-url")
+    }
+
+    let token: String
+    if tokenArgument == "-" {
+        let bytes = try await offCooperativePool { readStandardInput(limit: standardInputLimit) }
+        guard bytes.count <= standardInputLimit else {
+            throw CommandFailure.rejected("rejected: \(VerificationError.Reason.tooLarge.rawValue): standard input exceeds \(standardInputLimit) bytes")
+        }
+        token = String(decoding: bytes, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+    } else {
+        token = tokenArgument
+    }
+
+    let verifier = IdentityTokenVerifier(clientIDs: clientIDs, keys: keys, now: now)
+    do {
+        let verified = try await verifier.verify(token, nonce: nonce)
+        print(JSON.serialize(.object(verified.claims)))
+        return 0
+    } catch let error as VerificationError {
+        throw CommandFailure.rejected("rejected: \(error.reason.rawValue): \(error.explanation)")
+    }
+}
+
+/// Runs blocking work (file and pipe reads) on a Dispatch thread, off Swift's cooperative pool.
+private func offCooperativePool<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
+    try await withCheckedThrowingContinuation { continuation in
+        DispatchQueue.global().async { continuation.resume(with: Result { try body() }) }
+    }
+}
+
+/// Reads at most `limit` bytes of the file at `path`.
+private func readFile(_ path: String, limit: Int) throws -> [UInt8] {
+    guard let handle = FileHandle(forReadingAtPath: path) else { throw CommandFailure.usage("cannot read \(path)") }
+    defer { try? handle.close() }
+    let data = (try? handle.read(upToCount: limit + 1)) ?? Data()
+    guard data.count <= limit else { throw CommandFailure.usage("\(path) is larger than \(limit) bytes") }
+    return [UInt8](data)
+}
+
+/// Reads standard input to its end, stopping once more than `limit` bytes have arrived.
+private func readStandardInput(limit: Int) -> [UInt8] {
+    var bytes: [UInt8] = []
+    while bytes.count <= limit {
+        guard let chunk = try? FileHandle.standardInput.read(upToCount: 64 * 1024), !chunk.isEmpty else { break }
+        bytes.append(contentsOf: chunk)
+    }
+    return bytes
+}
