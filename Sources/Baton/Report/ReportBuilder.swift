@@ -63,6 +63,19 @@ public struct ReportBuilder: Sendable {
         self.emails = emails
     }
 
+    /// Creates a builder from the configuration: its `legacy` table and `apple.transfer.accepted_at`.
+    public init(
+        pool: PostgresPool,
+        configuration: BatonConfiguration,
+        now: Date = Date(),
+        limit: Int = ReportBuilder.defaultLimit,
+        after: String? = nil,
+        emails: Emails = .masked
+    ) {
+        self.init(pool: pool, legacy: configuration.legacy, acceptedAt: configuration.apple.transfer?.acceptedAt,
+                  now: now, limit: limit, after: after, emails: emails)
+    }
+
     /// Builds the report.
     /// - Throws: ``ConfigurationError`` (`invalidValue`) for an invalid legacy table or column name;
     ///   `PostgresError` when a query fails (for example a missing legacy column).
