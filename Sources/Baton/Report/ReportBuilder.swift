@@ -1,5 +1,4 @@
 import Foundation
-import Logging
 import Postgres
 
 /// Computes a ``MigrationReport`` from `baton.transfers` (and the application's table for the unresolved
