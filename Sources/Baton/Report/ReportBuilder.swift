@@ -80,19 +80,21 @@ public struct ReportBuilder: Sendable {
     ///   `PostgresError` when a query fails (for example a missing legacy column).
     public func build() async throws -> MigrationReport {
         let identifiers = try legacy?.identifiers()
-        let (counts, days, pace, reasons) = try await pool.withConnection { connection in
-            // One snapshot for every figure, so they add up even while workers write.
+        // One more unresolved user than asked, to know whether another page follows.
+        let pageLimit = limit == 0 || limit == .max ? limit : limit + 1
+        let (counts, days, pace, reasons, listed) = try await pool.withConnection { connection in
+            // One snapshot for every figure and the list, so they agree even while workers write.
             try await connection.withTransaction(isolation: .repeatableRead) { connection in
                 (
                     try await stateMethodCounts(connection),
                     try await dayCounts(connection),
                     try await paceCount(connection),
-                    try await reasonCounts(connection)
+                    try await reasonCounts(connection),
+                    try await page(connection, after: after, limit: pageLimit, identifiers: identifiers)
                 )
             }
         }
-        // One more than asked, to know whether another page follows.
-        var unresolvedPage = try await page(after: after, limit: limit == 0 || limit == .max ? limit : limit + 1, identifiers: identifiers)
+        var unresolvedPage = listed
         var nextAfter: String?
         if limit > 0, unresolvedPage.count > limit {
             unresolvedPage.removeLast(unresolvedPage.count - limit)
@@ -143,7 +145,9 @@ public struct ReportBuilder: Sendable {
         var remaining = max(0, limit)
         while remaining > 0 {
             let size = min(max(1, pageSize), remaining)
-            let users = try await page(after: cursor, limit: size, identifiers: identifiers)
+            let users = try await pool.withConnection { connection in
+                try await page(connection, after: cursor, limit: size, identifiers: identifiers)
+            }
             if users.isEmpty { return }
             try await body(users)
             remaining -= users.count
@@ -224,9 +228,9 @@ public struct ReportBuilder: Sendable {
         return MigrationReport.Failures(reasons: reasons, omittedReasons: max(0, groups - reasons.count))
     }
 
-    private func page(after: String?, limit: Int, identifiers: BatonConfiguration.LegacyIdentifiers?) async throws -> [MigrationReport.UnresolvedUser] {
+    private func page(_ connection: PostgresConnection, after: String?, limit: Int, identifiers: BatonConfiguration.LegacyIdentifiers?) async throws -> [MigrationReport.UnresolvedUser] {
         guard limit > 0 else { return [] }
-        let rows = try await pool.query(ReportBuilder.unresolvedQuery(after: after, limit: limit, identifiers: identifiers))
+        let rows = try await connection.query(ReportBuilder.unresolvedQuery(after: after, limit: limit, identifiers: identifiers))
         return try rows.map { row in
             let email = try row.decode(String?.self, at: 5)
             return MigrationReport.UnresolvedUser(
