@@ -90,8 +90,8 @@ struct ReportRenderingTests {
             "accepted 2026-11-01 00:00 UTC, closes 2026-12-31 00:00 UTC: day 21 of 60, 39 days left",
             "61.7% migrated (1,234 of 2,000)",
             "60/day (420 in the last 7 days)",
-            "  migrated       1,234   61.7%",
-            "  total          2,000  100.0%",
+            "  migrated      1,234   61.7%",
+            "  total         2,000  100.0%",
             "  exchange       400     166           100",
             "a***@example.com",
             "z***@privaterelay.appleid.com",
@@ -116,6 +116,14 @@ struct ReportRenderingTests {
             <b>44</b>,001234.cccc.0003,unresolvable,1,"bad ""quote"", comma & <tag>",,false\r
 
             """)
+    }
+
+    @Test("CSV: a field a spreadsheet would run as a formula is neutralised", arguments: [
+        ("=HYPERLINK(\"x\")", "\"'=HYPERLINK(\"\"x\"\")\""), ("+1", "'+1"), ("-2", "'-2"), ("@SUM(A1)", "'@SUM(A1)"),
+        ("plain", "plain"), ("a=b", "a=b"),
+    ])
+    func csvFormulaInjection(value: String, expected: String) {
+        #expect(MigrationReport.csvField(value) == expected)
     }
 
     @Test("JSON: snake_case keys, ISO 8601 dates, and it reads back equal")

@@ -58,7 +58,7 @@ struct ReportCommandTests {
         defer { fixture.directory.remove() }
         let result = try await fixture.run(["--limit", "5"])
         #expect(result.status == 0, "\(result.stderr)")
-        for expected in ["day 15 of 60, 46 days left", "40.0% migrated (12 of 30)", "  pending            6   20.0%",
+        for expected in ["day 15 of 60, 46 days left", "40.0% migrated (12 of 30)", "  pending           6   20.0%",
                          "u***@example.com", "  and 13 more", "Apple rejected the exchange, \"invalid_client\""] {
             #expect(result.stdout.contains(expected), "missing '\(expected)' in:\n\(result.stdout)")
         }

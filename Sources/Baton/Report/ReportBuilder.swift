@@ -1,5 +1,4 @@
 import Foundation
-import Logging
 import Postgres
 
 /// Computes a ``MigrationReport`` from `baton.transfers` (and the application's table for the unresolved
@@ -63,24 +62,39 @@ public struct ReportBuilder: Sendable {
         self.emails = emails
     }
 
+    /// Creates a builder from the configuration: its `legacy` table and `apple.transfer.accepted_at`.
+    public init(
+        pool: PostgresPool,
+        configuration: BatonConfiguration,
+        now: Date = Date(),
+        limit: Int = ReportBuilder.defaultLimit,
+        after: String? = nil,
+        emails: Emails = .masked
+    ) {
+        self.init(pool: pool, legacy: configuration.legacy, acceptedAt: configuration.apple.transfer?.acceptedAt,
+                  now: now, limit: limit, after: after, emails: emails)
+    }
+
     /// Builds the report.
     /// - Throws: ``ConfigurationError`` (`invalidValue`) for an invalid legacy table or column name;
     ///   `PostgresError` when a query fails (for example a missing legacy column).
     public func build() async throws -> MigrationReport {
         let identifiers = try legacy?.identifiers()
-        let (counts, days, pace, reasons) = try await pool.withConnection { connection in
-            // One snapshot for every figure, so they add up even while workers write.
+        // One more unresolved user than asked, to know whether another page follows.
+        let pageLimit = limit == 0 || limit == .max ? limit : limit + 1
+        let (counts, days, pace, reasons, listed) = try await pool.withConnection { connection in
+            // One snapshot for every figure and the list, so they agree even while workers write.
             try await connection.withTransaction(isolation: .repeatableRead) { connection in
                 (
                     try await stateMethodCounts(connection),
                     try await dayCounts(connection),
                     try await paceCount(connection),
-                    try await reasonCounts(connection)
+                    try await reasonCounts(connection),
+                    try await page(connection, after: after, limit: pageLimit, identifiers: identifiers)
                 )
             }
         }
-        // One more than asked, to know whether another page follows.
-        var unresolvedPage = try await page(after: after, limit: limit == 0 || limit == .max ? limit : limit + 1, identifiers: identifiers)
+        var unresolvedPage = listed
         var nextAfter: String?
         if limit > 0, unresolvedPage.count > limit {
             unresolvedPage.removeLast(unresolvedPage.count - limit)
@@ -131,7 +145,9 @@ public struct ReportBuilder: Sendable {
         var remaining = max(0, limit)
         while remaining > 0 {
             let size = min(max(1, pageSize), remaining)
-            let users = try await page(after: cursor, limit: size, identifiers: identifiers)
+            let users = try await pool.withConnection { connection in
+                try await page(connection, after: cursor, limit: size, identifiers: identifiers)
+            }
             if users.isEmpty { return }
             try await body(users)
             remaining -= users.count
@@ -212,9 +228,9 @@ public struct ReportBuilder: Sendable {
         return MigrationReport.Failures(reasons: reasons, omittedReasons: max(0, groups - reasons.count))
     }
 
-    private func page(after: String?, limit: Int, identifiers: BatonConfiguration.LegacyIdentifiers?) async throws -> [MigrationReport.UnresolvedUser] {
+    private func page(_ connection: PostgresConnection, after: String?, limit: Int, identifiers: BatonConfiguration.LegacyIdentifiers?) async throws -> [MigrationReport.UnresolvedUser] {
         guard limit > 0 else { return [] }
-        let rows = try await pool.query(ReportBuilder.unresolvedQuery(after: after, limit: limit, identifiers: identifiers))
+        let rows = try await connection.query(ReportBuilder.unresolvedQuery(after: after, limit: limit, identifiers: identifiers))
         return try rows.map { row in
             let email = try row.decode(String?.self, at: 5)
             return MigrationReport.UnresolvedUser(

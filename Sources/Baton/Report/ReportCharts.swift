@@ -14,7 +14,7 @@ enum ReportCharts {
         let now = report.generatedAt
         let nowDay = now.timeIntervalSince(accepted) / 86_400
         let firstDay = report.perDay.first.map { ReportFormat.date(ofDay: $0.day).timeIntervalSince(accepted) / 86_400 } ?? 0
-        let minX = min(0, firstDay.rounded(.down))
+        let minX = min(0, firstDay.rounded(.down), nowDay.rounded(.down))
         let maxX = max(60, nowDay.rounded(.up))
         let total = Double(max(1, report.totals.total))
         func x(_ day: Double) -> Double { left + (day - minX) / (maxX - minX) * plotWidth }

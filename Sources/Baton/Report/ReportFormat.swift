@@ -60,10 +60,10 @@ enum ReportFormat {
         return value < 0 ? "-" + grouped : grouped
     }
 
-    /// `1,234.5` (one decimal below 100, whole numbers above).
+    /// `1,234`, `60`, `0.6`: whole numbers from 100 up or when whole, one decimal otherwise.
     static func rate(_ value: Double) -> String {
         guard value.isFinite, value > 0 else { return "0" }
-        if value >= 100 { return count(Int(value.rounded())) }
+        if value >= 100 || value == value.rounded() { return count(Int(value.rounded())) }
         return String(format: "%.1f", value)
     }
 

@@ -174,7 +174,7 @@ extension MigrationReport {
 }
 
 /// Accumulates the page's text.
-struct HTMLPage {
+private struct HTMLPage {
     private(set) var text = ""
 
     /// Appends markup as is.
@@ -182,7 +182,7 @@ struct HTMLPage {
 }
 
 /// Escapes text for HTML content and quoted attribute values.
-func htmlEscape(_ text: String) -> String {
+private func htmlEscape(_ text: String) -> String {
     var out = ""
     out.reserveCapacity(text.utf8.count)
     for character in text {
