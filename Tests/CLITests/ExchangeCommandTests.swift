@@ -200,6 +200,18 @@ struct TransferIDsCommandTests {
         }
     }
 
+    @Test("--dry-run shows the target and the count and writes nothing")
+    func dryRun() async throws {
+        try await BulkCLIFixture.run(users: 4, accept: false, seed: false) { fixture in
+            let result = try await runBatonOffPool(["transfer-ids", "--config", try fixture.configuration(), "--dry-run"])
+            #expect(result.status == 0, "\(result.stderr)")
+            #expect(result.stdout.contains("4 users need a transfer identifier"))
+            #expect(result.stdout.contains("dry run: 4 users pending"))
+            #expect(try fixture.count("SELECT count(*) FROM baton.transfers") == 0)
+            #expect(fixture.emulator.stats()["/auth/usermigrationinfo"].calls == 0)
+        }
+    }
+
     @Test("with --yes: a transfer identifier for every legacy user, for the recipient's team; a rerun does nothing")
     func createsIdentifiers() async throws {
         try await BulkCLIFixture.run(users: 12, accept: false, seed: false) { fixture in
