@@ -94,7 +94,7 @@ func runExchangeBenchmark(_ rawArguments: [String]) async throws -> Int32 {
         let watcher = Task {
             // The job's time is from its start to its last user's rewrite; then it is stopped (with a backlog the
             // queue never empties).
-            while job.counters.snapshot.processed < users { try await Task.sleep(for: .milliseconds(5)) }
+            while job.counters.snapshot.succeeded < users { try await Task.sleep(for: .milliseconds(5)) }
             job.stop(BulkJobError(.stopped, "benchmark users done"))
             return ContinuousClock.now - jobStart
         }
@@ -132,7 +132,7 @@ func runExchangeBenchmark(_ rawArguments: [String]) async throws -> Int32 {
 
         await emulator.stop()
         await pool.close()
-        print("exchange job: \(users) users in \(String(format: "%.1f", jobSeconds)) s with \(workers) workers, \(summary.counts.requests) requests, \(summary.counts.rateLimited) answered 429, \(summary.counts.failed) attempts deferred and retried; queue held \(users + backlog) rows")
+        print("exchange job: \(users) users in \(String(format: "%.1f", jobSeconds)) s with \(workers) workers, \(summary.counts.requests) requests, \(summary.counts.rateLimited) answered 429, \(summary.counts.failed) attempts deferred and retried; queue held \(users + backlog) rows, \(summary.counts.unresolvable) backlog rows reached (not real transfers: unresolvable)")
         print(String(format: "limit %.0f/s, achieved %.1f/s (%.1f %%), over limit %d; sequential %.1f/s; peak RSS %.1f MB", limit, achieved, achieved / limit * 100, overLimit, sequential, peakMB))
         let figures: JSONValue = [
             "limit_per_s": .number(limit),
