@@ -300,6 +300,23 @@ public struct LegacyStore: BatonStore {
         return rows.count == 1
     }
 
+    /// Counts of `baton.transfers` rows by state, and of migrated rows by method; one statement.
+    /// - Throws: ``PostgresError``.
+    public func transferSummary() async throws -> TransferSummary {
+        let rows = try await pool.query("""
+            SELECT 'state', state, count(*) FROM baton.transfers GROUP BY state
+            UNION ALL
+            SELECT 'method', method, count(*) FROM baton.transfers WHERE state = 'migrated' GROUP BY method
+            """)
+        var summary = TransferSummary(byState: ["pending": 0, "migrated": 0, "failed": 0, "unresolvable": 0],
+                                      byMethod: ["signin": 0, "exchange": 0, "link": 0])
+        for row in rows {
+            let name = try row.decode(String.self, at: 1), count = try row.decode(Int.self, at: 2)
+            if try row.decode(String.self, at: 0) == "state" { summary.byState[name] = count } else { summary.byMethod[name] = count }
+        }
+        return summary
+    }
+
     /// Runs `SELECT 1`.
     /// - Throws: ``PostgresError`` when the database does not answer.
     public func ping() async throws {
@@ -311,4 +328,71 @@ public struct LegacyStore: BatonStore {
 private final class NonceCounter: Sendable {
     private let value = Mutex(0)
     func next() -> Int { value.withLock { $0 += 1; return $0 } }
+}
+
+// MARK: - Start-up checks
+
+extension LegacyStore {
+    /// What ``inspectLegacyTable()`` found about the configured legacy table.
+    public struct LegacyTableReport: Sendable, Equatable {
+        /// Whether the table exists.
+        public var tableExists: Bool
+        /// Configured columns the table lacks (as configured, unquoted).
+        public var missingColumns: [String]
+        /// Whether a unique index or constraint covers exactly the subject column.
+        public var subjectIsUnique: Bool
+        /// Whether Baton's schema has been applied (`baton.transfers` exists).
+        public var batonSchemaApplied: Bool
+
+        /// The SQL an operator runs to add the unique constraint the subject column needs.
+        public var uniqueConstraintAdvice: String
+    }
+
+    /// Inspects the configured legacy table in the live database (catalog queries only).
+    /// - Throws: ``PostgresError``.
+    public func inspectLegacyTable() async throws -> LegacyTableReport {
+        let l = legacy
+        let columns = [l.keyColumn, l.subjectColumn, l.emailColumn] + (l.transferColumn.map { [$0] } ?? [])
+        let rows = try await pool.query("""
+            SELECT to_regclass(\(l.table.quoted)) IS NOT NULL,
+                   to_regclass('baton.transfers') IS NOT NULL,
+                   ARRAY(SELECT attname::text FROM pg_attribute
+                         WHERE attrelid = to_regclass(\(l.table.quoted)) AND attnum > 0 AND NOT attisdropped)::text,
+                   EXISTS (SELECT 1 FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0]
+                           WHERE i.indrelid = to_regclass(\(l.table.quoted)) AND i.indisunique AND i.indnkeyatts = 1
+                             AND i.indpred IS NULL AND i.indexprs IS NULL AND a.attname = \(l.subjectColumn.name))
+            """)
+        let row = rows[0]
+        let present = Set(try row.decode(String.self, at: 2).trimmingCharacters(in: CharacterSet(charactersIn: "{}"))
+            .split(separator: ",").map { $0.trimmingCharacters(in: CharacterSet(charactersIn: "\"")) })
+        let tableExists = try row.decode(Bool.self, at: 0)
+        let constraintName = "\(l.table.name)_\(l.subjectColumn.name)_key"
+        return LegacyTableReport(
+            tableExists: tableExists,
+            missingColumns: tableExists ? columns.map(\.name).filter { !present.contains($0) } : columns.map(\.name),
+            subjectIsUnique: try row.decode(Bool.self, at: 3),
+            batonSchemaApplied: try row.decode(Bool.self, at: 1),
+            uniqueConstraintAdvice: "ALTER TABLE \(l.table.quoted) ADD CONSTRAINT \"\(constraintName.prefix(63))\" UNIQUE (\(l.subjectColumn.quoted));"
+        )
+    }
+
+    /// Checks at start-up that the legacy table and its columns exist, that the subject column is unique, and
+    /// that Baton's schema is applied.
+    /// - Throws: ``BatonError`` `invalid_legacy_table` naming what is missing (and how to add a unique
+    ///   constraint); ``PostgresError`` when the database cannot be reached.
+    public func validateLegacyTable() async throws {
+        let report = try await inspectLegacyTable()
+        guard report.tableExists else {
+            throw BatonError(.invalidLegacyTable, "legacy.table \(legacy.table) does not exist in the database")
+        }
+        guard report.missingColumns.isEmpty else {
+            throw BatonError(.invalidLegacyTable, "legacy.table \(legacy.table) has no column \(report.missingColumns.joined(separator: ", "))")
+        }
+        guard report.subjectIsUnique else {
+            throw BatonError(.invalidLegacyTable, "legacy.subject_column \(legacy.subjectColumn) has no unique constraint; add one: \(report.uniqueConstraintAdvice)")
+        }
+        guard report.batonSchemaApplied else {
+            throw BatonError(.invalidLegacyTable, "Baton's schema is not applied: run 'baton db migrate'")
+        }
+    }
 }

@@ -8,5 +8,6 @@ let commands: [Command] = [
     importCommand,
     transferIDsCommand,
     exchangeCommand,
+    serveCommand,
     benchCommand,
 ]
