@@ -29,7 +29,7 @@ struct BulkJobFixture {
             try emulator.initiateTransfer(clientID: clientID, toTeamID: recipient.teamID)
             let transfers = try emulator.transferIdentifiers(clientID: clientID)
             let acceptedAt = accept ? try emulator.acceptTransfer(clientID: clientID) : nil
-            let database = try await StoreFixture("bulk", poolSize: 12)
+            let database = try await StoreFixture("bulk", poolSize: 5)
             try await database.pool.withConnection { connection in
                 try await connection.execute("""
                     INSERT INTO public.users (apple_sub, email)
