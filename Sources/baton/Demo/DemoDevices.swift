@@ -74,6 +74,16 @@ struct DemoDevices: Sendable {
         return total
     }
 
+    /// Lines of the service's `GET /metrics` (Prometheus text) whose metric name is one of `names`.
+    func metrics(_ names: Set<String>) async throws -> [String] {
+        let (data, response) = try await URLSession.shared.data(from: service.appendingPathComponent("metrics"))
+        guard (response as? HTTPURLResponse)?.statusCode == 200 else { return [] }
+        return String(decoding: data, as: UTF8.self).split(separator: "\n").map(String.init).filter { line in
+            guard let name = line.split(whereSeparator: { $0 == "{" || $0 == " " }).first else { return false }
+            return !line.hasPrefix("#") && names.contains(String(name))
+        }
+    }
+
     /// One device: credential state, silent re-authorization, sign-in.
     private func device(_ oldSub: String, session: URLSession) async -> Tally {
         var tally = Tally()

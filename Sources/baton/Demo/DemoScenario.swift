@@ -77,7 +77,8 @@ struct DemoScenario {
             Where to look next:
               \(absolute)   progress against day 60, outcomes by method, the unresolved users
               baton report --format csv --unmasked --out unresolved.csv   the re-sign-in campaign list for a mailer
-              docs/runbook.md   a real transfer, step by step: keys, team IDs, what to run when, rollback from baton.events
+              docs/report.md   what each figure means, and a re-sign-in campaign from the CSV
+              docs/bulk-migration.md   baton transfer-ids and baton exchange: rates, resuming, several processes
               sample-config/README.md   every configuration key and its environment variable
 
             """)
@@ -202,6 +203,7 @@ struct DemoScenario {
         output.line("\(DemoFormat.count(seeded)) users queued from public.users (keyset pages of 1,000, never all rows at once)")
         output.line("\(DemoFormat.count(senderSummary.counts.succeeded)) transfer identifiers made in \(DemoFormat.seconds(senderSummary.elapsed)) (\(DemoFormat.rate(senderSummary.counts.succeeded, senderSummary.elapsed)), limit \(DemoFormat.count(Int(options.rate)))/s): \(DemoFormat.count(senderCalls)) calls to POST /auth/usermigrationinfo with team A's key, \(senderSummary.counts.rateLimited) rate-limited, \(senderSummary.counts.errors) failed")
         output.line("a team runs: baton transfer-ids --yes --workers \(options.concurrency) --rate \(Int(options.rate))")
+        output.line("look: baton.transfers now pairs each old_sub with its transfer_sub (the demo keeps it with --keep-data)")
         if senderSummary.counts.succeeded != seeded || senderSummary.remaining != 0 {
             healthy = false
             output.line("NOT EVERY USER GOT A TRANSFER IDENTIFIER: \(DemoFormat.count(senderSummary.remaining)) remain")
@@ -255,6 +257,15 @@ struct DemoScenario {
         output.line("  POST /v1/signin with the new token → \(DemoFormat.tally(tally.signInOutcomes))")
         let signIns = tally.signInOutcomes["migrated"] ?? 0
         output.line("\(DemoFormat.count(tally.requests)) requests in \(DemoFormat.seconds(deviceSeconds)) (\(DemoFormat.rate(tally.requests, deviceSeconds)), \(DemoFormat.rate(signIns, deviceSeconds)) sign-ins); each record rewritten once, with an event in baton.events")
+        let metrics = try await devices.metrics(["baton_signin_outcomes_total", "baton_http_request_duration_seconds_sum", "baton_http_request_duration_seconds_count"])
+        let outcomes = metrics.filter { $0.hasPrefix("baton_signin_outcomes_total") && !$0.hasSuffix(" 0") }
+        func value(_ name: String) -> Double? {
+            metrics.first { $0.hasPrefix(name + " ") }.flatMap { $0.split(separator: " ").last }.flatMap { Double($0) }
+        }
+        if !outcomes.isEmpty { output.line("look: GET /metrics → \(outcomes.joined(separator: ", "))") }
+        if let sum = value("baton_http_request_duration_seconds_sum"), let count = value("baton_http_request_duration_seconds_count"), count > 0 {
+            output.line("      mean service latency \(String(format: "%.1f", sum / count * 1000)) ms over \(DemoFormat.count(Int(count))) requests (baton_http_request_duration_seconds)")
+        }
         if tally.failures > 0 || signIns != deviceUsers.count {
             healthy = false
             output.line("\(DemoFormat.count(tally.failures)) DEVICES DID NOT FINISH")
@@ -291,7 +302,7 @@ struct DemoScenario {
         let lateSummary = await runJob(queue: exchangeQueue, step: ExchangeStep(client: lateClient, applier: store), total: exchangeSummary.remaining,
                                        acceptedAt: acceptedAt, requireOpenWindow: true, maxConsecutiveFailures: exchangeSummary.remaining + 1)
         let lateCalls = emulator.stats()["/auth/usermigrationinfo"]
-        output.line("a late exchange for the \(DemoFormat.count(exchangeSummary.remaining)) stragglers: Apple answers \(DemoFormat.tally(lateCalls.errors.mapValues { $0 }))")
+        output.line("a late exchange for the \(DemoFormat.count(exchangeSummary.remaining)) stragglers: Apple answers \(DemoFormat.tally(lateCalls.errors))")
         output.line("Baton marks them unresolvable (\(DemoFormat.count(lateSummary.counts.unresolvable))), keeping Apple's reason in baton.transfers.last_error; their old records stay untouched")
         output.line("(only the emulator's clock moved, so Baton asked; against Apple, baton exchange refuses to start after day 60 and counts who is left)")
         if lateSummary.counts.unresolvable != exchangeSummary.remaining || lateSummary.remaining != 0 {
