@@ -85,6 +85,7 @@ struct DemoScenario {
         return ok
     }
 
+    /// Checks the database is free for the demo, runs every step, and drops what it created (unless kept).
     private func runSteps() async throws -> Bool {
         let users = options.users
         output.write("Baton demo: an app with \(DemoFormat.count(users)) Sign in with Apple users moves from team A to team B.\n")
@@ -123,6 +124,7 @@ struct DemoScenario {
         output.line("dropped public.users and schema baton from the database (--keep-data keeps them)")
     }
 
+    /// Steps 1 (the migrations) and 2 (the emulator), then the rest with the emulator running.
     private func fromMigration(pool: PostgresPool) async throws -> Bool {
         let users = options.users
         let (applied, migrateSeconds) = try await timed { try await BatonSchema.migrator().migrate(pool) }
@@ -162,6 +164,7 @@ struct DemoScenario {
         }
     }
 
+    /// Steps 3 to 6: the legacy table, transfer identifiers, acceptance, the service; then the rest with it running.
     private func afterEmulator(pool: PostgresPool, emulator: AppleEmulator, teamA: TeamCredentials, teamB: TeamCredentials,
                                people: [EmulatedUser]) async throws -> Bool {
         let clientID = DemoScenario.clientID
@@ -240,6 +243,7 @@ struct DemoScenario {
         }
     }
 
+    /// Steps 7 to 10: devices, the exchange, day 61, the report and the final account.
     private func afterService(pool: PostgresPool, emulator: AppleEmulator, teamB: TeamCredentials, people: [EmulatedUser],
                               serviceURL: URL, acceptedAt: Date) async throws -> Bool {
         let clientID = DemoScenario.clientID
