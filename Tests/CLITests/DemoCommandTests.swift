@@ -98,6 +98,31 @@ struct DemoCommandTests {
         #expect(left == "t")
     }
 
+    @Test("Ctrl-C stops the demo with exit 130 and one line saying what stops with it")
+    func interrupt() async throws {
+        let databaseURL = try TestDatabase.create("demo_interrupt")
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("demo-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let process = try runProcessAsync(batonBinaryPath, ["demo", "--database-url", databaseURL, "--users", "20000", "--concurrency", "4", "--rate", "50",
+                                                            "--out", directory.appendingPathComponent("r.html").path])
+        // Past step 1 (Baton's schema exists), the demo is running its scenario.
+        let started = try await offPool { () -> Bool in
+            for _ in 0..<600 {
+                if (try? TestDatabase.psql(databaseURL, "SELECT count(*) FROM pg_namespace WHERE nspname = 'baton'")) == "1" { return true }
+                usleep(100_000)
+            }
+            return false
+        }
+        #expect(started)
+        process.signal(SIGINT)
+        let result = try await offPool { try process.wait(timeout: 60) }
+        #expect(result.status == 130)
+        #expect(result.stderr.contains("interrupted"))
+        #expect(!result.stderr.contains("crashed"))
+        #expect(!FileManager.default.fileExists(atPath: directory.appendingPathComponent("r.html").path))
+    }
+
     @Test("refuses a database that already has public.users, and leaves it untouched")
     func refusesNonEmptyDatabase() async throws {
         let databaseURL = try TestDatabase.create("demo_busy")
