@@ -5,6 +5,7 @@ let commands: [Command] = [
     dbCommand,
     doctorCommand,
     emulatorCommand,
+    serveCommand,
     benchCommand,
     reportCommand,
 ]
