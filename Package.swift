@@ -44,7 +44,7 @@ let package = Package(
         .testTarget(name: "HTTPServerTests", dependencies: ["HTTPServer"], swiftSettings: swiftSettings),
         .testTarget(name: "BatonTests", dependencies: ["Baton", "AppleEmulator", "AppleSignIn", "TestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "BatonServiceTests", dependencies: ["BatonService", "Baton", "AppleEmulator", "AppleSignIn", "HTTPServer", "JOSE", "Postgres", "TestSupport"], swiftSettings: swiftSettings),
-        .testTarget(name: "AppleEmulatorTests", dependencies: ["AppleEmulator", "TestSupport"], swiftSettings: swiftSettings),
+        .testTarget(name: "AppleEmulatorTests", dependencies: ["AppleEmulator", "AppleSignIn", "TestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "CLITests", dependencies: ["AppleEmulator", "TestSupport", "JOSE"], swiftSettings: swiftSettings),
     ],
     swiftLanguageModes: [.v6]
