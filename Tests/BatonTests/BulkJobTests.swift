@@ -101,7 +101,7 @@ struct BulkJobTests {
             }
             let summary = await job.run()
             try await watcher.value
-            #expect(summary.stopReason?.code == .windowClosed)
+            #expect(summary.stopReason?.code == .windowClosed, "\(String(describing: summary.stopReason))")
             #expect(summary.counts.succeeded >= 10 && summary.counts.succeeded < 40)
             #expect(summary.remaining == 40 - summary.counts.succeeded)
             #expect(try fixture.count("SELECT count(*) FROM baton.transfers WHERE state = 'unresolvable'") == 0)
