@@ -232,6 +232,7 @@ struct DemoScenario {
         let serviceURL = URL(string: "http://127.0.0.1:\(server.port)")!
         output.line("listening on \(serviceURL.absoluteString): POST /v1/signin, GET /v1/credential-state, POST /v1/link, GET /metrics")
         output.line("it verifies identity tokens against the emulator's /auth/keys (RS256, iss, aud \(clientID), exp)")
+        output.line("a team runs: baton serve --config baton.json (listen, database.url, apple.base_url, apple.client_ids, apple.transfer.accepted_at, legacy.*)")
 
         do {
             let rest = try await afterService(pool: pool, emulator: emulator, teamB: teamB, people: people, serviceURL: serviceURL, acceptedAt: acceptedAt)
@@ -323,6 +324,7 @@ struct DemoScenario {
         try await writeFile(options.reportPath, html)
         let absolute = URL(fileURLWithPath: options.reportPath).standardizedFileURL.path
         output.line("written \(absolute) (\(DemoFormat.count(html.utf8.count / 1024)) KB, self-contained: open it in a browser)")
+        output.line("a team runs: baton report (a table), baton report --format html --out report.html, --format csv for a mailer")
         output.line("every user accounted for: \(DemoFormat.count(account.bySignIn)) by sign-in + \(DemoFormat.count(account.byExchange)) by exchange + \(DemoFormat.count(account.unresolved)) unresolved = \(DemoFormat.count(account.bySignIn + account.byExchange + account.byLink + account.unresolved)) of \(DemoFormat.count(account.legacyUsers)) users in public.users")
         output.line("public.users now holds \(DemoFormat.count(account.rewrittenRecords)) team B identifiers; baton.events holds \(DemoFormat.count(account.migrationEvents)) 'migrated' events with the old and new values, to trace or reverse each rewrite")
         if !account.balances {
