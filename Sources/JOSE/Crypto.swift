@@ -228,6 +228,15 @@ public final class RSAPublicKey: @unchecked Sendable, Equatable {
         }
     }
 
+    /// Whether `signature` is a valid RS256 signature of `message`: the byte-array form of the generic
+    /// method above, without generic dispatch.
+    public func verifyRS256(signature: [UInt8], message: [UInt8]) -> Bool {
+        guard signature.count == signatureLength else { return false }
+        return signature.withUnsafeBufferPointer { signature in
+            message.withUnsafeBufferPointer { digestVerify(key, signature: signature, message: $0) }
+        }
+    }
+
     /// The bare OpenSSL verification (`EVP_DigestVerifyInit` + `EVP_DigestVerify` with this key), without
     /// the length check: the baseline `baton bench verify` compares full token verification against.
     @_spi(Benchmark)
