@@ -7,7 +7,9 @@ import Foundation
 ///
 /// Single-threaded figures come from short interleaved rounds (50 ms of verify, 50 ms of OpenSSL, …)
 /// totalling at least S seconds each (default 2), so load from other processes affects both sides alike;
-/// then both run on every core for S seconds.
+/// then both run on every core for S seconds. Besides the wall-clock rates, the process CPU time of the
+/// single-threaded rounds gives microseconds of CPU per operation (`*_cpu_us`, `ratio_cpu`), which stay
+/// meaningful on a machine shared with other work.
 @Sendable
 func runVerifyBenchmark(_ rawArguments: [String]) async throws -> Int32 {
     let arguments = try Arguments(rawArguments, options: ["seconds"])
@@ -32,16 +34,17 @@ func runVerifyBenchmark(_ rawArguments: [String]) async throws -> Int32 {
     _ = await measure(full, for: 0.2)
     _ = await measure(bare, for: 0.2)
     let rounds = max(1, Int((seconds / 0.05).rounded(.up)))
-    var fullCount = 0, fullTime = 0.0, bareCount = 0, bareTime = 0.0
+    var fullCount = 0, fullTime = 0.0, fullCPU = 0.0, bareCount = 0, bareTime = 0.0, bareCPU = 0.0
     for _ in 0..<rounds {
         let f = await measure(full, for: seconds / Double(rounds))
         let b = await measure(bare, for: seconds / Double(rounds))
         guard f.failures == 0, b.failures == 0 else { throw CommandFailure.failed("bench verify: a verification failed") }
-        fullCount += f.count; fullTime += f.elapsed
-        bareCount += b.count; bareTime += b.elapsed
+        fullCount += f.count; fullTime += f.elapsed; fullCPU += f.cpu
+        bareCount += b.count; bareTime += b.elapsed; bareCPU += b.cpu
     }
     let verifyPerSecond = Double(fullCount) / fullTime
     let opensslPerSecond = Double(bareCount) / bareTime
+    let verifyCPU = fullCPU / Double(fullCount) * 1e6, opensslCPU = bareCPU / Double(bareCount) * 1e6
 
     let cores = ProcessInfo.processInfo.activeProcessorCount
     let fullAll = await measureOnAllCores(full, cores: cores, for: seconds)
@@ -50,6 +53,8 @@ func runVerifyBenchmark(_ rawArguments: [String]) async throws -> Int32 {
     print("token: \(token.utf8.count) bytes, RSA-2048, key set of \(fixture.keySetSize) keys, \(cores) cores")
     print(String(format: "one thread:  full verification %.0f/s, bare OpenSSL RS256 %.0f/s, ratio %.3f",
                  verifyPerSecond, opensslPerSecond, verifyPerSecond / opensslPerSecond))
+    print(String(format: "CPU per op:  full verification %.2f µs, bare OpenSSL RS256 %.2f µs, ratio %.3f",
+                 verifyCPU, opensslCPU, opensslCPU / verifyCPU))
     print(String(format: "all cores:   full verification %.0f/s, bare OpenSSL RS256 %.0f/s", fullAll, bareAll))
     let figures: JSONValue = [
         "verify_per_s": .number(verifyPerSecond.rounded()),
@@ -57,6 +62,9 @@ func runVerifyBenchmark(_ rawArguments: [String]) async throws -> Int32 {
         "ratio": .number((verifyPerSecond / opensslPerSecond * 1000).rounded() / 1000),
         "verify_per_s_all_cores": .number(fullAll.rounded()),
         "openssl_verify_per_s_all_cores": .number(bareAll.rounded()),
+        "verify_cpu_us": .number((verifyCPU * 100).rounded() / 100),
+        "openssl_verify_cpu_us": .number((opensslCPU * 100).rounded() / 100),
+        "ratio_cpu": .number((opensslCPU / verifyCPU * 1000).rounded() / 1000),
         "cores": .number(Double(cores)),
     ]
     print(JSON.serialize(figures))
@@ -111,8 +119,17 @@ private struct UnreachableKeyServer: KeySetFetcher {
     func fetchKeySet() async throws -> [UInt8] { throw NoServer() }
 }
 
-/// Runs `operation` repeatedly on the current task for at least `seconds`.
-private func measure(_ operation: @Sendable () async -> Bool, for seconds: Double) async -> (count: Int, elapsed: Double, failures: Int) {
+/// CPU time used by the whole process so far, in seconds.
+private func processCPUTime() -> Double {
+    var time = timespec()
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &time)
+    return Double(time.tv_sec) + Double(time.tv_nsec) / 1e9
+}
+
+/// Runs `operation` repeatedly on the current task for at least `seconds`; also returns the process CPU
+/// time spent, meaningful when this is the only busy thread.
+private func measure(_ operation: @Sendable () async -> Bool, for seconds: Double) async -> (count: Int, elapsed: Double, failures: Int, cpu: Double) {
+    let cpuStart = processCPUTime()
     let start = DispatchTime.now().uptimeNanoseconds
     let deadline = start + UInt64(seconds * 1e9)
     var count = 0, failures = 0
@@ -122,7 +139,7 @@ private func measure(_ operation: @Sendable () async -> Bool, for seconds: Doubl
         count += 64
         now = DispatchTime.now().uptimeNanoseconds
     }
-    return (count, Double(now - start) / 1e9, failures)
+    return (count, Double(now - start) / 1e9, failures, processCPUTime() - cpuStart)
 }
 
 /// Runs `operation` on `cores` concurrent tasks for `seconds`; operations per second in total.
