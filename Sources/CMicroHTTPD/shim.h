@@ -5,4 +5,63 @@
 #include <sys/types.h>
 #include <sys/socket.h>
 #include <microhttpd.h>
+
+/// Starts a daemon with its own polling thread(s) on epoll, suspend/resume allowed, and the
+/// limits given. `address` may be NULL (all interfaces); `ipv6` must match its family.
+/// The variadic `MHD_start_daemon` cannot be called from Swift, hence this wrapper.
+static inline struct MHD_Daemon *CMicroHTTPD_start_daemon(
+    uint16_t port,
+    const struct sockaddr *address,
+    int ipv6,
+    MHD_AccessHandlerCallback handler,
+    void *handler_cls,
+    MHD_RequestCompletedCallback completed,
+    void *completed_cls,
+    unsigned int connection_limit,
+    unsigned int connection_timeout_seconds,
+    size_t connection_memory_limit,
+    unsigned int thread_pool_size,
+    unsigned int listen_backlog)
+{
+    unsigned int flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME
+        | MHD_USE_TURBO;
+    if (ipv6) flags |= MHD_USE_IPv6;
+    struct MHD_OptionItem options[] = {
+        { MHD_OPTION_NOTIFY_COMPLETED, (intptr_t) completed, completed_cls },
+        { MHD_OPTION_CONNECTION_LIMIT, (intptr_t) connection_limit, NULL },
+        { MHD_OPTION_CONNECTION_TIMEOUT, (intptr_t) connection_timeout_seconds, NULL },
+        { MHD_OPTION_CONNECTION_MEMORY_LIMIT, (intptr_t) connection_memory_limit, NULL },
+        { MHD_OPTION_LISTEN_BACKLOG_SIZE, (intptr_t) listen_backlog, NULL },
+        { thread_pool_size > 1 ? MHD_OPTION_THREAD_POOL_SIZE : MHD_OPTION_END, (intptr_t) thread_pool_size, NULL },
+        { MHD_OPTION_END, 0, NULL },
+    };
+    if (address != NULL) {
+        return MHD_start_daemon(flags, port, NULL, NULL, handler, handler_cls,
+                                MHD_OPTION_SOCK_ADDR, address,
+                                MHD_OPTION_ARRAY, options, MHD_OPTION_END);
+    }
+    return MHD_start_daemon(flags, port, NULL, NULL, handler, handler_cls,
+                            MHD_OPTION_ARRAY, options, MHD_OPTION_END);
+}
+
+/// The port a daemon bound (useful after asking for port 0); 0 when unknown.
+static inline uint16_t CMicroHTTPD_bound_port(struct MHD_Daemon *daemon)
+{
+    const union MHD_DaemonInfo *info = MHD_get_daemon_info(daemon, MHD_DAEMON_INFO_BIND_PORT);
+    return info == NULL ? 0 : info->port;
+}
+
+/// The peer address of a connection, or NULL.
+static inline const struct sockaddr *CMicroHTTPD_client_address(struct MHD_Connection *connection)
+{
+    const union MHD_ConnectionInfo *info = MHD_get_connection_info(connection, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    return info == NULL ? NULL : info->client_addr;
+}
+
+/// Whether a value returned by MHD is MHD_YES.
+static inline int CMicroHTTPD_is_yes(enum MHD_Result result) { return result == MHD_YES; }
+
+/// MHD_YES and MHD_NO for access handler results.
+static inline enum MHD_Result CMicroHTTPD_yes(void) { return MHD_YES; }
+static inline enum MHD_Result CMicroHTTPD_no(void) { return MHD_NO; }
 #endif

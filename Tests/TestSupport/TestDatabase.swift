@@ -13,14 +13,6 @@ public enum TestDatabase {
         return url
     }
 
-    /// The cluster's directory (for stopping and restarting it in fault tests), from `BATON_TEST_PG_DIR`.
-    public static func clusterDirectory() throws -> String {
-        guard let dir = ProcessInfo.processInfo.environment["BATON_TEST_PG_DIR"], !dir.isEmpty else {
-            throw TestSupportError("BATON_TEST_PG_DIR is not set: run the tests with 'make test'")
-        }
-        return dir
-    }
-
     /// Creates a fresh, empty database named after `prefix` and returns its URL.
     public static func create(_ prefix: String = "test") throws -> String {
         let server = try serverURL()
@@ -36,16 +28,41 @@ public enum TestDatabase {
         guard result.status == 0 else { throw TestSupportError("psql failed: \(result.stderr)") }
         return result.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
     }
+}
 
-    /// Stops the test cluster (for outage tests); ``restart()`` brings it back.
-    public static func stopServer() throws {
-        let result = try runProcess(packageRoot.appendingPathComponent("scripts/pg.sh").path, ["stop", try clusterDirectory()])
-        guard result.status == 0 else { throw TestSupportError("pg.sh stop failed: \(result.stderr)") }
+/// A PostgreSQL cluster of a test's own, for outage tests: stopping the shared cluster would break
+/// every other test running at the same time.
+public final class PrivateCluster: @unchecked Sendable {
+    // `@unchecked Sendable`: immutable after init; the server itself is driven through scripts/pg.sh.
+    /// The cluster's directory (data, socket, log).
+    public let directory: String
+    /// URL of its `postgres` database.
+    public let url: String
+
+    /// Starts a new cluster in a fresh temporary directory. Requires the environment `make test` sets up.
+    public init() throws {
+        _ = try TestDatabase.serverURL()  // fail loudly outside `make test`
+        // A short path: the socket's full path must fit in 107 bytes.
+        let made = try runProcess("/usr/bin/mktemp", ["-d", "/tmp/baton-pgp.XXXXXX"])
+        directory = made.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+        let result = try PrivateCluster.pg(["start", directory])
+        url = result.trimmingCharacters(in: .whitespacesAndNewlines)
     }
 
-    /// Starts the test cluster again after ``stopServer()``.
-    public static func restartServer() throws {
-        let result = try runProcess(packageRoot.appendingPathComponent("scripts/pg.sh").path, ["restart", try clusterDirectory()])
-        guard result.status == 0 else { throw TestSupportError("pg.sh restart failed: \(result.stderr)") }
+    /// Stops the server; the data stays for ``restart()``.
+    public func stop() throws { _ = try PrivateCluster.pg(["stop", directory]) }
+
+    /// Starts the server again on the same socket.
+    public func restart() throws { _ = try PrivateCluster.pg(["restart", directory]) }
+
+    /// Stops the server and deletes its directory.
+    public func destroy() throws { _ = try PrivateCluster.pg(["destroy", directory]) }
+
+    deinit { _ = try? PrivateCluster.pg(["destroy", directory]) }
+
+    private static func pg(_ arguments: [String]) throws -> String {
+        let result = try runProcess(packageRoot.appendingPathComponent("scripts/pg.sh").path, arguments)
+        guard result.status == 0 else { throw TestSupportError("pg.sh \(arguments[0]) failed: \(result.stderr)") }
+        return result.stdout
     }
 }

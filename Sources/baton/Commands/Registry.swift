@@ -1,5 +1,10 @@
 /// Every subcommand, in the order `baton --help` lists them.
 let commands: [Command] = [
     verifyCommand,
+    clientSecretCommand,
+    dbCommand,
+    doctorCommand,
+    emulatorCommand,
     benchCommand,
+    reportCommand,
 ]

@@ -1,0 +1,300 @@
+import Foundation
+
+/// Everything the emulator knows, as plain values: saved to and loaded from a JSON file.
+///
+/// The methods here are the rules of Apple's transfer protocol, free of HTTP and cryptography;
+/// `now` is always passed in (the emulator's adjustable clock).
+struct EmulatorState: Codable, Sendable {
+    /// Seconds added to the real clock (`POST /emulator/clock`).
+    var clockOffset: Double = 0
+    var teams: [String: Team] = [:]
+    var apps: [String: App] = [:]
+    var people: [String: Person] = [:]
+    var nextPersonNumber = 1
+    /// Team-scoped identifier → (person, team), for every identifier handed out.
+    var identifierIndex: [String: IdentifierOwner] = [:]
+    /// Transfer identifier → its record.
+    var transferIdentifiers: [String: TransferIdentifier] = [:]
+    /// RS256 signing keys, oldest first; the last one signs.
+    var signingKeys: [SigningKey] = []
+    var accessTokens: [String: AccessToken] = [:]
+    var codes: [String: AuthorizationCode] = [:]
+    var refreshTokens: [String: RefreshToken] = [:]
+
+    /// The transfer window: 60 days after acceptance.
+    static let transferWindow: Double = 60 * 86_400
+    /// How many signing keys `/auth/keys` publishes (the active one and its predecessors).
+    static let publishedKeyCount = 3
+    /// Lifetime of access tokens (`expires_in`).
+    static let accessTokenLifetime: Double = 3_600
+    /// Lifetime of authorization codes.
+    static let codeLifetime: Double = 300
+
+    struct Team: Codable, Sendable {
+        var teamID: String
+        /// Key ID → PKCS#8 PEM of the team's ES256 key (Apple's .p8).
+        var keys: [String: String]
+    }
+
+    struct Transfer: Codable, Sendable {
+        var fromTeamID: String
+        var toTeamID: String
+        var initiatedAt: Date
+        var acceptedAt: Date?
+    }
+
+    struct App: Codable, Sendable {
+        var clientID: String
+        var ownerTeamID: String
+        /// Every transfer of this app, oldest first.
+        var transfers: [Transfer] = []
+        /// People who use the app.
+        var users: Set<String> = []
+        /// People who revoked the app.
+        var revoked: Set<String> = []
+    }
+
+    struct Person: Codable, Sendable {
+        var id: String
+        /// The real address, used where the person chose not to hide it.
+        var email: String
+        var usesPrivateEmail: Bool
+        /// Team ID → team-scoped identifier.
+        var identifiers: [String: String] = [:]
+        /// Team ID → private relay address for that team.
+        var relayEmails: [String: String] = [:]
+        /// Recipient team ID → transfer identifier.
+        var transferIdentifiers: [String: String] = [:]
+    }
+
+    struct IdentifierOwner: Codable, Sendable {
+        var personID: String
+        var teamID: String
+    }
+
+    struct TransferIdentifier: Codable, Sendable {
+        var personID: String
+        var fromTeamID: String
+        var toTeamID: String
+    }
+
+    struct SigningKey: Codable, Sendable {
+        var kid: String
+        var pem: String
+        var createdAt: Date
+    }
+
+    struct AccessToken: Codable, Sendable {
+        var teamID: String
+        var clientID: String
+        var expiresAt: Date
+    }
+
+    struct RefreshToken: Codable, Sendable {
+        var clientID: String
+        var personID: String
+        var teamID: String
+    }
+
+    struct AuthorizationCode: Codable, Sendable {
+        var clientID: String
+        var personID: String
+        var teamID: String
+        var nonce: String?
+        var expiresAt: Date
+        var idToken: String
+    }
+
+    // MARK: - Scenario control
+
+    mutating func addTeam(_ teamID: String, keyID: String, keyPEM: String) throws(EmulatorError) {
+        guard Identifiers.isTenCharacters(teamID) else { throw EmulatorError(.badInput, "team_id must be 10 upper-case letters or digits") }
+        guard teams[teamID] == nil else { throw EmulatorError(.conflict, "team \(teamID) exists") }
+        teams[teamID] = Team(teamID: teamID, keys: [keyID: keyPEM])
+    }
+
+    mutating func addApp(_ clientID: String, teamID: String) throws(EmulatorError) {
+        guard !clientID.isEmpty, clientID.count <= 255, !clientID.contains(where: \.isWhitespace) else {
+            throw EmulatorError(.badInput, "client_id must be a non-empty bundle or services identifier")
+        }
+        guard teams[teamID] != nil else { throw EmulatorError(.unknownTeam, "team \(teamID)") }
+        guard apps[clientID] == nil else { throw EmulatorError(.conflict, "app \(clientID) exists") }
+        apps[clientID] = App(clientID: clientID, ownerTeamID: teamID)
+    }
+
+    /// Creates `count` people who use `clientID`; `privateEmail` nil alternates (first private).
+    mutating func addUsers(clientID: String, count: Int, privateEmail: Bool?) throws(EmulatorError) -> [Person] {
+        guard var app = apps[clientID] else { throw EmulatorError(.unknownApp, clientID) }
+        guard (1...1_000_000).contains(count) else { throw EmulatorError(.badInput, "count must be 1 to 1000000") }
+        var created: [Person] = []
+        created.reserveCapacity(count)
+        for _ in 0..<count {
+            let number = nextPersonNumber
+            nextPersonNumber += 1
+            let id = String(format: "person-%06d", number)
+            let person = Person(id: id, email: "\(id)@example.com", usesPrivateEmail: privateEmail ?? (number % 2 == 1))
+            people[id] = person
+            app.users.insert(id)
+            _ = identifier(of: id, team: app.ownerTeamID)
+            created.append(people[id]!)
+        }
+        apps[clientID] = app
+        return created
+    }
+
+    mutating func initiateTransfer(clientID: String, toTeamID: String, now: Date) throws(EmulatorError) {
+        guard var app = apps[clientID] else { throw EmulatorError(.unknownApp, clientID) }
+        guard teams[toTeamID] != nil else { throw EmulatorError(.unknownTeam, toTeamID) }
+        guard toTeamID != app.ownerTeamID else { throw EmulatorError(.conflict, "the app already belongs to \(toTeamID)") }
+        if let last = app.transfers.last, last.acceptedAt == nil {
+            throw EmulatorError(.conflict, "a transfer to \(last.toTeamID) is pending")
+        }
+        app.transfers.append(Transfer(fromTeamID: app.ownerTeamID, toTeamID: toTeamID, initiatedAt: now))
+        apps[clientID] = app
+    }
+
+    mutating func acceptTransfer(clientID: String, now: Date) throws(EmulatorError) -> Transfer {
+        guard var app = apps[clientID] else { throw EmulatorError(.unknownApp, clientID) }
+        guard var transfer = app.transfers.last, transfer.acceptedAt == nil else {
+            throw EmulatorError(.conflict, "no pending transfer of \(clientID)")
+        }
+        transfer.acceptedAt = now
+        app.transfers[app.transfers.count - 1] = transfer
+        app.ownerTeamID = transfer.toTeamID
+        apps[clientID] = app
+        return transfer
+    }
+
+    mutating func revoke(clientID: String, userIdentifier: String) throws(EmulatorError) {
+        guard var app = apps[clientID] else { throw EmulatorError(.unknownApp, clientID) }
+        guard let owner = identifierIndex[userIdentifier], app.users.contains(owner.personID) else {
+            throw EmulatorError(.unknownUser, "no such user of \(clientID)")
+        }
+        app.revoked.insert(owner.personID)
+        apps[clientID] = app
+    }
+
+    // MARK: - Identities
+
+    /// The person's identifier under `team`, created on first use.
+    mutating func identifier(of personID: String, team: String) -> String {
+        if let existing = people[personID]?.identifiers[team] { return existing }
+        var value = Identifiers.userIdentifier()
+        while identifierIndex[value] != nil { value = Identifiers.userIdentifier() }
+        people[personID]?.identifiers[team] = value
+        identifierIndex[value] = IdentifierOwner(personID: personID, teamID: team)
+        return value
+    }
+
+    /// The address the person shares with `team`: a team-specific relay address or the real one.
+    mutating func email(of personID: String, team: String) -> (email: String, isPrivate: Bool) {
+        guard let person = people[personID] else { return ("", false) }
+        guard person.usesPrivateEmail else { return (person.email, false) }
+        if let relay = person.relayEmails[team] { return (relay, true) }
+        let relay = Identifiers.privateRelayEmail()
+        people[personID]?.relayEmails[team] = relay
+        return (relay, true)
+    }
+
+    /// The person a `user` argument names: a person ID or any team-scoped identifier of theirs.
+    func person(named user: String) -> String? {
+        if people[user] != nil { return user }
+        return identifierIndex[user]?.personID
+    }
+
+    /// Whether `now` is within 60 days (inclusive) of the transfer's acceptance; a pending transfer is.
+    static func withinWindow(_ transfer: Transfer, now: Date) -> Bool {
+        guard let accepted = transfer.acceptedAt else { return true }
+        return now.timeIntervalSince(accepted) <= transferWindow
+    }
+
+    /// The accepted transfer of `app` whose 60-day window contains `now`, if any.
+    static func activeAcceptedTransfer(of app: App, now: Date) -> Transfer? {
+        guard let last = app.transfers.last, last.acceptedAt != nil, withinWindow(last, now: now) else { return nil }
+        return last
+    }
+
+    /// Whether `teamID` may call Apple's endpoints for `app`: its owner, or the sending team of a
+    /// transfer that is pending or within its window.
+    static func teamActsFor(_ app: App, teamID: String, now: Date) -> Bool {
+        if app.ownerTeamID == teamID { return true }
+        guard let last = app.transfers.last else { return false }
+        return last.fromTeamID == teamID && withinWindow(last, now: now)
+    }
+
+    // MARK: - Apple's transfer endpoint
+
+    /// Sender side: the transfer identifier of `sub` (an identifier under `teamID`) for `target`.
+    mutating func senderTransferIdentifier(clientID: String, teamID: String, sub: String, target: String, now: Date) throws(EmulatorError) -> String {
+        guard let app = apps[clientID] else { throw EmulatorError(.invalidClient, "unknown client_id") }
+        guard let transfer = app.transfers.last(where: { $0.fromTeamID == teamID }) else {
+            throw EmulatorError(.invalidClient, "the app is not being transferred by this team")
+        }
+        guard transfer.toTeamID == target, transfer.initiatedAt == app.transfers.last?.initiatedAt else {
+            throw EmulatorError(.invalidRequest, "target is not the recipient of the transfer")
+        }
+        guard EmulatorState.withinWindow(transfer, now: now) else {
+            throw EmulatorError(.invalidRequest, "the transfer window has closed")
+        }
+        guard let owner = identifierIndex[sub], owner.teamID == teamID, app.users.contains(owner.personID) else {
+            throw EmulatorError(.invalidRequest, "unknown sub")
+        }
+        guard !app.revoked.contains(owner.personID) else { throw EmulatorError(.invalidRequest, "the user revoked the app") }
+        if let existing = people[owner.personID]?.transferIdentifiers[target] { return existing }
+        var value = Identifiers.transferIdentifier()
+        while transferIdentifiers[value] != nil || identifierIndex[value] != nil { value = Identifiers.transferIdentifier() }
+        people[owner.personID]?.transferIdentifiers[target] = value
+        transferIdentifiers[value] = TransferIdentifier(personID: owner.personID, fromTeamID: teamID, toTeamID: target)
+        return value
+    }
+
+    /// Recipient side: the identity behind a transfer identifier, for the recipient team.
+    mutating func exchange(clientID: String, teamID: String, transferSub: String, now: Date) throws(EmulatorError) -> (sub: String, email: String?, isPrivate: Bool) {
+        guard let app = apps[clientID] else { throw EmulatorError(.invalidClient, "unknown client_id") }
+        guard let transfer = app.transfers.last, transfer.acceptedAt != nil, transfer.toTeamID == teamID else {
+            throw EmulatorError(.invalidClient, "the app was not transferred to this team")
+        }
+        guard EmulatorState.withinWindow(transfer, now: now) else {
+            throw EmulatorError(.invalidRequest, "the transfer window has closed")
+        }
+        guard let record = transferIdentifiers[transferSub], record.toTeamID == teamID,
+              record.fromTeamID == transfer.fromTeamID, app.users.contains(record.personID) else {
+            throw EmulatorError(.invalidRequest, "unknown transfer_sub")
+        }
+        guard !app.revoked.contains(record.personID) else { throw EmulatorError(.invalidRequest, "the user revoked the app") }
+        let sub = identifier(of: record.personID, team: teamID)
+        let (email, isPrivate) = email(of: record.personID, team: teamID)
+        return (sub, isPrivate ? email : nil, isPrivate)
+    }
+
+    // MARK: - Devices
+
+    /// What a device's credential-state query answers for `userIdentifier` in `clientID`.
+    func credentialState(clientID: String, userIdentifier: String) -> CredentialState {
+        guard let app = apps[clientID], let owner = identifierIndex[userIdentifier], app.users.contains(owner.personID) else {
+            return .notFound
+        }
+        if app.revoked.contains(owner.personID) { return .revoked }
+        if owner.teamID == app.ownerTeamID { return .authorized }
+        if app.transfers.contains(where: { $0.acceptedAt != nil && $0.fromTeamID == owner.teamID }) { return .transferred }
+        return .notFound
+    }
+
+    /// Removes expired access tokens and codes.
+    mutating func purgeExpired(now: Date) {
+        accessTokens = accessTokens.filter { $0.value.expiresAt > now }
+        codes = codes.filter { $0.value.expiresAt > now }
+    }
+}
+
+/// A device's view of an Apple ID credential (`ASAuthorizationAppleIDProvider.CredentialState`).
+public enum CredentialState: String, Sendable, Codable, Equatable {
+    /// The identifier belongs to the app's current team and the user has not revoked.
+    case authorized
+    /// The identifier belongs to a team the app was transferred away from: re-authorize silently.
+    case transferred
+    /// The user revoked the app.
+    case revoked
+    /// Unknown identifier, or not a user of this app.
+    case notFound = "not_found"
+}

@@ -1,0 +1,245 @@
+import Foundation
+
+/// Which of Apple's calls failed, and with whose credentials: enough to explain an error, nothing secret.
+public struct AppleCallContext: Sendable, Equatable, CustomStringConvertible {
+    /// The call.
+    public enum Operation: String, Sendable, Equatable {
+        /// `POST /auth/token` (client credentials, scope `user.migration`).
+        case accessToken = "token"
+        /// `POST /auth/usermigrationinfo` with `sub` and `target`: the sending team creates a transfer identifier.
+        case transferIdentifier = "transfer identifier (sender side)"
+        /// `POST /auth/usermigrationinfo` with `transfer_sub`: the receiving team exchanges a transfer identifier.
+        case exchange = "exchange (recipient side)"
+    }
+
+    /// The call that failed.
+    public var operation: Operation
+    /// For an ``Operation/accessToken`` call made on the way to another call, that call (its side decides
+    /// what the explanation asks for).
+    public var purpose: Operation?
+    /// The team whose key signed the client secret.
+    public var teamID: String
+    /// The key that signed the client secret.
+    public var keyID: String
+    /// The `client_id` sent (the secret's `sub`).
+    public var clientID: String
+
+    /// Creates a context.
+    public init(operation: Operation, purpose: Operation? = nil, teamID: String, keyID: String, clientID: String) {
+        self.operation = operation
+        self.purpose = purpose
+        self.teamID = teamID
+        self.keyID = keyID
+        self.clientID = clientID
+    }
+
+    /// `token for com.example.app with team AAAAAAAAAA's key KEYA000001`, and `(before the exchange (recipient
+    /// side))` when the token was requested for another call.
+    public var description: String {
+        let before = purpose.map { " (before the \($0.rawValue))" } ?? ""
+        return "\(operation.rawValue)\(before) for \(clientID) with team \(teamID)'s key \(keyID)"
+    }
+}
+
+/// An error from the client secret or from a call to Apple: a stable code, the HTTP status and Apple's `error`
+/// value when there was one, and the call's context.
+///
+/// `description` is one line; ``explanation`` says what to check, in order. Neither ever contains a client
+/// secret, an access token, key material or a user identifier.
+public struct AppleClientError: Error, Equatable, CustomStringConvertible {
+    /// What went wrong.
+    public enum Code: String, Sendable, Equatable {
+        /// The `.p8` file cannot be read.
+        case keyUnreadable
+        /// The key is not an EC P-256 PKCS#8 private key.
+        case keyInvalid
+        /// A team ID, key ID, client ID or lifetime given to ``ClientSecret``, or an argument of a call, is
+        /// malformed (found before anything is sent).
+        case invalidParameter
+        /// Apple: `invalid_request` (a parameter is missing or malformed).
+        case invalidRequest
+        /// Apple: `invalid_client` (the client secret or client ID is not accepted).
+        case invalidClient
+        /// Apple: `invalid_grant` (the access token or transfer identifier is expired, revoked or not this app's).
+        case invalidGrant
+        /// Apple: `unauthorized_client` (the app may not use this grant or scope).
+        case unauthorizedClient
+        /// Apple: `unsupported_grant_type`.
+        case unsupportedGrantType
+        /// Apple: `invalid_scope`.
+        case invalidScope
+        /// Apple answered with another `error` value (kept in ``AppleClientError/appleError``).
+        case otherAppleError
+        /// HTTP 429 on every attempt, or a `Retry-After` longer than the client waits.
+        case rateLimited
+        /// HTTP 5xx on every attempt.
+        case serverError
+        /// Another HTTP status without an `error` value.
+        case unexpectedStatus
+        /// A 200 answer that is not the expected JSON.
+        case invalidResponse
+        /// The request timed out on every attempt.
+        case timeout
+        /// Apple could not be reached on every attempt.
+        case connectionFailed
+    }
+
+    /// The stable code.
+    public let code: Code
+    /// The call and credentials, when the error comes from a call.
+    public let context: AppleCallContext?
+    /// The HTTP status, when Apple answered.
+    public let status: Int?
+    /// Apple's `error` value, when it sent one (a short ASCII code, checked before being kept).
+    public let appleError: String?
+    /// The `Retry-After` Apple asked for, in seconds, for ``Code/rateLimited``.
+    public let retryAfter: TimeInterval?
+    /// How many attempts were made.
+    public let attempts: Int
+    /// Extra detail that holds no secret (a file path, an OpenSSL reason, a transport error).
+    public let detail: String?
+
+    /// Creates an error.
+    public init(
+        _ code: Code,
+        context: AppleCallContext? = nil,
+        status: Int? = nil,
+        appleError: String? = nil,
+        retryAfter: TimeInterval? = nil,
+        attempts: Int = 0,
+        detail: String? = nil
+    ) {
+        self.code = code
+        self.context = context
+        self.status = status
+        self.appleError = appleError
+        self.retryAfter = retryAfter
+        self.attempts = attempts
+        self.detail = detail
+    }
+
+    /// Equality over the code, the operation, the status and Apple's error value.
+    public static func == (lhs: AppleClientError, rhs: AppleClientError) -> Bool {
+        lhs.code == rhs.code && lhs.context?.operation == rhs.context?.operation && lhs.status == rhs.status && lhs.appleError == rhs.appleError
+    }
+
+    /// The code for Apple's `error` value.
+    static func code(forAppleError value: String) -> Code {
+        switch value {
+        case "invalid_request": .invalidRequest
+        case "invalid_client": .invalidClient
+        case "invalid_grant": .invalidGrant
+        case "unauthorized_client": .unauthorizedClient
+        case "unsupported_grant_type": .unsupportedGrantType
+        case "invalid_scope": .invalidScope
+        default: .otherAppleError
+        }
+    }
+
+    /// Whether `value` is safe to keep and show: 1 to 64 characters of `[a-z0-9_.-]` (Apple's codes are
+    /// snake_case; anything else might be reflected input).
+    static func isPlausibleAppleError(_ value: String) -> Bool {
+        (1...64).contains(value.utf8.count) && value.utf8.allSatisfy { byte in
+            (0x61...0x7A).contains(byte) || (0x41...0x5A).contains(byte) || (0x30...0x39).contains(byte) || byte == 0x5F || byte == 0x2E || byte == 0x2D
+        }
+    }
+
+    /// One line: `Apple rejected the exchange (recipient side) for com.example.app with team BBBBBBBBBB's key
+    /// KEYB000001: invalid_client (HTTP 400)`.
+    public var description: String {
+        var line: String
+        switch code {
+        case .keyUnreadable: line = "cannot read the private key"
+        case .keyInvalid: line = "the private key is not an EC P-256 PKCS#8 key (an Apple .p8 file)"
+        case .invalidParameter: line = "invalid parameter\(context.map { " for the \($0.operation.rawValue)" } ?? "")"
+        case .rateLimited: line = "Apple rate-limited the \(context?.operation.rawValue ?? "call")"
+        case .serverError: line = "Apple failed the \(context?.operation.rawValue ?? "call")"
+        case .timeout: line = "Apple did not answer the \(context?.operation.rawValue ?? "call") in time"
+        case .connectionFailed: line = "cannot reach Apple for the \(context?.operation.rawValue ?? "call")"
+        case .invalidResponse: line = "Apple's answer to the \(context?.operation.rawValue ?? "call") is not what was expected"
+        case .unexpectedStatus: line = "Apple answered the \(context?.operation.rawValue ?? "call") with an unexpected status"
+        case .invalidRequest, .invalidClient, .invalidGrant, .unauthorizedClient, .unsupportedGrantType, .invalidScope, .otherAppleError:
+            line = "Apple rejected the \(context?.description ?? "call"): \(appleError ?? code.rawValue)"
+        }
+        if let detail { line += " (\(detail))" }
+        var facts: [String] = []
+        if let status { facts.append("HTTP \(status)") }
+        if let retryAfter { facts.append("Retry-After \(Int(retryAfter.rounded(.up))) s") }
+        if attempts > 1 { facts.append("\(attempts) attempts") }
+        if !facts.isEmpty { line += " [\(facts.joined(separator: ", "))]" }
+        return line
+    }
+
+    /// What to check, most likely cause first, one cause per line.
+    public var explanation: String {
+        let side = context.map { $0.purpose ?? $0.operation }
+        let team = context.map { "team \($0.teamID)'s key \($0.keyID)" } ?? "the key used"
+        let client = context?.clientID ?? "the client ID"
+        switch code {
+        case .invalidClient:
+            var causes: [String] = []
+            switch side {
+            case .exchange:
+                causes.append("The app is not transferred yet: the recipient team must accept the transfer in App Store Connect before it can exchange transfer identifiers.")
+                causes.append("The credentials are the wrong side's: exchanges need the recipient team's key and team ID (this call used \(team)).")
+            case .transferIdentifier:
+                causes.append("The app is already transferred, or the transfer is not initiated: the sending team creates transfer identifiers while it still owns the app.")
+                causes.append("The credentials are the wrong side's: transfer identifiers need the sender team's key and team ID (this call used \(team)).")
+            case .accessToken, nil:
+                causes.append("The app is not transferred yet (for recipient calls) or no longer the team's (for sender calls): the app must belong to the team whose key signs the secret.")
+                causes.append("The credentials are the wrong side's: the sender's for sender calls, the recipient's for exchanges (this call used \(team)).")
+            }
+            causes.append("The client ID includes the team ID: send '\(AppleIdentifierFormat.strippingTeamPrefix(client))', not 'TEAMID.\(AppleIdentifierFormat.strippingTeamPrefix(client))'.")
+            causes.append("The key belongs to a team other than the app's: the key ID and team ID must be from the developer account that owns \(client).")
+            causes.append("The secret expired or is not yet valid: secrets live at most 6 months; check the machine's clock and make a new one.")
+            return numbered(causes)
+        case .invalidGrant:
+            var causes = ["The access token expired, was revoked or was issued to another client ID: the client renews it once, so a repeat means the token request itself is wrong (check the client ID)."]
+            switch side {
+            case .exchange: causes.append("The transfer identifier was not made for this recipient team or this app.")
+            case .transferIdentifier: causes.append("The user identifier is not one of this team's users for this app.")
+            case .accessToken, nil: causes = ["The grant is not accepted: check grant_type 'client_credentials' and scope 'user.migration'."]
+            }
+            return numbered(causes)
+        case .invalidRequest:
+            switch side {
+            case .exchange:
+                return numbered([
+                    "The 60-day window after the transfer was accepted has closed: Apple no longer exchanges transfer identifiers (check apple.transfer.accepted_at).",
+                    "The transfer identifier is unknown, or was made for another recipient team (the sender must pass your team ID as target).",
+                    "The user revoked the app's access.",
+                ])
+            case .transferIdentifier:
+                return numbered([
+                    "The target is not the team ID of the transfer's recipient, or the transfer is not initiated.",
+                    "The user identifier is not one of this team's users for this app.",
+                    "The user revoked the app's access, or the 60-day window has closed.",
+                ])
+            case .accessToken, nil:
+                return numbered(["A parameter is missing or malformed: check the client ID and the client secret."])
+            }
+        case .unauthorizedClient:
+            return numbered(["The app is not allowed to use user migration: check that Sign in with Apple is enabled for \(client) under this team."])
+        case .unsupportedGrantType, .invalidScope:
+            return numbered(["The token request is malformed: grant_type must be 'client_credentials' and scope 'user.migration'."])
+        case .otherAppleError, .unexpectedStatus, .invalidResponse:
+            return numbered(["Apple's answer was not one this client knows: check the base URL (it must be https://appleid.apple.com or the emulator's)."])
+        case .rateLimited:
+            return numbered(["Apple limits the request rate: lower --rate or --workers and try again later\(retryAfter.map { " (Apple asked for \(Int($0.rounded(.up))) s)" } ?? "")."])
+        case .serverError:
+            return numbered(["Apple is failing: retry later; the bulk jobs resume where they stopped."])
+        case .timeout, .connectionFailed:
+            return numbered(["Check the network path and proxy to the base URL, and the base URL itself."])
+        case .keyUnreadable:
+            return numbered(["Check the path and the file's permissions (the .p8 file should be readable by this user only)."])
+        case .keyInvalid:
+            return numbered(["Use the .p8 file downloaded from Certificates, Identifiers & Profiles > Keys (Sign in with Apple); it starts with '-----BEGIN PRIVATE KEY-----'."])
+        case .invalidParameter:
+            return numbered(["Team IDs are 10 upper-case letters or digits, key IDs 10 characters; the client ID is the bundle or Services ID without the team prefix; a secret's lifetime is at most 15,777,000 s (182 days); a transfer's target is the recipient's team ID."])
+        }
+    }
+
+    private func numbered(_ lines: [String]) -> String {
+        lines.enumerated().map { "\($0.offset + 1). \($0.element)" }.joined(separator: "\n")
+    }
+}

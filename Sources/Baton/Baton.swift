@@ -1,1 +1,0 @@
-// The Baton module: see docs and design.md.

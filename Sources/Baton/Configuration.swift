@@ -1,0 +1,446 @@
+import Foundation
+import Postgres
+
+/// Baton's configuration: a JSON file (default `baton.json`) overridden by `BATON_*` environment variables.
+///
+/// Every key can be set by an environment variable named after its path: `database.url` is
+/// `BATON_DATABASE_URL`, `apple.transfer.accepted_at` is `BATON_APPLE_TRANSFER_ACCEPTED_AT`; lists are
+/// comma-separated; an empty value removes the key. The admin token comes only from `BATON_ADMIN_TOKEN` or from
+/// the file named by `admin_token_file`, never from the JSON itself. Paths in the JSON file are relative to the
+/// file's directory; paths from the environment are relative to the current directory.
+/// ``BatonConfiguration/keys`` lists every key; `sample-config/README.md` documents them.
+///
+/// Loading validates everything it can without I/O beyond reading the admin token file, and a failure is a
+/// ``ConfigurationError`` naming the key and its environment variable.
+public struct BatonConfiguration: Sendable, Equatable, Codable {
+    /// Where `baton serve` listens; default `127.0.0.1:8080`.
+    public var listen: ListenAddress
+    /// The PostgreSQL database holding the application's table and Baton's schema.
+    public var database: Database
+    /// Apple's endpoints, the client IDs, and the transfer's credentials.
+    public var apple: Apple
+    /// The application's own user table.
+    public var legacy: Legacy
+    /// The file holding the admin token for `GET /v1/report`, if any.
+    public var adminTokenFile: String?
+    /// The admin token, from `BATON_ADMIN_TOKEN` or `admin_token_file`; never read from or written to JSON.
+    public var adminToken: AdminToken?
+
+    /// Creates a configuration; call ``validate()`` on one built by hand.
+    public init(
+        listen: ListenAddress = ListenAddress(host: "127.0.0.1", port: 8080),
+        database: Database,
+        apple: Apple,
+        legacy: Legacy,
+        adminTokenFile: String? = nil,
+        adminToken: AdminToken? = nil
+    ) {
+        self.listen = listen
+        self.database = database
+        self.apple = apple
+        self.legacy = legacy
+        self.adminTokenFile = adminTokenFile
+        self.adminToken = adminToken
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case listen, database, apple, legacy
+        case adminTokenFile = "admin_token_file"
+    }
+
+    /// Decodes the JSON shape, applying defaults; the admin token is not part of it.
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        listen = try container.decodeIfPresent(ListenAddress.self, forKey: .listen) ?? ListenAddress(host: "127.0.0.1", port: 8080)
+        database = try container.decode(Database.self, forKey: .database)
+        apple = try container.decode(Apple.self, forKey: .apple)
+        legacy = try container.decode(Legacy.self, forKey: .legacy)
+        adminTokenFile = try container.decodeIfPresent(String.self, forKey: .adminTokenFile)
+        adminToken = nil
+    }
+
+    /// Encodes the JSON shape (without the admin token).
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.container(keyedBy: CodingKeys.self)
+        try container.encode(listen, forKey: .listen)
+        try container.encode(database, forKey: .database)
+        try container.encode(apple, forKey: .apple)
+        try container.encode(legacy, forKey: .legacy)
+        try container.encodeIfPresent(adminTokenFile, forKey: .adminTokenFile)
+    }
+
+    // MARK: - Sections
+
+    /// `host:port`, e.g. `127.0.0.1:8080` or `[::1]:8080`; port 0 lets the system choose.
+    public struct ListenAddress: Sendable, Equatable, Codable, CustomStringConvertible {
+        /// The host or IP address, without brackets.
+        public var host: String
+        /// The TCP port, 0...65535.
+        public var port: Int
+
+        /// Creates an address.
+        public init(host: String, port: Int) {
+            self.host = host
+            self.port = port
+        }
+
+        /// Parses `host:port` (`[v6]:port` for IPv6); nil when malformed.
+        public init?(parsing text: String) {
+            guard let colon = text.lastIndex(of: ":") else { return nil }
+            var host = String(text[..<colon])
+            let portText = text[text.index(after: colon)...]
+            if host.hasPrefix("[") && host.hasSuffix("]") {
+                host = String(host.dropFirst().dropLast())
+            } else if host.contains(":") {
+                return nil
+            }
+            guard !host.isEmpty, !host.contains(where: \.isWhitespace),
+                  portText.allSatisfy(\.isASCII), let port = Int(portText), (0...65_535).contains(port)
+            else { return nil }
+            self.init(host: host, port: port)
+        }
+
+        /// Decodes from a `host:port` string.
+        public init(from decoder: any Decoder) throws {
+            let text = try decoder.singleValueContainer().decode(String.self)
+            guard let address = ListenAddress(parsing: text) else {
+                throw DecodingError.dataCorrupted(.init(codingPath: decoder.codingPath, debugDescription: "expected host:port, such as 127.0.0.1:8080"))
+            }
+            self = address
+        }
+
+        /// Encodes as a `host:port` string.
+        public func encode(to encoder: any Encoder) throws {
+            var container = encoder.singleValueContainer()
+            try container.encode(description)
+        }
+
+        /// `host:port`, with brackets around an IPv6 host.
+        public var description: String {
+            host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)"
+        }
+    }
+
+    /// The database section.
+    public struct Database: Sendable, Equatable, Codable {
+        /// A libpq connection URL, `postgresql://…` (it may hold a password: never print it).
+        public var url: String
+        /// Connections in the pool; default 8, 1...1000.
+        public var poolSize: Int
+
+        /// Creates the section.
+        public init(url: String, poolSize: Int = 8) {
+            self.url = url
+            self.poolSize = poolSize
+        }
+
+        enum CodingKeys: String, CodingKey {
+            case url
+            case poolSize = "pool_size"
+        }
+
+        /// Decodes, defaulting `pool_size` to 8.
+        public init(from decoder: any Decoder) throws {
+            let container = try decoder.container(keyedBy: CodingKeys.self)
+            url = try container.decode(String.self, forKey: .url)
+            poolSize = try container.decodeIfPresent(Int.self, forKey: .poolSize) ?? 8
+        }
+    }
+
+    /// The `apple` section.
+    public struct Apple: Sendable, Equatable, Codable {
+        /// Apple's base URL (the emulator's in tests); default `https://appleid.apple.com`.
+        public var baseURL: URL
+        /// The identity-token key set; default `base_url` + `/auth/keys`.
+        public var keysURL: URL
+        /// The `iss` identity tokens must carry; default `https://appleid.apple.com`.
+        public var issuer: String
+        /// Client IDs accepted as `aud` in identity tokens (bundle and Services IDs, without a team prefix).
+        public var clientIDs: [String]
+        /// Client IDs of the sending team's tokens accepted for re-linking; default empty.
+        public var legacyClientIDs: [String]
+        /// The transfer being carried out; absent when there is none.
+        public var transfer: Transfer?
+
+        /// The default base URL, `https://appleid.apple.com`.
+        public static let defaultBaseURL = URL(string: "https://appleid.apple.com")!
+        /// The default issuer, `https://appleid.apple.com`.
+        public static let defaultIssuer = "https://appleid.apple.com"
+
+        /// Creates the section; `keysURL` defaults to `baseURL` + `/auth/keys`.
+        public init(
+            baseURL: URL = Apple.defaultBaseURL,
+            keysURL: URL? = nil,
+            issuer: String = Apple.defaultIssuer,
+            clientIDs: [String],
+            legacyClientIDs: [String] = [],
+            transfer: Transfer? = nil
+        ) {
+            self.baseURL = baseURL
+            self.keysURL = keysURL ?? Apple.keysURL(for: baseURL)
+            self.issuer = issuer
+            self.clientIDs = clientIDs
+            self.legacyClientIDs = legacyClientIDs
+            self.transfer = transfer
+        }
+
+        enum CodingKeys: String, CodingKey {
+            case baseURL = "base_url"
+            case keysURL = "keys_url"
+            case issuer
+            case clientIDs = "client_ids"
+            case legacyClientIDs = "legacy_client_ids"
+            case transfer
+        }
+
+        /// Decodes, applying the defaults.
+        public init(from decoder: any Decoder) throws {
+            let container = try decoder.container(keyedBy: CodingKeys.self)
+            let baseURL = try container.decodeIfPresent(URL.self, forKey: .baseURL) ?? Apple.defaultBaseURL
+            self.init(
+                baseURL: baseURL,
+                keysURL: try container.decodeIfPresent(URL.self, forKey: .keysURL),
+                issuer: try container.decodeIfPresent(String.self, forKey: .issuer) ?? Apple.defaultIssuer,
+                clientIDs: try container.decode([String].self, forKey: .clientIDs),
+                legacyClientIDs: try container.decodeIfPresent([String].self, forKey: .legacyClientIDs) ?? [],
+                transfer: try container.decodeIfPresent(Transfer.self, forKey: .transfer)
+            )
+        }
+
+        /// `base` + `/auth/keys`, keeping any path prefix of `base`.
+        static func keysURL(for base: URL) -> URL {
+            base.appendingPathComponent("auth").appendingPathComponent("keys")
+        }
+    }
+
+    /// The transfer: the app's client ID, when the recipient accepted it, and each team's key.
+    public struct Transfer: Sendable, Equatable, Codable {
+        /// The transferred app's primary client ID (`client_id` of `/auth/token` and `/auth/usermigrationinfo`).
+        public var clientID: String
+        /// When the recipient accepted the transfer; absent before. The 60-day window starts here.
+        public var acceptedAt: Date?
+        /// The sending team's credentials (needed to create transfer identifiers).
+        public var sender: TeamCredentials?
+        /// The receiving team's credentials (needed to exchange transfer identifiers).
+        public var recipient: TeamCredentials?
+
+        /// How long Apple keeps transfer identifiers exchangeable after acceptance: 60 days.
+        public static let window: TimeInterval = 60 * 86_400
+
+        /// Creates the section.
+        public init(clientID: String, acceptedAt: Date? = nil, sender: TeamCredentials? = nil, recipient: TeamCredentials? = nil) {
+            self.clientID = clientID
+            self.acceptedAt = acceptedAt
+            self.sender = sender
+            self.recipient = recipient
+        }
+
+        enum CodingKeys: String, CodingKey {
+            case clientID = "client_id"
+            case acceptedAt = "accepted_at"
+            case sender, recipient
+        }
+
+        /// When the 60-day window closes; nil before acceptance.
+        public var windowEndsAt: Date? { acceptedAt.map { $0.addingTimeInterval(Transfer.window) } }
+
+        /// Whole days left in the window at `now` (0 once it has closed, rounded down); nil before acceptance.
+        public func daysLeft(now: Date) -> Int? {
+            guard let end = windowEndsAt else { return nil }
+            return max(0, Int((end.timeIntervalSince(now) / 86_400).rounded(.down)))
+        }
+    }
+
+    /// One team's Sign in with Apple key.
+    public struct TeamCredentials: Sendable, Equatable, Codable {
+        /// The team ID: 10 upper-case letters or digits.
+        public var teamID: String
+        /// The key ID of the `.p8` key: 10 letters or digits.
+        public var keyID: String
+        /// Path of the `.p8` file (PKCS#8 PEM, EC P-256).
+        public var privateKeyPath: String
+
+        /// Creates the section.
+        public init(teamID: String, keyID: String, privateKeyPath: String) {
+            self.teamID = teamID
+            self.keyID = keyID
+            self.privateKeyPath = privateKeyPath
+        }
+
+        enum CodingKeys: String, CodingKey {
+            case teamID = "team_id"
+            case keyID = "key_id"
+            case privateKeyPath = "private_key_path"
+        }
+    }
+
+    /// The application's own user table, which Baton reads and rewrites but never creates or drops.
+    public struct Legacy: Sendable, Equatable, Codable {
+        /// The table, optionally schema-qualified: `public.users`.
+        public var table: String
+        /// The primary key column.
+        public var keyColumn: String
+        /// The column holding the Apple `sub`.
+        public var subjectColumn: String
+        /// The column holding the user's email.
+        public var emailColumn: String
+        /// A column holding each user's transfer identifier, if the application stores them.
+        public var transferColumn: String?
+
+        /// Creates the section.
+        public init(table: String, keyColumn: String, subjectColumn: String, emailColumn: String, transferColumn: String? = nil) {
+            self.table = table
+            self.keyColumn = keyColumn
+            self.subjectColumn = subjectColumn
+            self.emailColumn = emailColumn
+            self.transferColumn = transferColumn
+        }
+
+        enum CodingKeys: String, CodingKey {
+            case table
+            case keyColumn = "key_column"
+            case subjectColumn = "subject_column"
+            case emailColumn = "email_column"
+            case transferColumn = "transfer_column"
+        }
+
+        /// Encodes, writing `transfer_column` as null when absent.
+        public func encode(to encoder: any Encoder) throws {
+            var container = encoder.container(keyedBy: CodingKeys.self)
+            try container.encode(table, forKey: .table)
+            try container.encode(keyColumn, forKey: .keyColumn)
+            try container.encode(subjectColumn, forKey: .subjectColumn)
+            try container.encode(emailColumn, forKey: .emailColumn)
+            try container.encode(transferColumn, forKey: .transferColumn)
+        }
+
+        /// The validated identifiers, ready for `PostgresQuery` interpolation (which quotes them).
+        /// - Throws: ``ConfigurationError`` (`invalidValue`) naming the first invalid one.
+        public func identifiers() throws -> LegacyIdentifiers {
+            LegacyIdentifiers(
+                table: try BatonConfiguration.identifier(table, key: "legacy.table", allowSchema: true),
+                keyColumn: try BatonConfiguration.identifier(keyColumn, key: "legacy.key_column", allowSchema: false),
+                subjectColumn: try BatonConfiguration.identifier(subjectColumn, key: "legacy.subject_column", allowSchema: false),
+                emailColumn: try BatonConfiguration.identifier(emailColumn, key: "legacy.email_column", allowSchema: false),
+                transferColumn: try transferColumn.map { try BatonConfiguration.identifier($0, key: "legacy.transfer_column", allowSchema: false) }
+            )
+        }
+
+        /// The table, quoted for SQL: `"public"."users"`.
+        /// - Throws: ``ConfigurationError`` (`invalidValue`) when the name is not a valid identifier.
+        public func quotedTable() throws -> String {
+            try BatonConfiguration.quoteIdentifier(table, key: "legacy.table", allowSchema: true)
+        }
+    }
+
+    /// The legacy table's validated identifiers.
+    public struct LegacyIdentifiers: Sendable, Equatable {
+        /// The table, possibly schema-qualified.
+        public var table: PostgresIdentifier
+        /// The primary key column.
+        public var keyColumn: PostgresIdentifier
+        /// The Apple `sub` column.
+        public var subjectColumn: PostgresIdentifier
+        /// The email column.
+        public var emailColumn: PostgresIdentifier
+        /// The transfer identifier column, if configured.
+        public var transferColumn: PostgresIdentifier?
+    }
+
+    /// Validates an identifier from the configuration: `^[A-Za-z_][A-Za-z0-9_]{0,62}$`, with an optional
+    /// `schema.` prefix when `allowSchema` (tables; not columns).
+    /// - Throws: ``ConfigurationError`` (`invalidValue`) naming `key`.
+    public static func identifier(_ text: String, key: String, allowSchema: Bool) throws -> PostgresIdentifier {
+        guard let identifier = try? PostgresIdentifier(text), allowSchema || identifier.schema == nil else {
+            let shape = allowSchema
+                ? "an SQL identifier, optionally schema-qualified like public.users (letters, digits, _; not starting with a digit; at most 63 each)"
+                : "an SQL identifier without a schema (letters, digits, _; not starting with a digit; at most 63)"
+            throw ConfigurationError(.invalidValue, key: key, reason: "must be \(shape)")
+        }
+        return identifier
+    }
+
+    /// Validates an identifier like ``identifier(_:key:allowSchema:)`` and quotes it for SQL:
+    /// `public.users` → `"public"."users"`. Quoted identifiers are case-sensitive.
+    /// - Throws: ``ConfigurationError`` (`invalidValue`) naming `key`.
+    public static func quoteIdentifier(_ text: String, key: String, allowSchema: Bool) throws -> String {
+        try identifier(text, key: key, allowSchema: allowSchema).quoted
+    }
+}
+
+/// The admin token: compared in constant time, never printed.
+public struct AdminToken: Sendable, Equatable, CustomStringConvertible, CustomDebugStringConvertible, CustomReflectable {
+    private let value: [UInt8]
+
+    /// The shortest token accepted: 16 characters.
+    public static let minimumLength = 16
+
+    /// Wraps `text`; nil when it is shorter than ``minimumLength``.
+    public init?(_ text: String) {
+        guard text.count >= AdminToken.minimumLength else { return nil }
+        value = Array(text.utf8)
+    }
+
+    /// Whether `candidate` is the token, comparing every byte whatever the first difference.
+    public func matches(_ candidate: some StringProtocol) -> Bool {
+        let bytes = Array(candidate.utf8)
+        var difference = UInt8(truncatingIfNeeded: bytes.count ^ value.count)
+        for index in value.indices {
+            difference |= value[index] ^ (index < bytes.count ? bytes[index] : 0)
+        }
+        return difference == 0
+    }
+
+    /// Always `<redacted>`.
+    public var description: String { "<redacted>" }
+    /// Always `<redacted>`.
+    public var debugDescription: String { "<redacted>" }
+    /// No children, so `dump` shows nothing either.
+    public var customMirror: Mirror { Mirror(self, children: [:]) }
+}
+
+/// Why a configuration was refused: a stable code, the key (and its environment variable), and a reason.
+///
+/// The reason never quotes a value, since values may be secrets (a database URL with a password).
+public struct ConfigurationError: Error, Equatable, CustomStringConvertible {
+    /// What went wrong.
+    public enum Code: String, Sendable {
+        /// The configuration file (or the admin token file) cannot be read.
+        case fileUnreadable
+        /// The configuration file is not a JSON object.
+        case invalidJSON
+        /// A key the configuration does not know (a typo, or `admin_token` in the file).
+        case unknownKey
+        /// A required key is absent.
+        case missing
+        /// A value of the wrong type or shape.
+        case invalidValue
+    }
+
+    /// The stable code.
+    public let code: Code
+    /// The key's path, e.g. `apple.transfer.sender.team_id`; empty for the whole file.
+    public let key: String
+    /// Why, in words, without the value.
+    public let reason: String
+
+    /// Creates an error.
+    public init(_ code: Code, key: String, reason: String) {
+        self.code = code
+        self.key = key
+        self.reason = reason
+    }
+
+    /// The environment variable that sets ``key``, e.g. `BATON_APPLE_TRANSFER_SENDER_TEAM_ID`.
+    /// Nil for the whole file and for a section (`database`), which no single variable sets.
+    public var environmentVariable: String? {
+        BatonConfiguration.isKey(key) ? BatonConfiguration.environmentVariable(for: key) : nil
+    }
+
+    /// `configuration: apple.transfer.sender.team_id (BATON_APPLE_TRANSFER_SENDER_TEAM_ID): reason`.
+    public var description: String {
+        if key.isEmpty { return "configuration: \(reason)" }
+        guard let variable = environmentVariable else { return "configuration: \(key): \(reason)" }
+        return "configuration: \(key) (\(variable)): \(reason)"
+    }
+}

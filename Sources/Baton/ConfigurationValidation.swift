@@ -1,0 +1,89 @@
+import AppleSignIn
+import Foundation
+
+extension BatonConfiguration {
+    /// Checks every value's shape; ``load(path:environment:)`` calls it, and so should code that builds a
+    /// configuration by hand.
+    ///
+    /// Checks: `listen` port range; URLs parse (`http`/`https` for Apple, `postgres`/`postgresql` for the
+    /// database); `pool_size` 1...1000; client IDs non-empty, made of letters, digits, `.` and `-`, listed
+    /// once, and not prefixed by a team ID; team IDs 10 upper-case letters or digits, different for the two
+    /// sides; key IDs 10 letters or digits; key paths non-empty; SQL identifiers valid and the subject, email and
+    /// transfer columns distinct. Files are not opened here (`baton doctor` does that).
+    /// - Throws: ``ConfigurationError`` (`missing`, `invalidValue`) naming the first bad key.
+    public func validate() throws {
+        guard !listen.host.isEmpty, (0...65_535).contains(listen.port) else {
+            throw ConfigurationError(.invalidValue, key: "listen", reason: "expected host:port, such as 127.0.0.1:8080")
+        }
+        try Self.checkURL(database.url, key: "database.url", schemes: ["postgres", "postgresql"], requireHost: false)
+        guard (1...1000).contains(database.poolSize) else {
+            throw ConfigurationError(.invalidValue, key: "database.pool_size", reason: "must be from 1 to 1000")
+        }
+        try Self.checkURL(apple.baseURL.absoluteString, key: "apple.base_url", schemes: ["http", "https"], requireHost: true)
+        try Self.checkURL(apple.keysURL.absoluteString, key: "apple.keys_url", schemes: ["http", "https"], requireHost: true)
+        try Self.checkURL(apple.issuer, key: "apple.issuer", schemes: ["http", "https"], requireHost: true)
+        guard !apple.clientIDs.isEmpty else {
+            throw ConfigurationError(.missing, key: "apple.client_ids", reason: "list at least one client ID (the app's bundle ID or Services ID)")
+        }
+        try Self.checkClientIDs(apple.clientIDs, key: "apple.client_ids")
+        try Self.checkClientIDs(apple.legacyClientIDs, key: "apple.legacy_client_ids")
+        if let transfer = apple.transfer {
+            try Self.checkClientID(transfer.clientID, key: "apple.transfer.client_id")
+            if let sender = transfer.sender { try Self.checkCredentials(sender, key: "apple.transfer.sender") }
+            if let recipient = transfer.recipient { try Self.checkCredentials(recipient, key: "apple.transfer.recipient") }
+            if let sender = transfer.sender, let recipient = transfer.recipient, sender.teamID == recipient.teamID {
+                throw ConfigurationError(.invalidValue, key: "apple.transfer.recipient.team_id", reason: "the recipient's team ID equals the sender's: a transfer moves an app between two teams")
+            }
+        }
+        let identifiers = try legacy.identifiers()
+        if identifiers.emailColumn == identifiers.subjectColumn {
+            throw ConfigurationError(.invalidValue, key: "legacy.email_column", reason: "must differ from legacy.subject_column")
+        }
+        if let transferColumn = identifiers.transferColumn, transferColumn == identifiers.subjectColumn || transferColumn == identifiers.emailColumn {
+            throw ConfigurationError(.invalidValue, key: "legacy.transfer_column", reason: "must differ from legacy.subject_column and legacy.email_column")
+        }
+        if let adminTokenFile, adminTokenFile.isEmpty {
+            throw ConfigurationError(.invalidValue, key: "admin_token_file", reason: "must be a path (remove the key to serve without an admin token)")
+        }
+    }
+
+    private static func checkClientID(_ text: String, key: String) throws {
+        if let problem = AppleIdentifierFormat.clientIDProblem(text) {
+            throw ConfigurationError(.invalidValue, key: key, reason: problem)
+        }
+    }
+
+    private static func checkClientIDs(_ list: [String], key: String) throws {
+        var seen: Set<String> = []
+        for (index, clientID) in list.enumerated() {
+            try checkClientID(clientID, key: "\(key)[\(index)]")
+            guard seen.insert(clientID).inserted else {
+                throw ConfigurationError(.invalidValue, key: "\(key)[\(index)]", reason: "a client ID is listed twice")
+            }
+        }
+    }
+
+    private static func checkCredentials(_ credentials: TeamCredentials, key: String) throws {
+        guard AppleIdentifierFormat.isTeamID(credentials.teamID) else {
+            throw ConfigurationError(.invalidValue, key: "\(key).team_id", reason: "a team ID is 10 upper-case letters or digits (see Membership details in the developer account)")
+        }
+        guard AppleIdentifierFormat.isKeyID(credentials.keyID) else {
+            throw ConfigurationError(.invalidValue, key: "\(key).key_id", reason: "a key ID is 10 letters or digits (the Key ID shown beside the key, also in the .p8 file name)")
+        }
+        guard !credentials.privateKeyPath.isEmpty else {
+            throw ConfigurationError(.missing, key: "\(key).private_key_path", reason: "the path of the team's .p8 key is empty")
+        }
+    }
+
+    private static func checkURL(_ text: String, key: String, schemes: Set<String>, requireHost: Bool) throws {
+        guard let components = URLComponents(string: text), let scheme = components.scheme?.lowercased() else {
+            throw ConfigurationError(.invalidValue, key: key, reason: "not a URL")
+        }
+        guard schemes.contains(scheme) else {
+            throw ConfigurationError(.invalidValue, key: key, reason: "the URL's scheme must be \(schemes.sorted().joined(separator: " or "))")
+        }
+        if requireHost, (components.host ?? "").isEmpty {
+            throw ConfigurationError(.invalidValue, key: key, reason: "the URL has no host")
+        }
+    }
+}

@@ -1,0 +1,68 @@
+/// An error a handler throws to answer with a chosen status and a stable error code.
+///
+/// The response body is `{"error": code, "reason": reason}` (JSON); `headers` are added to the
+/// response (for example `Retry-After` or `WWW-Authenticate`). Any other error thrown by a
+/// handler becomes a 500 `{"error":"internal_error"}` that reveals nothing about its cause.
+public struct HTTPError: Error, Sendable, Equatable, CustomStringConvertible {
+    /// The HTTP status code, e.g. 400.
+    public var status: Int
+    /// A stable, machine-readable code, e.g. `invalid_request`.
+    public var code: String
+    /// A short human-readable explanation; must not carry secrets, tokens or emails.
+    public var reason: String
+    /// Extra response headers.
+    public var headers: HTTPHeaders
+
+    /// Creates an error answered with `status` and body `{"error": code, "reason": reason}`.
+    public init(_ status: Int, code: String, reason: String, headers: HTTPHeaders = [:]) {
+        self.status = status
+        self.code = code
+        self.reason = reason
+        self.headers = headers
+    }
+
+    /// `status code: reason`.
+    public var description: String { "\(status) \(code): \(reason)" }
+
+    /// The response this error is answered with.
+    public var response: HTTPResponse {
+        var response = HTTPResponse.json(serialized: "{\"error\":\(JSONText.quote(code)),\"reason\":\(JSONText.quote(reason))}", status: status)
+        for field in headers { response.headers.add(field.name, field.value) }
+        return response
+    }
+
+    /// 400 `bad_request`.
+    public static func badRequest(_ reason: String) -> HTTPError { HTTPError(400, code: "bad_request", reason: reason) }
+    /// 404 `not_found`.
+    public static let notFound = HTTPError(404, code: "not_found", reason: "no such route")
+    /// 413 `payload_too_large`.
+    public static func payloadTooLarge(limit: Int) -> HTTPError {
+        HTTPError(413, code: "payload_too_large", reason: "request body exceeds \(limit) bytes")
+    }
+    /// 500 `internal_error`, the answer for any unexpected failure.
+    public static let internalError = HTTPError(500, code: "internal_error", reason: "internal server error")
+}
+
+/// Writing JSON string literals, for the few bodies this module builds itself.
+enum JSONText {
+    /// `text` as a quoted JSON string (RFC 8259 escaping).
+    static func quote(_ text: String) -> String {
+        var out = "\""
+        out.reserveCapacity(text.utf8.count + 2)
+        for scalar in text.unicodeScalars {
+            switch scalar {
+            case "\"": out += "\\\""
+            case "\\": out += "\\\\"
+            case "\n": out += "\\n"
+            case "\r": out += "\\r"
+            case "\t": out += "\\t"
+            case _ where scalar.value < 0x20:
+                let hex = String(scalar.value, radix: 16)
+                out += "\\u" + String(repeating: "0", count: 4 - hex.count) + hex
+            default: out.unicodeScalars.append(scalar)
+            }
+        }
+        out += "\""
+        return out
+    }
+}

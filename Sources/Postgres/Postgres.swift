@@ -1,1 +1,0 @@
-// The Postgres module: see docs and design.md.

@@ -1,0 +1,85 @@
+/// The one error type of the Postgres module: a stable code, the SQLSTATE when the server sent one,
+/// and a message that never carries parameter values.
+///
+/// `description` is safe for logs; `debugDescription` adds the server's detail, which may quote values.
+public struct PostgresError: Error, Sendable, CustomStringConvertible, CustomDebugStringConvertible {
+    /// What kind of failure this is; callers branch on it.
+    public enum Code: String, Sendable, Equatable {
+        /// The connection could not be opened, or broke (SQLSTATE class 08, or libpq lost the socket).
+        case connectionFailure = "connection_failure"
+        /// A unique constraint was violated (23505).
+        case uniqueViolation = "unique_violation"
+        /// A serializable transaction could not be serialized (40001); retry it.
+        case serializationFailure = "serialization_failure"
+        /// Deadlock detected (40P01); retry it.
+        case deadlockDetected = "deadlock_detected"
+        /// The statement was canceled, e.g. by `statement_timeout` or `lock_timeout` (57014, 55P03).
+        case queryCanceled = "query_canceled"
+        /// The server is shutting down or refuses connections (57P01-57P03).
+        case serverShutdown = "server_shutdown"
+        /// The database is read-only or out of space (25006, 53100, 53200, 53300).
+        case resourceUnavailable = "resource_unavailable"
+        /// A relation, column or schema named in the SQL does not exist (42P01, 42703, 3F000).
+        case undefinedObject = "undefined_object"
+        /// Any other error the server reported.
+        case server = "server_error"
+        /// A value in a row could not be decoded as the requested Swift type.
+        case decoding = "decoding_error"
+        /// No connection became free within the pool's wait limit.
+        case poolTimeout = "pool_timeout"
+        /// The pool was closed.
+        case poolClosed = "pool_closed"
+        /// The configuration (URL, pool size) is invalid.
+        case invalidConfiguration = "invalid_configuration"
+    }
+
+    /// The stable code.
+    public var code: Code
+    /// The five-character SQLSTATE, when the server reported one.
+    public var sqlState: String?
+    /// The primary message (from the server's primary message field or libpq); contains no parameter values.
+    public var message: String
+    /// Server detail and hint; may contain values, so only in `debugDescription`.
+    public var detail: String?
+
+    /// Creates an error.
+    public init(_ code: Code, sqlState: String? = nil, message: String, detail: String? = nil) {
+        self.code = code
+        self.sqlState = sqlState
+        self.message = message
+        self.detail = detail
+    }
+
+    /// Whether retrying the whole transaction may succeed (serialization failure, deadlock, lost connection).
+    public var isTransient: Bool {
+        switch code {
+        case .serializationFailure, .deadlockDetected, .connectionFailure, .serverShutdown, .poolTimeout: true
+        default: false
+        }
+    }
+
+    public var description: String {
+        if let sqlState { return "postgres \(code.rawValue) (\(sqlState)): \(message)" }
+        return "postgres \(code.rawValue): \(message)"
+    }
+
+    public var debugDescription: String {
+        guard let detail else { return description }
+        return "\(description) [\(detail)]"
+    }
+
+    /// Maps a SQLSTATE to a code.
+    static func code(forSQLState state: String) -> Code {
+        switch state {
+        case "23505": return .uniqueViolation
+        case "40001": return .serializationFailure
+        case "40P01": return .deadlockDetected
+        case "57014", "55P03": return .queryCanceled
+        case "57P01", "57P02", "57P03": return .serverShutdown
+        case "25006", "53100", "53200", "53300": return .resourceUnavailable
+        case "42P01", "42703", "3F000", "42883": return .undefinedObject
+        default:
+            return state.hasPrefix("08") ? .connectionFailure : .server
+        }
+    }
+}

@@ -1,0 +1,54 @@
+import AppleSignIn
+import Foundation
+
+/// `baton client-secret`: prints an ES256 client secret for Apple's REST API.
+let clientSecretCommand = Command(
+    name: "client-secret",
+    summary: "print an ES256 client_secret for Apple's REST API",
+    usage: """
+        usage: baton client-secret --team-id T --key-id K --key FILE.p8 --client-id C [--days D]
+
+        Prints a client secret (an ES256 JWT) signed with the team's Sign in with Apple key, for calls made by
+        hand (curl). Baton's own jobs make short-lived secrets themselves and never need this.
+
+          --team-id T     the team that owns the key (10 upper-case letters or digits): the secret's iss
+          --key-id K      the key's ID (10 characters): the header's kid
+          --key FILE.p8   the key, as downloaded from the developer account (PKCS#8 PEM, EC P-256)
+          --client-id C   the bundle ID or Services ID, without the team prefix: the secret's sub
+          --days D        lifetime in days, 1 to 182 (Apple's limit is six months); default 1
+
+        The secret is printed on standard output and nowhere else; its expiry goes to standard error.
+        Exit status: 0 printed, 1 the key file is unreadable or not a P-256 key, 2 usage.
+        """,
+    run: { arguments in
+        let parsed = try Arguments(arguments, options: ["team-id", "key-id", "key", "client-id", "days"])
+        if let extra = parsed.positionals.first { throw CommandFailure.usage("unexpected argument '\(extra)'") }
+        let teamID = try parsed.required("team-id")
+        let keyID = try parsed.required("key-id")
+        let keyPath = try parsed.required("key")
+        let clientID = try parsed.required("client-id")
+        let days = try parsed.integer("days", default: 1, in: 1...182)
+        guard AppleIdentifierFormat.isTeamID(teamID) else {
+            throw CommandFailure.usage("--team-id must be 10 upper-case letters or digits")
+        }
+        guard AppleIdentifierFormat.isKeyID(keyID) else {
+            throw CommandFailure.usage("--key-id must be 10 letters or digits")
+        }
+        if let problem = AppleIdentifierFormat.clientIDProblem(clientID) {
+            throw CommandFailure.usage("--client-id: \(problem)")
+        }
+        let signer: ClientSecret
+        do {
+            signer = try await ClientSecret.load(teamID: teamID, keyID: keyID, clientID: clientID, keyFile: keyPath)
+        } catch let error as AppleClientError {
+            throw CommandFailure.rejected("baton client-secret: \(error.description)")
+        }
+        let issuedAt = Date()
+        let lifetime = TimeInterval(days) * 86_400
+        let secret = try signer.clientSecret(issuedAt: issuedAt, lifetime: lifetime)
+        print(secret)
+        let expiry = Date(timeIntervalSince1970: issuedAt.timeIntervalSince1970.rounded(.down) + lifetime)
+        printError("baton client-secret: valid until \(expiry.formatted(.iso8601)) for \(clientID) (team \(teamID), key \(keyID))")
+        return 0
+    }
+)

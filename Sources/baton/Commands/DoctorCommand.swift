@@ -1,0 +1,289 @@
+import AppleSignIn
+import Baton
+import Foundation
+import JOSE
+import Postgres
+
+/// `baton doctor`: checks a configuration end to end, one line per check, with a fix for each failure.
+let doctorCommand = Command(
+    name: "doctor",
+    summary: "check a configuration end to end: keys, Apple, the transfer window, the database",
+    usage: """
+        usage: baton doctor [--config FILE]
+
+        Loads the configuration (default baton.json, then BATON_* variables) and checks, printing one line each:
+          - each team's key file: readable, private to its owner, an EC P-256 PKCS#8 key;
+          - each team's client secret: accepted by Apple's /auth/token;
+          - the transfer: acceptance date and the days left in the 60-day window;
+          - the identity-token key set: reachable, with keys;
+          - the database: reachable, Baton's schema migrated, the legacy table and its columns present,
+            a unique constraint on the subject column.
+        Lines start with 'ok', 'warn' or 'FAIL'; a FAIL line ends with a fix.
+        Exit status: 0 nothing failed, 1 a check failed, 2 the configuration is invalid.
+        """,
+    run: { arguments in
+        let parsed = try Arguments(arguments, options: ["config"])
+        if let extra = parsed.positionals.first { throw CommandFailure.usage("unexpected argument '\(extra)'") }
+        var doctor = Doctor()
+        return await doctor.run(configPath: parsed.value("config"), environment: ProcessInfo.processInfo.environment, now: Date())
+    }
+)
+
+/// Runs the checks and prints their lines.
+struct Doctor {
+    enum Status: String {
+        case ok = "ok  "
+        case warning = "warn"
+        case failure = "FAIL"
+    }
+
+    private(set) var failures = 0
+    private(set) var warnings = 0
+
+    /// Prints one check's line: `ok   name: detail`, or `FAIL name: detail; fix: …`.
+    mutating func report(_ status: Status, _ name: String, _ detail: String, fix: String? = nil) {
+        var line = "\(status.rawValue)  \(name): \(detail)"
+        if let fix, status != .ok { line += "; fix: \(fix)" }
+        print(line)
+        switch status {
+        case .ok: break
+        case .warning: warnings += 1
+        case .failure: failures += 1
+        }
+    }
+
+    mutating func run(configPath: String?, environment: [String: String], now: Date) async -> Int32 {
+        let configuration: BatonConfiguration
+        do {
+            configuration = try await BatonConfiguration.load(path: configPath, environment: environment, queue: .global())
+        } catch let error as ConfigurationError {
+            let text = error.description
+            report(.failure, "configuration", text.hasPrefix("configuration: ") ? String(text.dropFirst(15)) : text,
+                   fix: "correct the key named (see sample-config/README.md)")
+            return 2
+        } catch {
+            report(.failure, "configuration", "cannot be loaded", fix: "check the file")
+            return 2
+        }
+        report(.ok, "configuration", "\(configPath ?? BatonConfiguration.defaultPath)\(configPath == nil && !FileManager.default.fileExists(atPath: BatonConfiguration.defaultPath) ? " (absent: environment only)" : "")")
+
+        await checkTransfer(configuration, now: now)
+        await checkKeySet(configuration.apple.keysURL)
+        await checkDatabase(configuration)
+
+        print("doctor: \(failures) failed, \(warnings) warnings")
+        return failures == 0 ? 0 : 1
+    }
+
+    // MARK: - Apple
+
+    private mutating func checkTransfer(_ configuration: BatonConfiguration, now: Date) async {
+        guard let transfer = configuration.apple.transfer else {
+            report(.warning, "transfer", "none configured (apple.transfer absent): no transfer identifiers can be made or exchanged",
+                   fix: "add apple.transfer with the app's client ID and the team's key")
+            return
+        }
+        if !configuration.apple.clientIDs.contains(transfer.clientID) {
+            report(.warning, "transfer client ID", "\(transfer.clientID) is not among apple.client_ids, so its users' identity tokens would be refused",
+                   fix: "add it to apple.client_ids")
+        }
+        let sides: [(String, BatonConfiguration.TeamCredentials?)] = [("sender", transfer.sender), ("recipient", transfer.recipient)]
+        if sides.allSatisfy({ $0.1 == nil }) {
+            report(.warning, "credentials", "neither apple.transfer.sender nor apple.transfer.recipient is configured",
+                   fix: "add the key of your side of the transfer")
+        }
+        var signers: [String: ClientSecret] = [:]
+        for (side, credentials) in sides {
+            guard let credentials else { continue }
+            signers[side] = await checkKey(side: side, credentials: credentials, clientID: transfer.clientID)
+        }
+        if let sender = signers["sender"], let recipient = signers["recipient"],
+           sender.keyID == recipient.keyID || sender.publicKey == recipient.publicKey {
+            report(.failure, "credentials", "the sender and the recipient use the same key (\(recipient.keyID)): each team signs with its own",
+                   fix: "set apple.transfer.recipient to the receiving team's key ID and .p8 file, and .sender to the sending team's")
+        }
+        for (side, _) in sides {
+            guard let signer = signers[side] else { continue }
+            await checkToken(side: side, signer: signer, baseURL: configuration.apple.baseURL)
+        }
+        checkWindow(transfer, now: now)
+    }
+
+    /// Checks the key file; returns a signer when it is usable.
+    private mutating func checkKey(side: String, credentials: BatonConfiguration.TeamCredentials, clientID: String) async -> ClientSecret? {
+        let name = "\(side) key"
+        let path = credentials.privateKeyPath
+        do {
+            let signer = try await ClientSecret.load(teamID: credentials.teamID, keyID: credentials.keyID, clientID: clientID, keyFile: path)
+            let permissions = (try? FileManager.default.attributesOfItem(atPath: path)[.posixPermissions] as? Int) ?? 0
+            if permissions & 0o077 != 0 {
+                report(.warning, name, "\(path) is an EC P-256 key but readable by others (mode \(String(permissions, radix: 8)))",
+                       fix: "chmod 600 \(path)")
+            } else {
+                report(.ok, name, "\(path): EC P-256, key \(credentials.keyID) of team \(credentials.teamID)")
+            }
+            return signer
+        } catch let error as AppleClientError {
+            let fix: String
+            switch error.code {
+            case .keyUnreadable: fix = "check apple.transfer.\(side).private_key_path and the file's permissions"
+            default: fix = error.explanation.replacingOccurrences(of: "1. ", with: "")
+            }
+            report(.failure, name, error.description, fix: fix)
+        } catch {
+            report(.failure, name, "cannot be loaded", fix: "check apple.transfer.\(side).private_key_path")
+        }
+        return nil
+    }
+
+    private mutating func checkToken(side: String, signer: ClientSecret, baseURL: URL) async {
+        let client = AppleClient(
+            baseURL: baseURL, credentials: signer,
+            options: AppleClient.Options(requestTimeout: 10, retry: RetryPolicy(maxAttempts: 2, maxRetryAfter: 5), secretLifetime: 300)
+        )
+        do {
+            _ = try await client.accessToken(purpose: side == "sender" ? .transferIdentifier : .exchange)
+            report(.ok, "\(side) secret", "accepted by \(baseURL.absoluteString)/auth/token (team \(signer.teamID), client \(signer.clientID))")
+        } catch let error as AppleClientError {
+            report(.failure, "\(side) secret", error.description, fix: Doctor.oneLine(error.explanation))
+        } catch {
+            report(.failure, "\(side) secret", "the token request failed", fix: "check apple.base_url")
+        }
+    }
+
+    private mutating func checkWindow(_ transfer: BatonConfiguration.Transfer, now: Date) {
+        guard let accepted = transfer.acceptedAt, let end = transfer.windowEndsAt, let days = transfer.daysLeft(now: now) else {
+            report(.warning, "transfer window", "not accepted yet (apple.transfer.accepted_at absent)",
+                   fix: "set apple.transfer.accepted_at once the recipient accepts the transfer in App Store Connect")
+            return
+        }
+        let acceptedText = accepted.formatted(.iso8601)
+        let endText = end.formatted(.iso8601)
+        if accepted > now {
+            report(.failure, "transfer window", "accepted_at \(acceptedText) is in the future",
+                   fix: "set apple.transfer.accepted_at to the moment the recipient accepted the transfer")
+        } else if end <= now {
+            report(.failure, "transfer window", "accepted \(acceptedText); the 60-day window closed at \(endText): transfer identifiers can no longer be exchanged",
+                   fix: "users not yet migrated can only be re-linked (POST /v1/link); check accepted_at if the date is wrong")
+        } else if days < 7 {
+            report(.warning, "transfer window", "accepted \(acceptedText); \(days) days left (closes \(endText))",
+                   fix: "run 'baton exchange' now for every pending user")
+        } else {
+            report(.ok, "transfer window", "accepted \(acceptedText); \(days) days left (closes \(endText))")
+        }
+    }
+
+    private mutating func checkKeySet(_ url: URL) async {
+        do {
+            let keySet = try JWKSet(json: try await HTTPKeySetFetcher(url: url, timeout: 10).fetchKeySet())
+            if keySet.keys.isEmpty {
+                report(.failure, "key set", "\(url.absoluteString) holds no usable key", fix: "check apple.keys_url")
+            } else {
+                report(.ok, "key set", "\(url.absoluteString): \(keySet.keys.count) keys")
+            }
+        } catch let error as JOSEError {
+            report(.failure, "key set", "\(url.absoluteString) is not a valid key set (\(error.description))", fix: "check apple.keys_url")
+        } catch let error as HTTPKeySetFetcher.FetchError {
+            report(.failure, "key set", "\(url.absoluteString): \(error.description)", fix: "check apple.keys_url, the network path and proxy")
+        } catch {
+            report(.failure, "key set", "\(url.absoluteString) is unreachable", fix: "check apple.keys_url, the network path and proxy")
+        }
+    }
+
+    // MARK: - Database
+
+    private mutating func checkDatabase(_ configuration: BatonConfiguration) async {
+        let pool = PostgresPool(url: configuration.database.url, maxConnections: 1, acquireTimeout: .seconds(10))
+        await checkDatabase(configuration, pool: pool)
+        await pool.close()
+    }
+
+    private mutating func checkDatabase(_ configuration: BatonConfiguration, pool: PostgresPool) async {
+        do {
+            let row = try await pool.query("SELECT current_database(), current_setting('server_version')")
+            let name = try row[0].decode(String.self, at: 0)
+            let version = try row[0].decode(String.self, at: 1)
+            report(.ok, "database", "connected to \(name) (PostgreSQL \(version))")
+        } catch {
+            report(.failure, "database", "cannot connect (\(Doctor.describe(error)))",
+                   fix: "check database.url (BATON_DATABASE_URL), that the server runs and accepts this user")
+            return
+        }
+        do {
+            let migrator = try BatonSchema.migrator()
+            let pending = try await migrator.pending(pool)
+            if pending.isEmpty {
+                let count = migrator.migrations.count
+                report(.ok, "schema", "Baton's schema is migrated (\(count) migration\(count == 1 ? "" : "s"))")
+            } else {
+                report(.failure, "schema", "\(pending.count) of \(migrator.migrations.count) migrations not applied",
+                       fix: "run 'baton db migrate'")
+            }
+        } catch {
+            report(.failure, "schema", "cannot read Baton's migrations (\(Doctor.describe(error)))", fix: "run 'baton db migrate'")
+        }
+        await checkLegacyTable(configuration.legacy, pool: pool)
+    }
+
+    private mutating func checkLegacyTable(_ legacy: BatonConfiguration.Legacy, pool: PostgresPool) async {
+        let identifiers: BatonConfiguration.LegacyIdentifiers
+        do {
+            identifiers = try legacy.identifiers()
+        } catch {
+            report(.failure, "legacy table", "\(error)", fix: "correct the legacy section")
+            return
+        }
+        let table = identifiers.table.quoted
+        do {
+            let found = try await pool.query("SELECT to_regclass(\(table)::text) IS NOT NULL")
+            guard try found[0].decode(Bool.self, at: 0) else {
+                report(.failure, "legacy table", "\(legacy.table) does not exist (or this user cannot see it)",
+                       fix: "set legacy.table to the application's user table; names are case-sensitive (quoted as \(table))")
+                return
+            }
+            let rows = try await pool.query("""
+                SELECT attname::text FROM pg_attribute
+                WHERE attrelid = to_regclass(\(table)::text) AND attnum > 0 AND NOT attisdropped
+                """)
+            let present = Set(try rows.map { try $0.decode(String.self, at: 0) })
+            let wanted: [(String, String?)] = [
+                ("key_column", legacy.keyColumn), ("subject_column", legacy.subjectColumn),
+                ("email_column", legacy.emailColumn), ("transfer_column", legacy.transferColumn),
+            ]
+            let missing = wanted.compactMap { key, column in column.flatMap { present.contains($0) ? nil : "legacy.\(key) \($0)" } }
+            if missing.isEmpty {
+                report(.ok, "legacy table", "\(legacy.table) has columns \(wanted.compactMap(\.1).joined(separator: ", "))")
+            } else {
+                report(.failure, "legacy table", "\(legacy.table) lacks \(missing.joined(separator: ", "))",
+                       fix: "name the existing columns in the legacy section (names are case-sensitive)")
+                return
+            }
+            let unique = try await pool.query("""
+                SELECT EXISTS (
+                    SELECT 1 FROM pg_index i
+                    JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0]
+                    WHERE i.indrelid = to_regclass(\(table)::text) AND i.indisunique AND i.indnkeyatts = 1
+                      AND i.indpred IS NULL AND a.attname = \(legacy.subjectColumn)::name
+                )
+                """)
+            if try unique[0].decode(Bool.self, at: 0) {
+                report(.ok, "subject uniqueness", "\(legacy.table).\(legacy.subjectColumn) has a unique constraint")
+            } else {
+                report(.failure, "subject uniqueness", "\(legacy.table).\(legacy.subjectColumn) has no unique constraint, so two records could claim one Apple user",
+                       fix: "CREATE UNIQUE INDEX CONCURRENTLY ON \(table) (\(identifiers.subjectColumn.quoted))")
+            }
+        } catch {
+            report(.failure, "legacy table", "cannot inspect \(legacy.table) (\(Doctor.describe(error)))", fix: "grant this user SELECT on the table")
+        }
+    }
+
+    /// An error's description: `PostgresError`s say what failed without values or passwords.
+    static func describe(_ error: any Error) -> String {
+        (error as? PostgresError)?.description ?? "\(type(of: error))"
+    }
+
+    /// A numbered explanation on one line.
+    static func oneLine(_ explanation: String) -> String {
+        explanation.split(separator: "\n").joined(separator: " ")
+    }
+}

@@ -1,0 +1,77 @@
+import Foundation
+import TestSupport
+import Testing
+
+@Suite("baton command line basics")
+struct BasicCommandTests {
+    @Test("--help lists the commands and exits 0")
+    func help() throws {
+        let result = try runBaton(["--help"])
+        #expect(result.status == 0)
+        #expect(result.stdout.contains("usage: baton <command>"))
+        #expect(result.stdout.contains("db "))
+    }
+
+    @Test("an unknown command exits 2 with one line and a hint")
+    func unknownCommand() throws {
+        let result = try runBaton(["frobnicate"])
+        #expect(result.status == 2)
+        let lines = result.stderr.split(separator: "\n")
+        #expect(lines.count == 1)
+        #expect(result.stderr.contains("unknown command 'frobnicate'"))
+        #expect(result.stderr.contains("baton --help"))
+    }
+
+    @Test("an unknown option exits 2 with a hint")
+    func unknownOption() throws {
+        let result = try runBaton(["db", "migrate", "--no-such-option"])
+        #expect(result.status == 2)
+        #expect(result.stderr.contains("unknown option --no-such-option"))
+        #expect(result.stderr.contains("--help"))
+    }
+}
+
+@Suite("baton db migrate")
+struct DbMigrateCommandTests {
+    @Test("twice, then twice at once: one set of tables, one record per version")
+    func migrateIsIdempotentAndSerialized() throws {
+        let url = try TestDatabase.create("migrate")
+        let first = try runBaton(["db", "migrate", "--database-url", url])
+        #expect(first.status == 0, "\(first.stderr)")
+        #expect(first.stdout.contains("applied 0001_"))
+        let second = try runBaton(["db", "migrate", "--database-url", url])
+        #expect(second.status == 0)
+        #expect(second.stdout.contains("up to date"))
+
+        let concurrentURL = try TestDatabase.create("migrate_concurrent")
+        let results = try [0, 1, 2].map { _ in
+            try runProcessAsync(batonBinaryPath, ["db", "migrate", "--database-url", concurrentURL])
+        }.map { try $0.wait() }
+        #expect(results.allSatisfy { $0.status == 0 })
+        for databaseURL in [url, concurrentURL] {
+            let versions = try TestDatabase.psql(databaseURL, "SELECT count(*), count(DISTINCT version) FROM baton.schema_migrations")
+            let files = try FileManager.default.contentsOfDirectory(atPath: packageRoot.appendingPathComponent("schema").path)
+                .filter { $0.hasSuffix(".sql") }.count
+            #expect(versions == "\(files)|\(files)")
+            #expect(try TestDatabase.psql(databaseURL, "SELECT count(*) FROM pg_tables WHERE schemaname = 'baton' AND tablename = 'transfers'") == "1")
+        }
+        let status = try runBaton(["db", "status", "--database-url", url])
+        #expect(status.status == 0)
+        #expect(status.stdout.contains("applied  0001_"))
+        #expect(!status.stdout.contains("pending"))
+    }
+
+    @Test("no database is a usage error")
+    func noDatabase() throws {
+        let result = try runBaton(["db", "migrate"], environment: ["BATON_DATABASE_URL": ""])
+        #expect(result.status == 2)
+        #expect(result.stderr.contains("--database-url"))
+    }
+
+    @Test("an unreachable database fails with exit 1 and a clear line")
+    func unreachable() throws {
+        let result = try runBaton(["db", "migrate", "--database-url", "postgresql://postgres@/postgres?host=/nonexistent-baton&port=1"])
+        #expect(result.status == 1)
+        #expect(result.stderr.contains("connection_failure"))
+    }
+}
