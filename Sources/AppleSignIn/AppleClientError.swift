@@ -33,10 +33,10 @@ public struct AppleCallContext: Sendable, Equatable, CustomStringConvertible {
         self.clientID = clientID
     }
 
-    /// `token for com.example.app with team AAAAAAAAAA's key KEYA000001`, and `(before an exchange (recipient
+    /// `token for com.example.app with team AAAAAAAAAA's key KEYA000001`, and `(before the exchange (recipient
     /// side))` when the token was requested for another call.
     public var description: String {
-        let before = purpose.map { " (before a \($0.rawValue))" } ?? ""
+        let before = purpose.map { " (before the \($0.rawValue))" } ?? ""
         return "\(operation.rawValue)\(before) for \(clientID) with team \(teamID)'s key \(keyID)"
     }
 }

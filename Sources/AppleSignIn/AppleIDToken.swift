@@ -67,12 +67,12 @@ public struct AppleIDToken: Sendable, Equatable {
         self.issuedAt = issuedAt
         self.expiresAt = expiresAt
         self.notBefore = notBefore
-        nonce = try Self.string(fields.nonce, "nonce")
-        nonceSupported = try Self.flag(fields.nonceSupported, "nonce_supported")
-        email = try Self.string(fields.email, "email")
-        emailVerified = try Self.flag(fields.emailVerified, "email_verified")
-        isPrivateEmail = try Self.flag(fields.isPrivateEmail, "is_private_email")
-        if let raw = fields.realUserStatus {
+        nonce = try Self.string(fields[.nonce], "nonce")
+        nonceSupported = try Self.flag(fields[.nonceSupported], "nonce_supported")
+        email = try Self.string(fields[.email], "email")
+        emailVerified = try Self.flag(fields[.emailVerified], "email_verified")
+        isPrivateEmail = try Self.flag(fields[.isPrivateEmail], "is_private_email")
+        if let raw = fields[.realUserStatus] {
             guard let number = raw.intValue, let status = RealUserStatus(rawValue: Int(number)) else {
                 throw VerificationError(.invalidClaim, "'real_user_status' must be 0, 1 or 2")
             }
@@ -80,11 +80,11 @@ public struct AppleIDToken: Sendable, Equatable {
         } else {
             realUserStatus = nil
         }
-        transferSubject = try Self.string(fields.transferSub, "transfer_sub")
-        codeHash = try Self.string(fields.cHash, "c_hash")
-        accessTokenHash = try Self.string(fields.atHash, "at_hash")
-        organizationID = try Self.string(fields.orgID, "org_id")
-        if let raw = fields.authTime {
+        transferSubject = try Self.string(fields[.transferSub], "transfer_sub")
+        codeHash = try Self.string(fields[.cHash], "c_hash")
+        accessTokenHash = try Self.string(fields[.atHash], "at_hash")
+        organizationID = try Self.string(fields[.orgID], "org_id")
+        if let raw = fields[.authTime] {
             guard case .number(let seconds) = raw, seconds >= 0 else {
                 throw VerificationError(.invalidClaim, "'auth_time' must be a non-negative NumericDate")
             }
@@ -112,44 +112,52 @@ public struct AppleIDToken: Sendable, Equatable {
     }
 }
 
-/// The claims Apple defines, picked out of a claims set in one pass (each member name is compared once).
+/// The claims Apple defines, located in a claims set in one pass (each member name is compared once);
+/// values are read from the members only when needed, so nothing is copied up front.
 struct ClaimFields {
-    var iss, sub, aud, iat, exp, nbf, nonce, email, cHash, orgID, atHash, authTime: JSONValue?
-    var transferSub, emailVerified, nonceSupported, isPrivateEmail, realUserStatus: JSONValue?
+    private let members: [JSONObject.Member]
+    private var positions = InlineArray<17, Int>(repeating: -1)
+
+    /// The claims located (17 of them: the size of `positions`).
+    enum Name: Int, CaseIterable {
+        case iss, sub, aud, iat, exp, nbf, nonce, email, cHash, orgID, atHash, authTime
+        case transferSub, emailVerified, nonceSupported, isPrivateEmail, realUserStatus
+    }
 
     init(_ claims: JSONObject) {
-        for member in claims {
-            let key = member.key, value = member.value
-            switch key.utf8.count {
-            case 3:
-                switch key {
-                case "iss": iss = value
-                case "sub": sub = value
-                case "aud": aud = value
-                case "iat": iat = value
-                case "exp": exp = value
-                case "nbf": nbf = value
-                default: break
-                }
-            case 5:
-                if key == "nonce" { nonce = value } else if key == "email" { email = value }
-            case 6:
-                if key == "c_hash" { cHash = value } else if key == "org_id" { orgID = value }
-            case 7:
-                if key == "at_hash" { atHash = value }
-            case 9:
-                if key == "auth_time" { authTime = value }
-            case 12:
-                if key == "transfer_sub" { transferSub = value }
-            case 14:
-                if key == "email_verified" { emailVerified = value }
-            case 15:
-                if key == "nonce_supported" { nonceSupported = value }
-            case 16:
-                if key == "is_private_email" { isPrivateEmail = value } else if key == "real_user_status" { realUserStatus = value }
-            default:
-                break
+        members = claims.members
+        for position in members.indices {
+            if let name = Self.name(of: members[position].key) { positions[name.rawValue] = position }
+        }
+    }
+
+    /// The value of claim `name`, if present.
+    subscript(name: Name) -> JSONValue? {
+        let position = positions[name.rawValue]
+        return position < 0 ? nil : members[position].value
+    }
+
+    private static func name(of key: String) -> Name? {
+        switch key.utf8.count {
+        case 3:
+            switch key {
+            case "iss": return .iss
+            case "sub": return .sub
+            case "aud": return .aud
+            case "iat": return .iat
+            case "exp": return .exp
+            case "nbf": return .nbf
+            default: return nil
             }
+        case 5: return key == "nonce" ? .nonce : key == "email" ? .email : nil
+        case 6: return key == "c_hash" ? .cHash : key == "org_id" ? .orgID : nil
+        case 7: return key == "at_hash" ? .atHash : nil
+        case 9: return key == "auth_time" ? .authTime : nil
+        case 12: return key == "transfer_sub" ? .transferSub : nil
+        case 14: return key == "email_verified" ? .emailVerified : nil
+        case 15: return key == "nonce_supported" ? .nonceSupported : nil
+        case 16: return key == "is_private_email" ? .isPrivateEmail : key == "real_user_status" ? .realUserStatus : nil
+        default: return nil
         }
     }
 }

@@ -146,11 +146,11 @@ public struct IdentityTokenVerifier: Sendable {
 
         let fields = ClaimFields(claims)
 
-        guard let iss = fields.iss else { throw VerificationError(.missingClaim, "no 'iss'") }
+        guard let iss = fields[.iss] else { throw VerificationError(.missingClaim, "no 'iss'") }
         guard case .string(issuer) = iss else { throw VerificationError(.wrongIssuer, "'iss' is not \(issuer)") }
 
         let audience: [String]
-        switch fields.aud {
+        switch fields[.aud] {
         case nil:
             throw VerificationError(.missingClaim, "no 'aud'")
         case .string(let single)?:
@@ -168,21 +168,21 @@ public struct IdentityTokenVerifier: Sendable {
         }
 
         let current = now().timeIntervalSince1970
-        let exp = try numericDate(fields.exp, "exp", required: true)!
-        let iat = try numericDate(fields.iat, "iat", required: true)!
+        let exp = try numericDate(fields[.exp], "exp", required: true)!
+        let iat = try numericDate(fields[.iat], "iat", required: true)!
         guard current < exp + leeway else { throw VerificationError(.expired, "'exp' has passed") }
         guard iat <= current + leeway else { throw VerificationError(.notYetValid, "'iat' is in the future") }
-        let nbf = try numericDate(fields.nbf, "nbf", required: false)
+        let nbf = try numericDate(fields[.nbf], "nbf", required: false)
         if let nbf, nbf > current + leeway { throw VerificationError(.notYetValid, "'nbf' is in the future") }
 
-        guard let subValue = fields.sub else { throw VerificationError(.missingClaim, "no 'sub'") }
+        guard let subValue = fields[.sub] else { throw VerificationError(.missingClaim, "no 'sub'") }
         // Counting bytes first spares the grapheme walk for every ordinary (ASCII) subject.
         guard case .string(let sub) = subValue, !sub.isEmpty, sub.utf8.count <= 255 || sub.count <= 255 else {
             throw VerificationError(.invalidClaim, "'sub' must be a non-empty string of at most 255 characters")
         }
 
         if let nonce {
-            guard let claim = fields.nonce else { throw VerificationError(.missingClaim, "a nonce is expected but the token has none") }
+            guard let claim = fields[.nonce] else { throw VerificationError(.missingClaim, "a nonce is expected but the token has none") }
             guard case .string(let value) = claim else { throw VerificationError(.invalidClaim, "'nonce' must be a string") }
             let expected: String
             switch nonce {

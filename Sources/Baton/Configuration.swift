@@ -432,13 +432,15 @@ public struct ConfigurationError: Error, Equatable, CustomStringConvertible {
     }
 
     /// The environment variable that sets ``key``, e.g. `BATON_APPLE_TRANSFER_SENDER_TEAM_ID`.
+    /// Nil for the whole file and for a section (`database`), which no single variable sets.
     public var environmentVariable: String? {
-        key.isEmpty ? nil : BatonConfiguration.environmentVariable(for: key)
+        BatonConfiguration.isKey(key) ? BatonConfiguration.environmentVariable(for: key) : nil
     }
 
     /// `configuration: apple.transfer.sender.team_id (BATON_APPLE_TRANSFER_SENDER_TEAM_ID): reason`.
     public var description: String {
-        guard let variable = environmentVariable else { return "configuration: \(reason)" }
+        if key.isEmpty { return "configuration: \(reason)" }
+        guard let variable = environmentVariable else { return "configuration: \(key): \(reason)" }
         return "configuration: \(key) (\(variable)): \(reason)"
     }
 }

@@ -19,6 +19,14 @@ extension BatonConfiguration {
         public let path: String
         /// How the value is read from the environment.
         public let kind: KeyKind
+        /// Whether the key must be present when its section is (`apple.transfer` itself is optional).
+        public let required: Bool
+
+        init(path: String, kind: KeyKind, required: Bool = false) {
+            self.path = path
+            self.kind = kind
+            self.required = required
+        }
         /// The environment variable that overrides it.
         public var environmentVariable: String { BatonConfiguration.environmentVariable(for: path) }
     }
@@ -27,25 +35,25 @@ extension BatonConfiguration {
     /// keys not listed are refused as typos, and only listed keys are read from the environment.
     public static let keys: [Key] = [
         Key(path: "listen", kind: .string),
-        Key(path: "database.url", kind: .string),
+        Key(path: "database.url", kind: .string, required: true),
         Key(path: "database.pool_size", kind: .integer),
         Key(path: "apple.base_url", kind: .string),
         Key(path: "apple.keys_url", kind: .string),
         Key(path: "apple.issuer", kind: .string),
-        Key(path: "apple.client_ids", kind: .list),
+        Key(path: "apple.client_ids", kind: .list, required: true),
         Key(path: "apple.legacy_client_ids", kind: .list),
-        Key(path: "apple.transfer.client_id", kind: .string),
+        Key(path: "apple.transfer.client_id", kind: .string, required: true),
         Key(path: "apple.transfer.accepted_at", kind: .string),
-        Key(path: "apple.transfer.sender.team_id", kind: .string),
-        Key(path: "apple.transfer.sender.key_id", kind: .string),
-        Key(path: "apple.transfer.sender.private_key_path", kind: .path),
-        Key(path: "apple.transfer.recipient.team_id", kind: .string),
-        Key(path: "apple.transfer.recipient.key_id", kind: .string),
-        Key(path: "apple.transfer.recipient.private_key_path", kind: .path),
-        Key(path: "legacy.table", kind: .string),
-        Key(path: "legacy.key_column", kind: .string),
-        Key(path: "legacy.subject_column", kind: .string),
-        Key(path: "legacy.email_column", kind: .string),
+        Key(path: "apple.transfer.sender.team_id", kind: .string, required: true),
+        Key(path: "apple.transfer.sender.key_id", kind: .string, required: true),
+        Key(path: "apple.transfer.sender.private_key_path", kind: .path, required: true),
+        Key(path: "apple.transfer.recipient.team_id", kind: .string, required: true),
+        Key(path: "apple.transfer.recipient.key_id", kind: .string, required: true),
+        Key(path: "apple.transfer.recipient.private_key_path", kind: .path, required: true),
+        Key(path: "legacy.table", kind: .string, required: true),
+        Key(path: "legacy.key_column", kind: .string, required: true),
+        Key(path: "legacy.subject_column", kind: .string, required: true),
+        Key(path: "legacy.email_column", kind: .string, required: true),
         Key(path: "legacy.transfer_column", kind: .string),
         Key(path: "admin_token_file", kind: .path),
     ]
@@ -254,6 +262,21 @@ extension BatonConfiguration {
     }
 }
 
+extension BatonConfiguration {
+    /// Whether `path` (an index such as `[0]` ignored) is one of ``keys``, rather than a section.
+    static func isKey(_ path: String) -> Bool {
+        let key = path.split(separator: "[", maxSplits: 1).first.map(String.init) ?? path
+        return keys.contains { $0.path == key }
+    }
+
+    /// `database.url (BATON_DATABASE_URL)`, … : the required keys directly in `section`.
+    static func requiredKeys(in section: String) -> String {
+        let depth = section.split(separator: ".").count + 1
+        return keys.filter { $0.required && $0.path.hasPrefix(section + ".") && $0.path.split(separator: ".").count == depth }
+            .map { "\($0.path) (\($0.environmentVariable))" }.joined(separator: ", ")
+    }
+}
+
 extension ConfigurationError {
     /// Names the key a `DecodingError` points at.
     init(decoding error: DecodingError) {
@@ -263,7 +286,12 @@ extension ConfigurationError {
         }
         switch error {
         case .keyNotFound(let key, let context):
-            self.init(.missing, key: path(context.codingPath, key), reason: "missing")
+            let missing = path(context.codingPath, key)
+            if BatonConfiguration.isKey(missing) {
+                self.init(.missing, key: missing, reason: "missing")
+            } else {
+                self.init(.missing, key: missing, reason: "missing section: set \(BatonConfiguration.requiredKeys(in: missing))")
+            }
         case .valueNotFound(let type, let context):
             self.init(.missing, key: path(context.codingPath), reason: "missing (expected \(ConfigurationError.describe(type)))")
         case .typeMismatch(let type, let context):

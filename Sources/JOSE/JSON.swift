@@ -161,31 +161,38 @@ private struct Reader {
     private mutating func readObject(depth: Int) throws -> JSONObject {
         guard depth <= maxDepth else { throw JOSEError(.tooDeep, "nesting deeper than \(maxDepth)") }
         index += 1
+        // Duplicate names are found through fingerprints (kept on the stack for the first 16 members):
+        // FNV-1a of an ASCII name without escapes, or 0 for any other name, which is then compared with
+        // `==` (canonical equivalence, the stricter test). Larger objects switch to a set of names.
+        return try withUnsafeTemporaryAllocation(of: UInt64.self, capacity: 16) { fingerprints in
+            try readMembers(depth: depth, fingerprints: fingerprints)
+        }
+    }
+
+    private mutating func readMembers(depth: Int, fingerprints: UnsafeMutableBufferPointer<UInt64>) throws -> JSONObject {
         var members: [JSONObject.Member] = []
-        members.reserveCapacity(16)
-        // Duplicate names are found through fingerprints: FNV-1a of an ASCII name without escapes, or 0 for
-        // any other name, which is then compared with `==` (canonical equivalence, the stricter test).
-        var fingerprints: [UInt64] = []
-        fingerprints.reserveCapacity(16)
         var seen: Set<String>?
         skipWhitespace()
         if index < bytes.count, bytes[index] == UInt8(ascii: "}") {
             index += 1
             return JSONObject(uniqueMembers: members)
         }
+        members.reserveCapacity(16)
         while true {
             guard index < bytes.count, bytes[index] == UInt8(ascii: "\"") else { throw fail("expected a member name") }
             let start = index + 1
             let key = try readString()
-            let fingerprint = Self.fingerprint(UnsafeBufferPointer(rebasing: bytes[start..<(index - 1)]))
-            // Small objects (every JWS header and JWT) are checked by a scan; larger ones through a set.
-            if members.count < 16 {
-                for (position, other) in fingerprints.enumerated()
-                where (other == fingerprint || other == 0 || fingerprint == 0) && members[position].key == key {
-                    throw JOSEError(.duplicateMember, "member name repeated")
+            let count = members.count
+            if count < 16 {
+                let fingerprint = Self.fingerprint(UnsafeBufferPointer(rebasing: bytes[start..<(index - 1)]))
+                for position in 0..<count {
+                    let other = fingerprints[position]
+                    if (other == fingerprint || other == 0 || fingerprint == 0) && members[position].key == key {
+                        throw JOSEError(.duplicateMember, "member name repeated")
+                    }
                 }
-                fingerprints.append(fingerprint)
-                if members.count == 15 { seen = Set(members.map(\.key)); seen?.insert(key) }
+                fingerprints[count] = fingerprint
+                if count == 15 { seen = Set(members.map(\.key)); seen?.insert(key) }
             } else if seen?.insert(key).inserted == false {
                 throw JOSEError(.duplicateMember, "member name repeated")
             }

@@ -1,6 +1,8 @@
 /// A JSON value as the strict reader produces it and the writer consumes it.
 ///
 /// Numbers are `Double`, as in JSON's data model; ``intValue`` gives the integer when it is exact.
+/// JSON `null` is spelled `.null`: the type is deliberately not `ExpressibleByNilLiteral`, so `nil` always
+/// means an absent value and never a present `null`.
 /// The recursive cases hold arrays, which are already references, so the enum needs no `indirect`.
 public enum JSONValue: Sendable, Equatable {
     /// `null`.
@@ -67,7 +69,7 @@ public enum JSONValue: Sendable, Equatable {
 }
 
 extension JSONValue: ExpressibleByStringLiteral, ExpressibleByIntegerLiteral, ExpressibleByFloatLiteral,
-    ExpressibleByBooleanLiteral, ExpressibleByArrayLiteral, ExpressibleByDictionaryLiteral, ExpressibleByNilLiteral {
+    ExpressibleByBooleanLiteral, ExpressibleByArrayLiteral, ExpressibleByDictionaryLiteral {
     /// A string value.
     public init(stringLiteral value: String) { self = .string(value) }
     /// A number value.
@@ -84,8 +86,6 @@ extension JSONValue: ExpressibleByStringLiteral, ExpressibleByIntegerLiteral, Ex
         for (key, value) in elements { object[key] = value }
         self = .object(object)
     }
-    /// `null`.
-    public init(nilLiteral: ()) { self = .null }
 }
 
 /// A JSON object: members in their original order, each name at most once.

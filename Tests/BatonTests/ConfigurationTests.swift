@@ -196,7 +196,19 @@ struct ConfigurationTests {
         let error = #expect(throws: ConfigurationError.self) { try load(json) }
         #expect(error?.code == code)
         #expect(error?.key.hasPrefix(path) == true, "\(String(describing: error)) should name \(path)")
-        #expect(error?.description.contains(BatonConfiguration.environmentVariable(for: path)) == true)
+        if code == .unknownKey {
+            #expect(error?.environmentVariable == nil)
+        } else {
+            #expect(error?.description.contains(BatonConfiguration.environmentVariable(for: path)) == true, "\(String(describing: error))")
+        }
+    }
+
+    @Test("a missing section names the variables of its required keys")
+    func missingSection() throws {
+        let error = #expect(throws: ConfigurationError.self) { try load(try configJSON { $0["legacy"] = nil }) }
+        #expect(error?.description == "configuration: legacy: missing section: set legacy.table (BATON_LEGACY_TABLE), legacy.key_column (BATON_LEGACY_KEY_COLUMN), legacy.subject_column (BATON_LEGACY_SUBJECT_COLUMN), legacy.email_column (BATON_LEGACY_EMAIL_COLUMN)")
+        let empty = #expect(throws: ConfigurationError.self) { try load(Data("{}".utf8)) }
+        #expect(empty?.description == "configuration: database: missing section: set database.url (BATON_DATABASE_URL)")
     }
 
     @Test("a bad environment value names its variable")

@@ -35,7 +35,7 @@ struct JSONTests {
 
     @Test("Serialization is compact, escapes what it must, and round-trips")
     func serialize() throws {
-        let value: JSONValue = ["b": true, "s": "q\"\\\n\u{1}é", "n": 42, "f": 0.25, "a": [nil, "x"], "o": [:]]
+        let value: JSONValue = ["b": true, "s": "q\"\\\n\u{1}é", "n": 42, "f": 0.25, "a": [.null, "x"], "o": [:]]
         let text = JSON.serialize(value)
         #expect(text == #"{"b":true,"s":"q\"\\\né","n":42,"f":0.25,"a":[null,"x"],"o":{}}"#.replacingOccurrences(of: "é", with: "\\u0001é"))
         #expect(try JSON.parse(Array(text.utf8)) == value)

@@ -48,6 +48,9 @@ public final class RunningProcess: @unchecked Sendable {
         guard pipe(&inPipe) == 0, pipe(&outPipe) == 0, pipe(&errPipe) == 0 else {
             throw TestSupportError("pipe() failed")
         }
+        // Close-on-exec, so children spawned at the same time by other tests do not inherit (and hold
+        // open) these pipes; dup2 in the file actions clears the flag on the child's 0, 1 and 2.
+        for fd in inPipe + outPipe + errPipe { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
         var actions = posix_spawn_file_actions_t()
         posix_spawn_file_actions_init(&actions)
         defer { posix_spawn_file_actions_destroy(&actions) }

@@ -7,4 +7,5 @@ let commands: [Command] = [
     emulatorCommand,
     serveCommand,
     benchCommand,
+    reportCommand,
 ]
