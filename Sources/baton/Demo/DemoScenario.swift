@@ -77,6 +77,7 @@ struct DemoScenario {
             Where to look next:
               \(absolute)   progress against day 60, outcomes by method, the unresolved users
               baton report --format csv --unmasked --out unresolved.csv   the re-sign-in campaign list for a mailer
+              docs/runbook.md   a real transfer, step by step: which team's key each call needs, what to run when, rollback
               docs/report.md   what each figure means, and a re-sign-in campaign from the CSV
               docs/bulk-migration.md   baton transfer-ids and baton exchange: rates, resuming, several processes
               sample-config/README.md   every configuration key and its environment variable
