@@ -84,15 +84,17 @@ struct DemoCommandTests {
         }
     }
 
-    @Test("drops its tables afterwards unless asked to keep them")
+    @Test("drops its tables afterwards unless asked to keep them; with no stragglers nobody is left")
     func cleansUp() async throws {
         let databaseURL = try TestDatabase.create("demo_clean")
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("demo-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: directory) }
-        let result = try await runBatonOffPool(["demo", "--database-url", databaseURL, "--users", "30", "--concurrency", "4",
+        let result = try await runBatonOffPool(["demo", "--database-url", databaseURL, "--users", "30", "--concurrency", "4", "--stragglers", "0",
                                                 "--out", directory.appendingPathComponent("r.html").path])
         #expect(result.status == 0, "\(result.stdout)\n\(result.stderr)")
+        #expect(Account(result.stdout) == Account(signIn: 10, exchange: 20, unresolved: 0, sum: 30, total: 30))
+        #expect(result.stdout.contains("no stragglers"))
         #expect(result.stdout.contains("dropped public.users and schema baton"))
         let left = try TestDatabase.psql(databaseURL, "SELECT to_regclass('public.users') IS NULL AND NOT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = 'baton')")
         #expect(left == "t")
