@@ -37,6 +37,7 @@ struct DemoDevices: Sendable {
         /// HTTP requests sent.
         var requests = 0
 
+        /// Adds another device's counts.
         mutating func add(_ other: Tally) {
             credentialStates.merge(other.credentialStates, uniquingKeysWith: +)
             tokens += other.tokens
@@ -120,6 +121,7 @@ struct DemoDevices: Sendable {
         return tally
     }
 
+    /// A JSON `POST` of `body` to `url`.
     private func post(_ url: URL, _ body: [String: String]) throws -> URLRequest {
         var request = URLRequest(url: url)
         request.httpMethod = "POST"
@@ -128,11 +130,13 @@ struct DemoDevices: Sendable {
         return request
     }
 
+    /// Sends `request` and returns the status and body.
     private func send(_ session: URLSession, _ request: URLRequest) async throws -> (Int, Data) {
         let (data, response) = try await session.data(for: request)
         return ((response as? HTTPURLResponse)?.statusCode ?? 0, data)
     }
 
+    /// `data` as a JSON object, or nil.
     private func jsonObject(_ data: Data) -> [String: Any]? {
         (try? JSONSerialization.jsonObject(with: data)) as? [String: Any]
     }

@@ -402,6 +402,7 @@ struct DemoScenario {
 final class HoldBack: Sendable {
     private let remaining: Mutex<Int>
 
+    /// An allowance of `allowed` users.
     init(allowed: Int) { remaining = Mutex(allowed) }
 
     /// Takes one user from the allowance; false once it is spent.
@@ -417,9 +418,12 @@ final class HoldBack: Sendable {
 /// The demo's interrupted exchange: the real ``ExchangeStep`` for as many users as the allowance holds, then a
 /// stop, so the job ends with the stragglers still pending (their rows released, not leased).
 struct HoldBackStep: BulkJobStep {
+    /// The real exchange.
     let inner: ExchangeStep
+    /// Users it may still take.
     let budget: HoldBack
 
+    /// Exchanges `item` while the allowance lasts; then stops the job (the item is released, untouched).
     func perform(_ item: TransferQueue.Item) async throws -> BulkStepOutcome {
         guard budget.take() else { throw DemoInterruption() }
         return try await inner.perform(item)
