@@ -12,7 +12,7 @@ import Logging
 /// | `GET /v1/credential-state?user=ID` | `{"state"}` |
 /// | `POST /v1/link` | `{"outcome", "user", "sub", "transfer_sub"?}` |
 /// | `POST /v1/notifications` | `{"type", "changed"}` |
-/// | `GET /v1/report` | transfer counts (admin token) |
+/// | `GET /v1/report` | the correlation report as JSON (admin token) |
 /// | `GET /healthz`, `/readyz`, `/metrics` | liveness, readiness, Prometheus text |
 ///
 /// Errors are `{"error": code, "reason": text}` with the status of ``BatonError/httpStatus``; bad input is
@@ -105,7 +105,7 @@ public final class BatonService: Sendable {
         guard header.hasPrefix("Bearer "), adminToken.matches(header.dropFirst(7)) else {
             throw HTTPError(401, code: "unauthorized", reason: "a valid admin bearer token is required", headers: ["WWW-Authenticate": "Bearer"])
         }
-        return (try HTTPResponse.json(try await engine.transferSummary()), nil)
+        return (HTTPResponse.json(serialized: try await engine.migrationReport().renderJSON()), nil)
     }
 
     private struct ReadinessAnswer: Encodable {
