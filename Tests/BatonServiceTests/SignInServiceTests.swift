@@ -198,7 +198,7 @@ struct SignInServiceTests {
         #expect(try f.count("SELECT count(*) FROM baton.events") == 0)
         let report = try await f.send("GET", "/v1/report", headers: ["Authorization": "Bearer \(ServiceFixture.adminToken)"])
         #expect(report.status == 200)
-        #expect(report.json["by_state"]?["pending"]?.intValue == 1)
+        #expect(report.json["totals"]?["pending"]?.intValue == 1)
         await f.close()
     }
 
