@@ -53,6 +53,7 @@ struct DemoCommandTests {
         #expect(result.stdout.contains("POST /v1/signin with the new token → migrated 100"))
         #expect(result.stdout.contains("197 exchanged and rewritten"))
         #expect(result.stdout.contains("the demo stops the job with 3 users to go"))
+        #expect(result.stdout.contains("GET /v1/report (admin token) → 297 of 300 migrated, 3 pending"))
         #expect(result.stdout.contains("Apple answers invalid_request 3"))
         #expect(result.stdout.contains("Baton marks them unresolvable (3)"))
         #expect(result.stdout.contains("Where to look next:"))

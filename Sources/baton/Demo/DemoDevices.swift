@@ -85,6 +85,14 @@ struct DemoDevices: Sendable {
         }
     }
 
+    /// The service's `GET /v1/report` (JSON) with the admin token, or nil when it does not answer 200.
+    func report(adminToken: String) async throws -> Data? {
+        var request = URLRequest(url: service.appendingPathComponent("v1/report"))
+        request.setValue("Bearer \(adminToken)", forHTTPHeaderField: "Authorization")
+        let (data, response) = try await URLSession.shared.data(for: request)
+        return (response as? HTTPURLResponse)?.statusCode == 200 ? data : nil
+    }
+
     /// One device: credential state, silent re-authorization, sign-in.
     private func device(_ oldSub: String, session: URLSession) async -> Tally {
         var tally = Tally()

@@ -223,20 +223,24 @@ struct DemoScenario {
 
         // 6. Baton's service.
         output.step(6, "Baton's HTTP service (baton serve)")
+        // A random admin token for GET /v1/report, never printed.
+        let adminToken = (0..<4).map { _ in String(UInt64.random(in: .min ... .max), radix: 16) }.joined()
         let configuration = BatonConfiguration(
             listen: .init(host: "127.0.0.1", port: 0),
             database: .init(url: options.databaseURL, poolSize: options.concurrency),
             apple: .init(baseURL: emulator.baseURL, clientIDs: [clientID], transfer: .init(clientID: clientID, acceptedAt: acceptedAt)),
-            legacy: DemoScenario.legacy
+            legacy: DemoScenario.legacy,
+            adminToken: AdminToken(adminToken)
         )
         let server = try await BatonServer.start(configuration: configuration, port: 0)
         let serviceURL = URL(string: "http://127.0.0.1:\(server.port)")!
-        output.line("listening on \(serviceURL.absoluteString): POST /v1/signin, GET /v1/credential-state, POST /v1/link, GET /metrics")
+        output.line("listening on \(serviceURL.absoluteString): POST /v1/signin, GET /v1/credential-state, POST /v1/link, GET /v1/report (admin token), GET /metrics")
         output.line("it verifies identity tokens against the emulator's /auth/keys (RS256, iss, aud \(clientID), exp)")
         output.line("a team runs: baton serve --config baton.json (listen, database.url, apple.base_url, apple.client_ids, apple.transfer.accepted_at, legacy.*)")
 
         do {
-            let rest = try await afterService(pool: pool, emulator: emulator, teamB: teamB, people: people, serviceURL: serviceURL, acceptedAt: acceptedAt)
+            let rest = try await afterService(pool: pool, emulator: emulator, teamB: teamB, people: people, serviceURL: serviceURL, acceptedAt: acceptedAt,
+                                              adminToken: adminToken)
             await server.stop()
             return healthy && rest
         } catch {
@@ -247,7 +251,7 @@ struct DemoScenario {
 
     /// Steps 7 to 10: devices, the exchange, day 61, the report and the final account.
     private func afterService(pool: PostgresPool, emulator: AppleEmulator, teamB: TeamCredentials, people: [EmulatedUser],
-                              serviceURL: URL, acceptedAt: Date) async throws -> Bool {
+                              serviceURL: URL, acceptedAt: Date, adminToken: String) async throws -> Bool {
         let clientID = DemoScenario.clientID
         let legacy = try DemoScenario.legacy.identifiers()
         var healthy = true
@@ -296,6 +300,13 @@ struct DemoScenario {
             output.line("the demo stops the job with \(DemoFormat.count(exchangeSummary.remaining)) users to go: the stragglers nobody reaches before day 60")
         }
         output.line("a team runs: baton exchange --workers \(options.concurrency) --rate \(Int(options.rate))   (resumable; several processes may share the work)")
+        if let body = try await devices.report(adminToken: adminToken), let progress = try? MigrationReport(json: body) {
+            let daysLeft = progress.window.daysLeft.map { "\($0) days left in the window" } ?? "no window"
+            output.line("look: GET /v1/report (admin token) → \(DemoFormat.count(progress.totals.migrated)) of \(DemoFormat.count(progress.totals.total)) migrated, \(DemoFormat.count(progress.totals.pending)) pending, \(daysLeft): the progress check for any day of the window")
+        } else {
+            healthy = false
+            output.line("GET /v1/report DID NOT ANSWER")
+        }
         if exchanged != pending - stragglers || exchangeSummary.remaining != stragglers {
             healthy = false
             output.line("THE EXCHANGE DID NOT DO EVERY USER IT WAS GIVEN")
