@@ -224,7 +224,7 @@ struct DemoScenario {
         // 6. Baton's service.
         output.step(6, "Baton's HTTP service (baton serve)")
         // A random admin token for GET /v1/report, never printed.
-        let adminToken = (0..<4).map { _ in String(UInt64.random(in: .min ... .max), radix: 16) }.joined()
+        let adminToken = (0..<4).map { _ in String(format: "%016llx", UInt64.random(in: .min ... .max)) }.joined()
         let configuration = BatonConfiguration(
             listen: .init(host: "127.0.0.1", port: 0),
             database: .init(url: options.databaseURL, poolSize: options.concurrency),
