@@ -46,12 +46,7 @@ public actor PostgresPool {
     /// - Throws: what `body` throws, or ``PostgresError`` (`connectionFailure`, `poolTimeout`, `poolClosed`).
     public nonisolated func withConnection<T>(_ body: (PostgresConnection) async throws -> T) async throws -> T {
         let connection = try await acquire()
-        do {
-            try await connection.ensureUsable()
-        } catch {
-            await release(connection)
-            throw error
-        }
+        connection.scheduleHealthCheck()
         do {
             let value = try await body(connection)
             await release(connection)

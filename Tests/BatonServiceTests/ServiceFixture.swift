@@ -65,7 +65,7 @@ final class ServiceFixture: @unchecked Sendable {
         people = users.map { Person(id: $0.id, oldSub: $0.userIdentifier, transferSub: transfers[$0.userIdentifier]!, email: $0.email) }
 
         url = try databaseURL ?? TestDatabase.create("service")
-        pool = PostgresPool(url: url, maxConnections: 8, acquireTimeout: .seconds(5))
+        pool = PostgresPool(url: url, maxConnections: 4, acquireTimeout: .seconds(30))
         _ = try await BatonSchema.migrator().migrate(pool)
         try await pool.withConnection { connection in
             try await connection.executeScript(unsafeSQL: """
