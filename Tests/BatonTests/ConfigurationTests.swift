@@ -240,7 +240,7 @@ struct ConfigurationTests {
         #expect(error?.code == .fileUnreadable)
     }
 
-    @Test("the sample configuration loads, and its README lists every key and variable")
+    @Test("the sample configuration loads, and docs/configuration.md lists every key and variable")
     func sample() async throws {
         let path = packageRoot.appendingPathComponent("sample-config/baton.json").path
         let configuration = try BatonConfiguration.load(path: path, environment: ["BATON_ADMIN_TOKEN": "sample-admin-token-123"])
@@ -250,7 +250,7 @@ struct ConfigurationTests {
         #expect(configuration.apple.transfer?.sender?.privateKeyPath == packageRoot.appendingPathComponent("sample-config/keys/sender.p8").path)
         #expect(try configuration.legacy.quotedTable() == "\"public\".\"users\"")
 
-        let readme = try String(contentsOf: packageRoot.appendingPathComponent("sample-config/README.md"), encoding: .utf8)
+        let readme = try String(contentsOf: packageRoot.appendingPathComponent("docs/configuration.md"), encoding: .utf8)
         for key in BatonConfiguration.keys {
             #expect(readme.contains("| `\(key.path)` | `\(key.environmentVariable)` |"), "README misses \(key.path)")
         }
