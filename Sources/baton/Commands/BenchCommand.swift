@@ -11,6 +11,7 @@ struct Benchmark: Sendable {
 let benchmarks: [Benchmark] = [
     Benchmark(name: "verify", summary: "identity-token verification against bare OpenSSL RS256", run: runVerifyBenchmark),
     Benchmark(name: "emulator", summary: "emulator requests/s (/auth/keys) and tokens/s (/emulator/authorize) [--concurrency N --requests N --tokens N]", run: runEmulatorBenchmark),
+    Benchmark(name: "exchange", summary: "baton exchange against the emulator (20 ms, 200/s limit) vs one request at a time [--users N --backlog N --database-url URL]", run: runExchangeBenchmark),
 ]
 
 /// `baton bench NAME`: runs a benchmark; its last line of output is one JSON object of figures.

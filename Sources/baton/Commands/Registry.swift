@@ -5,6 +5,9 @@ let commands: [Command] = [
     dbCommand,
     doctorCommand,
     emulatorCommand,
+    importCommand,
+    transferIDsCommand,
+    exchangeCommand,
     serveCommand,
     benchCommand,
 ]
