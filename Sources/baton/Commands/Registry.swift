@@ -10,4 +10,5 @@ let commands: [Command] = [
     exchangeCommand,
     serveCommand,
     benchCommand,
+    reportCommand,
 ]
