@@ -6,4 +6,5 @@ let commands: [Command] = [
     doctorCommand,
     emulatorCommand,
     benchCommand,
+    fuzzCommand,
 ]
