@@ -5,6 +5,8 @@ let commands: [Command] = [
     dbCommand,
     doctorCommand,
     emulatorCommand,
+    serveCommand,
     benchCommand,
+    reportCommand,
     fuzzCommand,
 ]
