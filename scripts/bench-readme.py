@@ -62,6 +62,14 @@ def rows(benchmarks):
         yield (name, ", ".join(f"{k} {v}" for k, v in sorted(benchmarks[name].items())), "", "", "")
 
 
+def memory(text):
+    """`/proc/meminfo`'s `MemTotal` ("24684092 kB") in GiB."""
+    try:
+        return f"{int(str(text).split()[0]) / 1024 / 1024:.1f} GiB"
+    except (ValueError, IndexError):
+        return str(text)
+
+
 def main():
     path = sys.argv[1] if len(sys.argv) > 1 else "bench-results/latest.json"
     with open(path) as source:
@@ -69,7 +77,7 @@ def main():
     machine = results.get("machine", {})
     commit = (results.get("git_commit") or "unknown")[:12] + (" (with local changes)" if results.get("git_dirty") else "")
     print(f"Figures from `{results.get('command', 'make bench')}` at {results.get('timestamp')} on commit {commit}:")
-    print(f"{machine.get('cpu_model')}, {machine.get('nproc')} cores, {machine.get('memory_total')} memory, "
+    print(f"{machine.get('cpu_model')}, {machine.get('nproc')} cores, {memory(machine.get('memory_total'))} memory, "
           f"Linux {machine.get('kernel')}; {machine.get('swift')}; {machine.get('openssl')}; {machine.get('postgresql')}.")
     print()
     print("| benchmark | figure | value | anchor, same run | ratio |")
