@@ -5,7 +5,7 @@ export PATH := $(PATH):/opt/swift/usr/bin
 SWIFT_BUILD_FLAGS ?=
 BATON := .build/debug/baton
 
-.PHONY: deps build test demo bench clean
+.PHONY: deps build test demo bench fuzz fuzz-http clean
 
 deps:
 	@scripts/install-deps.sh
@@ -28,6 +28,14 @@ demo: build
 bench: deps
 	swift build -c release
 	scripts/bench.sh
+
+## Fuzzes the token verifier and the JSON reader with libFuzzer, FUZZ_SECONDS (default 60) each.
+fuzz: deps
+	scripts/fuzz.sh run
+
+## Sends FUZZ_REQUESTS (default 100,000) random and mutated requests to `baton emulator`, then checks it.
+fuzz-http: build
+	scripts/fuzz-http.sh
 
 clean:
 	rm -rf .build

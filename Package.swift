@@ -28,7 +28,7 @@ let package = Package(
         .target(name: "Postgres", dependencies: ["CLibPQ", "Logging"], swiftSettings: swiftSettings),
         .target(name: "HTTPServer", dependencies: ["CMicroHTTPD", "Logging"], swiftSettings: swiftSettings),
         .target(name: "Baton", dependencies: ["AppleSignIn", "JOSE", "Postgres", "Logging"], resources: [.copy("Schema")], swiftSettings: swiftSettings),
-        .target(name: "BatonService", dependencies: ["Baton", "HTTPServer", "Logging"], swiftSettings: swiftSettings),
+        .target(name: "BatonService", dependencies: ["Baton", "HTTPServer", "JOSE", "Logging"], swiftSettings: swiftSettings),
         .target(name: "AppleEmulator", dependencies: ["JOSE", "HTTPServer", "Logging"], swiftSettings: swiftSettings),
         .executableTarget(
             name: "baton",
@@ -42,9 +42,9 @@ let package = Package(
         .testTarget(name: "AppleSignInTests", dependencies: ["AppleSignIn", "JOSE", "AppleEmulator", "HTTPServer", "TestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "PostgresTests", dependencies: ["Postgres", "TestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "HTTPServerTests", dependencies: ["HTTPServer"], swiftSettings: swiftSettings),
-        .testTarget(name: "BatonTests", dependencies: ["Baton", "AppleSignIn", "AppleEmulator", "TestSupport"], swiftSettings: swiftSettings),
-        .testTarget(name: "BatonServiceTests", dependencies: ["BatonService", "Baton", "AppleEmulator", "AppleSignIn", "HTTPServer", "JOSE", "Postgres", "TestSupport"], swiftSettings: swiftSettings),
-        .testTarget(name: "AppleEmulatorTests", dependencies: ["AppleEmulator", "TestSupport"], swiftSettings: swiftSettings),
+        .testTarget(name: "BatonTests", dependencies: ["Baton", "AppleSignIn", "TestSupport", "AppleEmulator"], swiftSettings: swiftSettings),
+        .testTarget(name: "BatonServiceTests", dependencies: ["BatonService", "TestSupport", "Baton", "AppleEmulator", "AppleSignIn", "HTTPServer", "JOSE", "Postgres"], swiftSettings: swiftSettings),
+        .testTarget(name: "AppleEmulatorTests", dependencies: ["AppleEmulator", "AppleSignIn", "TestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "CLITests", dependencies: ["AppleEmulator", "JOSE", "TestSupport"], swiftSettings: swiftSettings),
     ],
     swiftLanguageModes: [.v6]

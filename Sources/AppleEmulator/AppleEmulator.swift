@@ -32,8 +32,8 @@ import Logging
 ///
 /// ## State
 /// With a state file the whole state (teams and their keys, apps, people, transfers, signing keys,
-/// the clock offset, live tokens and codes) is loaded at start and written after every scenario
-/// change and at ``stop()``.
+/// the clock offset, live tokens and codes) is loaded at start, written in the background after
+/// every scenario change (a failure is logged), and written once more at ``stop()``.
 ///
 /// ## In-process use
 /// ```swift
@@ -72,17 +72,17 @@ public final class AppleEmulator: Sendable {
         configuration: HTTPServerConfiguration = HTTPServerConfiguration(),
         logger: Logger = .disabled()
     ) async throws -> AppleEmulator {
-        let emulator = try Emulator(statePath: statePath, logger: logger)
+        let emulator = try await offPool { () throws(EmulatorError) in try Emulator(statePath: statePath, logger: logger) }
         let server = HTTPServer(router: emulator.router(), configuration: configuration, logger: logger)
         let bound = try await server.start(host: host, port: port)
-        try emulator.save()
+        try await emulator.flush()
         return AppleEmulator(emulator: emulator, server: server, host: host, port: bound)
     }
 
     /// Stops the server (letting in-flight requests finish) and writes the state file.
     public func stop() async {
         await server.stop()
-        do { try emulator.save() } catch { emulator.logger.error("cannot save emulator state", ["error": error.description]) }
+        do { try await emulator.flush() } catch { emulator.logger.error("cannot save emulator state", ["error": error.description]) }
     }
 
     /// The emulator's clock.
@@ -142,7 +142,7 @@ public final class AppleEmulator: Sendable {
 
     /// Adds a new signing key, which signs from now on; returns its kid. The two previous keys stay published.
     @discardableResult
-    public func rotateKeys() throws(EmulatorError) -> String { try emulator.rotateKeys() }
+    public func rotateKeys() async throws(EmulatorError) -> String { try await emulator.rotateKeys() }
 
     /// The published key set, as `GET /auth/keys` serves it.
     public var jwks: JWKSet { emulator.jwks }

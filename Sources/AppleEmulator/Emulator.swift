@@ -1,3 +1,4 @@
+import Dispatch
 import Foundation
 import JOSE
 import Logging
@@ -20,6 +21,8 @@ final class Emulator: Sendable {
     let faults = FaultInjector()
     let statePath: String?
     let logger: Logger
+    private let saveQueue = DispatchQueue(label: "baton.emulator.state")
+    private let savePending = Mutex(false)
 
     /// Parsed keys derived from the state: the signer, the published set, and the teams' public keys.
     struct KeyRing: Sendable {
@@ -32,6 +35,7 @@ final class Emulator: Sendable {
     }
 
     /// Loads the state from `statePath` when that file exists, else starts empty with two signing keys.
+    /// Reads a file and may generate RSA keys: call it off the cooperative pool (see ``offPool(_:)``).
     /// - Throws: ``EmulatorError`` `state_file` when the file cannot be read or holds bad keys.
     init(statePath: String?, logger: Logger) throws(EmulatorError) {
         self.statePath = statePath
@@ -48,7 +52,8 @@ final class Emulator: Sendable {
             }
         }
         if initial.signingKeys.isEmpty {
-            for _ in 0..<2 { initial.signingKeys.append(try Emulator.newSigningKey(now: Date().addingTimeInterval(initial.clockOffset))) }
+            let now = Date().addingTimeInterval(initial.clockOffset)
+            initial.signingKeys = try Emulator.initialKeyMaterial().map { EmulatorState.SigningKey(kid: Identifiers.tenCharacters(), pem: $0, createdAt: now) }
         }
         keys = Mutex(try Emulator.keyRing(for: initial))
         state = Mutex(initial)
@@ -66,18 +71,37 @@ final class Emulator: Sendable {
             state.clockOffset += seconds
             return Date().addingTimeInterval(state.clockOffset)
         }
-        try save()
+        scheduleSave()
         return now
     }
 
     /// Sets the clock to `date`.
     func setClock(to date: Date) throws(EmulatorError) -> Date {
         state.withLock { $0.clockOffset = date.timeIntervalSinceNow }
-        try save()
+        scheduleSave()
         return date
     }
 
     // MARK: - Keys
+
+    /// RSA key material for new emulators, generated once per process.
+    private static let initialKeys = Mutex<[String]>([])
+
+    /// Two RSA-2048 private keys (PEM) for a new emulator's first signing keys.
+    ///
+    /// Generating RSA keys costs about 0.15 s of CPU each, and test suites start dozens of
+    /// emulators, so emulators of one process share this material, each under its own random
+    /// kids (a token of one emulator still names a kid the others do not publish). Keys made by
+    /// ``rotateKeys()`` are always new.
+    private static func initialKeyMaterial() throws(EmulatorError) -> [String] {
+        let existing = initialKeys.withLock { $0 }
+        if existing.count == 2 { return existing }
+        let generated = [try newSigningKey(now: Date()).pem, try newSigningKey(now: Date()).pem]
+        return initialKeys.withLock { keys in
+            if keys.count != 2 { keys = generated }
+            return keys
+        }
+    }
 
     private static func newSigningKey(now: Date) throws(EmulatorError) -> EmulatorState.SigningKey {
         do {
@@ -122,15 +146,16 @@ final class Emulator: Sendable {
 
     /// Adds a signing key that signs from now on; the previous ones stay published until
     /// ``EmulatorState/publishedKeyCount`` newer keys exist. Returns the new key ID.
-    func rotateKeys() throws(EmulatorError) -> String {
-        let key = try Emulator.newSigningKey(now: now)
+    func rotateKeys() async throws(EmulatorError) -> String {
+        let now = self.now
+        let key = try await offPool { () throws(EmulatorError) in try Emulator.newSigningKey(now: now) }
         let snapshot = state.withLock { state in
             state.signingKeys.append(key)
             return state
         }
         let ring = try Emulator.keyRing(for: snapshot)
         keys.withLock { $0 = ring }
-        try save()
+        scheduleSave()
         return key.kid
     }
 
@@ -150,13 +175,13 @@ final class Emulator: Sendable {
             return (team, keyID)
         }
         keys.withLock { $0.teamKeys[keyID] = (team, privateKey.publicKey) }
-        try save()
+        scheduleSave()
         return (team, keyID, pem)
     }
 
     func createApp(clientID: String, teamID: String) throws(EmulatorError) {
         try state.withLock { (state) throws(EmulatorError) in try state.addApp(clientID, teamID: teamID) }
-        try save()
+        scheduleSave()
     }
 
     func createUsers(clientID: String, count: Int, privateEmail: Bool?) throws(EmulatorError) -> [EmulatedUser] {
@@ -168,26 +193,26 @@ final class Emulator: Sendable {
                 return EmulatedUser(id: person.id, userIdentifier: state.identifier(of: person.id, team: team), email: email, isPrivateEmail: isPrivate)
             }
         }
-        try save()
+        scheduleSave()
         return users
     }
 
     func initiateTransfer(clientID: String, toTeamID: String) throws(EmulatorError) {
         let now = self.now
         try state.withLock { (state) throws(EmulatorError) in try state.initiateTransfer(clientID: clientID, toTeamID: toTeamID, now: now) }
-        try save()
+        scheduleSave()
     }
 
     func acceptTransfer(clientID: String) throws(EmulatorError) -> Date {
         let now = self.now
         let transfer = try state.withLock { (state) throws(EmulatorError) in try state.acceptTransfer(clientID: clientID, now: now) }
-        try save()
+        scheduleSave()
         return transfer.acceptedAt ?? now
     }
 
     func revoke(clientID: String, userIdentifier: String) throws(EmulatorError) {
         try state.withLock { (state) throws(EmulatorError) in try state.revoke(clientID: clientID, userIdentifier: userIdentifier) }
-        try save()
+        scheduleSave()
     }
 
     func credentialState(clientID: String, userIdentifier: String) -> CredentialState {
@@ -208,7 +233,7 @@ final class Emulator: Sendable {
             }
             return result
         }
-        try save()
+        scheduleSave()
         return result
     }
 
@@ -381,8 +406,33 @@ final class Emulator: Sendable {
 
     // MARK: - Persistence
 
-    /// Writes the state to the state file, when there is one (atomically: a temporary file renamed).
-    func save() throws(EmulatorError) {
+    /// Writes the state file soon, on the save queue (never on Swift's cooperative pool); saves
+    /// requested while one is pending are coalesced. A failure is logged (``flush()`` reports it).
+    func scheduleSave() {
+        guard statePath != nil else { return }
+        let alreadyPending = savePending.withLock { pending in
+            defer { pending = true }
+            return pending
+        }
+        guard !alreadyPending else { return }
+        saveQueue.async { [self] in
+            savePending.withLock { $0 = false }
+            do { try writeState() } catch { logger.error("cannot save emulator state", ["error": String(describing: error)]) }
+        }
+    }
+
+    /// Waits for pending saves, then writes the state file once more.
+    /// - Throws: ``EmulatorError`` `state_file` when it cannot be written.
+    func flush() async throws(EmulatorError) {
+        guard statePath != nil else { return }
+        let result: Result<Void, EmulatorError> = await withCheckedContinuation { continuation in
+            saveQueue.async { [self] in continuation.resume(returning: Result { () throws(EmulatorError) in try writeState() }) }
+        }
+        try result.get()
+    }
+
+    /// Writes the state file atomically (a temporary file renamed). Runs on the save queue.
+    private func writeState() throws(EmulatorError) {
         guard let statePath else { return }
         let snapshot = state.withLock { $0 }
         do {
@@ -390,10 +440,21 @@ final class Emulator: Sendable {
             encoder.dateEncodingStrategy = .secondsSince1970
             encoder.outputFormatting = [.sortedKeys]
             try encoder.encode(snapshot).write(to: URL(fileURLWithPath: statePath), options: .atomic)
+            // The file holds the emulated teams' private keys: readable by its owner only.
+            try FileManager.default.setAttributes([.posixPermissions: 0o600], ofItemAtPath: statePath)
         } catch {
             throw EmulatorError(.stateFile, "cannot write \(statePath)")
         }
     }
+}
+
+/// Runs CPU-heavy or blocking work (RSA key generation, file reads) on a Dispatch thread, so
+/// Swift's cooperative pool stays free for request handlers.
+func offPool<T: Sendable>(_ body: @escaping @Sendable () throws(EmulatorError) -> T) async throws(EmulatorError) -> T {
+    let result: Result<T, EmulatorError> = await withCheckedContinuation { continuation in
+        DispatchQueue.global().async { continuation.resume(returning: Result { () throws(EmulatorError) -> T in try body() }) }
+    }
+    return try result.get()
 }
 
 /// One emulated person as `POST /emulator/users` returns them.

@@ -49,14 +49,6 @@ public struct EmulatorError: Error, Sendable, Equatable, CustomStringConvertible
     /// Errors are equal when their codes are.
     public static func == (lhs: EmulatorError, rhs: EmulatorError) -> Bool { lhs.code == rhs.code }
 
-    /// Whether this is one of Apple's OAuth errors (answered as Apple does: 400 `{"error": code}`).
-    var isApple: Bool {
-        switch code {
-        case .invalidClient, .invalidRequest, .invalidGrant, .unsupportedGrantType, .invalidScope: true
-        default: false
-        }
-    }
-
     /// The HTTP answer: Apple's bare `{"error": code}` with 400 for Apple's codes, else
     /// `{"error", "reason"}` with 404, 409 or 400.
     var httpError: HTTPError {

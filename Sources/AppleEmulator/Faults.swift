@@ -80,30 +80,44 @@ final class FaultInjector: Sendable {
     private struct Bucket {
         var faults = EmulatorFaults()
         var tokens: Double = 0
-        var refilledAt = ContinuousClock.now
+        var refilledAt: Double = 0
     }
 
     private let bucket = Mutex(Bucket())
     private let stats = Mutex(EmulatorStats())
+    /// Monotonic seconds; the rate limit runs on real time, not on the emulator's adjustable clock.
+    private let seconds: @Sendable () -> Double
+
+    /// Creates an injector; `seconds` is a monotonic clock (injected by tests).
+    init(seconds: @escaping @Sendable () -> Double = FaultInjector.monotonicSeconds) {
+        self.seconds = seconds
+    }
+
+    /// Seconds since an arbitrary point, from the continuous monotonic clock.
+    static let monotonicSeconds: @Sendable () -> Double = {
+        var time = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &time)
+        return Double(time.tv_sec) + Double(time.tv_nsec) / 1e9
+    }
 
     var faults: EmulatorFaults { bucket.withLock { $0.faults } }
 
     func set(_ faults: EmulatorFaults) {
+        let now = seconds()
         bucket.withLock {
             $0.faults = faults
             $0.tokens = faults.rateLimitPerSecond ?? 0
-            $0.refilledAt = .now
+            $0.refilledAt = now
         }
     }
 
     /// Takes a token; returns the seconds to wait (for `Retry-After`) when none is left.
     func admit() -> Int? {
-        bucket.withLock { bucket in
+        let now = seconds()
+        return bucket.withLock { bucket in
             guard let rate = bucket.faults.rateLimitPerSecond else { return nil }
-            let now = ContinuousClock.now
-            let elapsed = now - bucket.refilledAt
-            let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
-            bucket.tokens = min(max(1, rate), bucket.tokens + seconds * rate)
+            let elapsed = max(0, now - bucket.refilledAt)
+            bucket.tokens = min(max(1, rate), bucket.tokens + elapsed * rate)
             bucket.refilledAt = now
             if bucket.tokens >= 1 {
                 bucket.tokens -= 1

@@ -75,7 +75,7 @@ extension Emulator {
             throw EmulatorError(.badInput, "give advance_seconds or now")
         })
         router.post("/emulator/rotate-keys", control("/emulator/rotate-keys") { emulator, _ in
-            let kid = try emulator.rotateKeys()
+            let kid = try await emulator.rotateKeys()
             return reply(["kid": .string(kid), "published": .array(emulator.jwks.keys.compactMap { $0.kid }.map(JSONValue.string))])
         })
         router.get("/emulator/faults", control("/emulator/faults") { emulator, _ in try HTTPResponse.json(emulator.faults.faults) })

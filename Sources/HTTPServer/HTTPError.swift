@@ -41,8 +41,6 @@ public struct HTTPError: Error, Sendable, Equatable, CustomStringConvertible {
     }
     /// 500 `internal_error`, the answer for any unexpected failure.
     public static let internalError = HTTPError(500, code: "internal_error", reason: "internal server error")
-    /// 503 `unavailable`, answered while the server is stopping.
-    public static let unavailable = HTTPError(503, code: "unavailable", reason: "server is stopping")
 }
 
 /// Writing JSON string literals, for the few bodies this module builds itself.

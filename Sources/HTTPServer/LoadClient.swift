@@ -49,12 +49,14 @@ public struct LoadReport: Sendable {
 /// general HTTP client and must never be used to talk to Apple.
 public enum LoadClient {
     /// Sends `total` requests over `concurrency` keep-alive connections to `host:port`
-    /// (an IPv4 address) and reports what came back. `request(i)` builds the i-th request.
+    /// (an IPv4 address) and reports what came back. `request(i)` builds the i-th request; a
+    /// response slower than `timeout` seconds counts as a failure (default 60).
     public static func run(
         host: String = "127.0.0.1",
         port: Int,
         concurrency: Int,
         total: Int,
+        timeout: Int = 60,
         request: @escaping @Sendable (Int) -> LoadRequest
     ) async -> LoadReport {
         let start = ContinuousClock.now
@@ -66,7 +68,7 @@ public enum LoadClient {
                     var connection: LoadConnection?
                     var index = worker
                     while index < total {
-                        if connection == nil { connection = LoadConnection(host: host, port: port) }
+                        if connection == nil { connection = LoadConnection(host: host, port: port, timeout: timeout) }
                         guard let open = connection else { result.failures += 1; index += concurrency; continue }
                         switch open.exchange(request(index).serialized(host: host)) {
                         case .answered(let status, let keepAlive):
@@ -131,7 +133,7 @@ private final class LoadConnection {
     private let fd: Int32
     private var buffer: [UInt8] = []
 
-    init?(host: String, port: Int) {
+    init?(host: String, port: Int, timeout: Int) {
         fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         guard fd >= 0 else { return nil }
         var address = sockaddr_in()
@@ -144,8 +146,8 @@ private final class LoadConnection {
         guard connected == 0 else { close(fd); return nil }
         var one: Int32 = 1
         setsockopt(fd, Int32(IPPROTO_TCP), TCP_NODELAY, &one, socklen_t(MemoryLayout<Int32>.size))
-        var timeout = timeval(tv_sec: 30, tv_usec: 0)
-        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        var limit = timeval(tv_sec: timeout, tv_usec: 0)
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, socklen_t(MemoryLayout<timeval>.size))
     }
 
     deinit { close(fd) }

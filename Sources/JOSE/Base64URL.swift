@@ -68,17 +68,20 @@ public enum Base64URL {
                 var invalid: UInt8 = 0
                 // Eight characters at a time into one 48-bit group, stored as one 8-byte big-endian word
                 // (the two extra bytes are overwritten by the next group or never counted as initialized).
-                if let base = out.baseAddress {
+                if let base = out.baseAddress, let inputBase = input.baseAddress {
                     let raw = UnsafeMutableRawPointer(base)
+                    let source = UnsafeRawPointer(inputBase)
                     while i + 8 <= count, o + 8 <= outputCount {
-                        var group: UInt64 = 0
-                        var bad: UInt8 = 0
-                        for k in 0..<8 {
-                            let value = table[Int(input[i + k])]
-                            bad |= value
-                            group = group << 6 | UInt64(value & 0x3F)
-                        }
-                        invalid |= bad
+                        // One little-endian load of eight characters; byte k of `word` is character i + k.
+                        let word = source.loadUnaligned(fromByteOffset: i, as: UInt64.self).littleEndian
+                        let v0 = table[Int(word & 0xFF)], v1 = table[Int(word >> 8 & 0xFF)]
+                        let v2 = table[Int(word >> 16 & 0xFF)], v3 = table[Int(word >> 24 & 0xFF)]
+                        let v4 = table[Int(word >> 32 & 0xFF)], v5 = table[Int(word >> 40 & 0xFF)]
+                        let v6 = table[Int(word >> 48 & 0xFF)], v7 = table[Int(word >> 56)]
+                        invalid |= v0 | v1 | v2 | v3 | v4 | v5 | v6 | v7
+                        var group = UInt64(v0 & 0x3F) << 42 | UInt64(v1 & 0x3F) << 36 | UInt64(v2 & 0x3F) << 30
+                        group |= UInt64(v3 & 0x3F) << 24 | UInt64(v4 & 0x3F) << 18 | UInt64(v5 & 0x3F) << 12
+                        group |= UInt64(v6 & 0x3F) << 6 | UInt64(v7 & 0x3F)
                         raw.storeBytes(of: (group << 16).bigEndian, toByteOffset: o, as: UInt64.self)
                         i += 8
                         o += 6

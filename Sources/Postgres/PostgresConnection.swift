@@ -17,12 +17,13 @@ public enum IsolationLevel: String, Sendable {
 /// Connections are lent by ``PostgresPool``; use one from one task at a time.
 public final class PostgresConnection: @unchecked Sendable {
     // `@unchecked Sendable`: `connection` and `statements` are touched only on `queue`, a serial
-    // queue; `broken` and `idleOutsideTransaction` are Mutexes.
+    // queue; `broken`, `idleOutsideTransaction` and `healthCheckDue` are Mutexes.
     private let connection: OpaquePointer
     private let queue: DispatchQueue
     private var statements: [String: String] = [:]
     private let broken = Mutex(false)
     private let idleOutsideTransaction = Mutex(true)
+    private let healthCheckDue = Mutex(false)
     private let logger: Logger
 
     /// Most distinct statements a connection keeps prepared; others run unnamed.
@@ -113,21 +114,27 @@ public final class PostgresConnection: @unchecked Sendable {
         return value
     }
 
-    /// Checks an idle connection before it is lent: reads anything the server sent while it was idle
-    /// (a termination notice, say) and reconnects once when the connection has gone.
+    /// Asks for a liveness check before the next statement: the pool calls this when it lends the
+    /// connection, and the check runs in the same hop to the connection's queue as that statement.
+    func scheduleHealthCheck() {
+        healthCheckDue.withLock { $0 = true }
+    }
+
+    /// On `queue`, when a check is due: reads anything the server sent while the connection was idle (a
+    /// termination notice, say) and reconnects once when the connection has gone.
     /// - Throws: ``PostgresError`` with code `connectionFailure` when it cannot be made usable.
-    func ensureUsable() async throws {
-        try await onQueue {
-            if self.isAliveWhileIdle() { return }
-            self.logger.info("postgres connection lost while idle; reconnecting")
-            PQreset(self.connection)
-            self.statements.removeAll()
-            guard PQstatus(self.connection) == CONNECTION_OK else {
-                self.broken.withLock { $0 = true }
-                throw PostgresError(.connectionFailure, message: PostgresConnection.lastError(self.connection))
-            }
-            self.broken.withLock { $0 = false }
+    private func performDueHealthCheck() throws {
+        guard healthCheckDue.withLock({ due in defer { due = false }; return due }) else { return }
+        if isAliveWhileIdle() { return }
+        logger.info("postgres connection lost while idle; reconnecting")
+        PQreset(connection)
+        statements.removeAll()
+        guard PQstatus(connection) == CONNECTION_OK else {
+            broken.withLock { $0 = true }
+            throw PostgresError(.connectionFailure, message: PostgresConnection.lastError(connection))
         }
+        broken.withLock { $0 = false }
+        idleOutsideTransaction.withLock { $0 = true }
     }
 
     /// Whether the last statement left the connection outside any transaction block; the pool never
@@ -152,7 +159,12 @@ public final class PostgresConnection: @unchecked Sendable {
 
     private func onQueue<T: Sendable>(_ work: @escaping @Sendable () throws -> T) async throws -> T {
         try await withCheckedThrowingContinuation { continuation in
-            queue.async { continuation.resume(with: Result { try work() }) }
+            queue.async {
+                continuation.resume(with: Result {
+                    try self.performDueHealthCheck()
+                    return try work()
+                })
+            }
         }
     }
 

@@ -1,6 +1,7 @@
-import AppleEmulator
+@testable import AppleEmulator
 import Foundation
 import JOSE
+import Synchronization
 import Testing
 import TestSupport
 
@@ -139,8 +140,8 @@ struct ControlTests {
         // A token signed before the rotation still verifies.
         _ = try await scenario.verifiedClaims(oldToken)
         _ = try await scenario.verifiedClaims(newToken)
-        try scenario.emulator.rotateKeys()
-        try scenario.emulator.rotateKeys()
+        try await scenario.emulator.rotateKeys()
+        try await scenario.emulator.rotateKeys()
         let later = scenario.emulator.jwks.keys.compactMap(\.kid)
         #expect(later.count == 3)
         #expect(later.contains(newKID))
@@ -152,22 +153,24 @@ struct ControlTests {
         let scenario = try await Scenario.start(users: 1)
         defer { Task { await scenario.emulator.stop() } }
         let http = scenario.http
-        let set = try await http.postJSON("/emulator/faults", ["rate_limit_per_s": 2])
+        // One request per 1,000 s: the bucket starts nearly empty, so every request here is over the rate.
+        let set = try await http.postJSON("/emulator/faults", ["rate_limit_per_s": 0.001])
         #expect(set.status == 200)
         var statuses: [Int] = []
-        var retryAfter: String?
+        var retryAfter: [Int] = []
         for _ in 0..<5 {
             let reply = try await http.get("/auth/keys")
             statuses.append(reply.status)
-            if reply.status == 429 { retryAfter = reply.headers["retry-after"] }
+            retryAfter.append(Int(reply.headers["retry-after"] ?? "") ?? 0)
+            #expect(reply.error == "rate_limited")
         }
-        #expect(statuses.filter { $0 == 429 }.count >= 2)
-        #expect(statuses.prefix(2) == [200, 200])
-        #expect(Int(retryAfter ?? "") ?? 0 >= 1)
+        #expect(statuses == [429, 429, 429, 429, 429])
+        #expect(retryAfter.allSatisfy { $0 > 900 && $0 <= 999 })
         // Scenario control is never rate limited.
         #expect(try await http.get("/emulator/clock").status == 200)
 
         #expect(try await http.postJSON("/emulator/faults", ["error_rate": 1, "error_status": 502]).status == 200)
+        #expect(try await http.get("/emulator/faults").json["error_status"]?.intValue == 502)
         let failed = try await http.get("/auth/keys")
         #expect(failed.status == 502)
         try scenario.emulator.setFaults(EmulatorFaults(latencyMilliseconds: 20))
@@ -177,12 +180,12 @@ struct ControlTests {
 
         let stats = try await http.get("/emulator/stats")
         let keys = try #require(stats.json["endpoints"]?["/auth/keys"])
-        let limited = statuses.filter { $0 == 429 }.count
-        #expect(keys["calls"]?.intValue == Int64(5 + 2))
-        #expect(keys["rate_limited"]?.intValue == Int64(limited))
-        #expect(keys["statuses"]?["429"]?.intValue == Int64(limited))
+        #expect(keys["calls"]?.intValue == 7)
+        #expect(keys["rate_limited"]?.intValue == 5)
+        #expect(keys["statuses"]?["429"]?.intValue == 5)
         #expect(keys["statuses"]?["502"]?.intValue == 1)
-        #expect(keys["statuses"]?["200"]?.intValue == Int64(5 - limited + 1))
+        #expect(keys["statuses"]?["200"]?.intValue == 1)
+        #expect(keys["errors"]?["rate_limited"]?.intValue == 5)
         let inProcess = scenario.emulator.stats()
         #expect(inProcess["/auth/keys"].calls == 7)
         #expect(inProcess["/emulator/faults"].statuses["400"] == 2)
@@ -214,7 +217,8 @@ struct ControlTests {
         try first.advanceClock(by: 10 * 86_400)
         let kids = first.jwks.keys.compactMap(\.kid)
         await first.stop()
-        #expect(FileManager.default.fileExists(atPath: path))
+        let permissions = try FileManager.default.attributesOfItem(atPath: path)[.posixPermissions] as? Int
+        #expect(permissions == 0o600)
 
         let second = try await AppleEmulator.start(statePath: path)
         defer { Task { await second.stop() } }
@@ -241,19 +245,38 @@ struct ControlTests {
 
 @Suite("Rate limiter")
 struct RateLimiterTests {
-    @Test("under 1/s the first request waits, and the Retry-After is long enough for the next token")
-    func slowRate() async throws {
-        let emulator = try await AppleEmulator.start()
-        defer { Task { await emulator.stop() } }
-        try emulator.setFaults(EmulatorFaults(rateLimitPerSecond: 0.01))
-        let reply = try await EmulatorHTTP(emulator).get("/auth/keys")
-        #expect(reply.status == 429)
-        #expect(reply.headers["retry-after"] == "99")
-        try emulator.setFaults(EmulatorFaults(rateLimitPerSecond: 1))
-        #expect(try await EmulatorHTTP(emulator).get("/auth/keys").status == 200)
-        let limited = try await EmulatorHTTP(emulator).get("/auth/keys")
-        #expect(limited.status == 429 && limited.headers["retry-after"] == "1")
-        try emulator.setFaults(EmulatorFaults())
-        #expect(try await EmulatorHTTP(emulator).get("/auth/keys").status == 200)
+    /// A clock the test moves by hand.
+    final class ManualClock: Sendable {
+        private let value = Mutex(1_000.0)
+        func advance(_ seconds: Double) { value.withLock { $0 += seconds } }
+        var read: @Sendable () -> Double { { [self] in value.withLock { $0 } } }
+    }
+
+    @Test("the bucket starts with one second's worth, refills at the rate, and holds max(1, rate)")
+    func bucket() {
+        let clock = ManualClock()
+        let injector = FaultInjector(seconds: clock.read)
+        injector.set(EmulatorFaults(rateLimitPerSecond: 2))
+        #expect(injector.admit() == nil)
+        #expect(injector.admit() == nil)
+        #expect(injector.admit() == 1)
+        clock.advance(0.5)
+        #expect(injector.admit() == nil)
+        #expect(injector.admit() == 1)
+        clock.advance(60)
+        #expect((0..<3).map { _ in injector.admit() } == [nil, nil, 1])
+    }
+
+    @Test("under 1/s the first request waits, and waiting the Retry-After is enough")
+    func slowRate() {
+        let clock = ManualClock()
+        let injector = FaultInjector(seconds: clock.read)
+        injector.set(EmulatorFaults(rateLimitPerSecond: 0.01))
+        #expect(injector.admit() == 99)
+        clock.advance(99)
+        #expect(injector.admit() == nil)
+        #expect(injector.admit() == 100)
+        injector.set(EmulatorFaults())
+        #expect(injector.admit() == nil)
     }
 }

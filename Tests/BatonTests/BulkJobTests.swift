@@ -7,7 +7,7 @@ import Synchronization
 import TestSupport
 import Testing
 
-@Suite("Bulk jobs against the emulator and PostgreSQL")
+@Suite("Bulk jobs against the emulator and PostgreSQL", .serialized)
 struct BulkJobTests {
     @Test("the exchange migrates every pending user once, with one event each and method exchange")
     func exchangesEveryone() async throws {
@@ -28,15 +28,16 @@ struct BulkJobTests {
 
     @Test("a storm of 429s: the job waits as told, lowers its rate, and still migrates everyone")
     func rateLimitStorm() async throws {
-        try await BulkJobFixture.run(users: 40) { fixture in
-            try fixture.emulator.setFaults(EmulatorFaults(rateLimitPerSecond: 20))
-            let job = try fixture.exchangeJob(options: BulkJobOptions(workers: 8, rate: 200))
+        try await BulkJobFixture.run(users: 30) { fixture in
+            // Apple allows 5/s (a bucket of 5); the job starts at 200/s.
+            try fixture.emulator.setFaults(EmulatorFaults(rateLimitPerSecond: 5))
+            let job = try fixture.exchangeJob(options: BulkJobOptions(workers: 4, rate: 200))
             let summary = await job.run()
             #expect(summary.stopReason == nil)
-            #expect(summary.counts.succeeded == 40)
+            #expect(summary.counts.succeeded == 30)
             #expect(summary.counts.rateLimited > 0)
             #expect(summary.finalRate < 200)
-            #expect(try fixture.count("SELECT count(*) FROM baton.events WHERE kind = 'migrated'") == 40)
+            #expect(try fixture.count("SELECT count(*) FROM baton.events WHERE kind = 'migrated'") == 30)
         }
     }
 
@@ -100,7 +101,7 @@ struct BulkJobTests {
             }
             let summary = await job.run()
             try await watcher.value
-            #expect(summary.stopReason?.code == .windowClosed)
+            #expect(summary.stopReason?.code == .windowClosed, "\(String(describing: summary.stopReason))")
             #expect(summary.counts.succeeded >= 10 && summary.counts.succeeded < 40)
             #expect(summary.remaining == 40 - summary.counts.succeeded)
             #expect(try fixture.count("SELECT count(*) FROM baton.transfers WHERE state = 'unresolvable'") == 0)
@@ -111,7 +112,7 @@ struct BulkJobTests {
     @Test("three jobs at once, each with its own pool (as three processes): no user exchanged twice")
     func threeConcurrentJobs() async throws {
         try await BulkJobFixture.run(users: 90) { fixture in
-            let pools = (0..<3).map { _ in PostgresPool(url: fixture.database.url, maxConnections: 4) }
+            let pools = (0..<3).map { _ in PostgresPool(url: fixture.database.url, maxConnections: 3) }
             let jobs = try pools.map { try fixture.exchangeJob(options: BulkJobOptions(workers: 3, rate: 20), pool: $0) }
             let summaries = await withTaskGroup(of: BulkJobSummary.self) { group in
                 for job in jobs { group.addTask { await job.run() } }
@@ -205,11 +206,11 @@ struct BulkJobTests {
     }
 }
 
-@Suite("Legacy walk and queue")
+@Suite("Legacy walk and queue", .serialized)
 struct LegacySeederTests {
     @Test("text keys, keyset pages, a transfer column's values kept, subjects already migrated skipped")
     func textKeys() async throws {
-        let database = try await StoreFixture("seeder")
+        let database = try await StoreFixture("seeder", poolSize: 2)
         defer { Task { await database.pool.close() } }
         try await database.pool.withConnection { connection in
             try await connection.executeScript(unsafeSQL: """
@@ -235,7 +236,7 @@ struct LegacySeederTests {
 
     @Test("claims never overlap, a failed attempt is deferred then failed after its last attempt, and retry-failed resets it")
     func queueLifecycle() async throws {
-        let database = try await StoreFixture("queue")
+        let database = try await StoreFixture("queue", poolSize: 2)
         defer { Task { await database.pool.close() } }
         for i in 0..<10 { try await database.addTransfer(oldSub: "o.\(i)", transferSub: "t.\(i)") }
         let a = TransferQueue(pool: database.pool, kind: .exchange, owner: "a", maxAttempts: 2, retryBaseSeconds: 0)

@@ -118,6 +118,14 @@ struct ReportRenderingTests {
             """)
     }
 
+    @Test("CSV: a field a spreadsheet would run as a formula is neutralised", arguments: [
+        ("=HYPERLINK(\"x\")", "\"'=HYPERLINK(\"\"x\"\")\""), ("+1", "'+1"), ("-2", "'-2"), ("@SUM(A1)", "'@SUM(A1)"),
+        ("plain", "plain"), ("a=b", "a=b"),
+    ])
+    func csvFormulaInjection(value: String, expected: String) {
+        #expect(MigrationReport.csvField(value) == expected)
+    }
+
     @Test("JSON: snake_case keys, ISO 8601 dates, and it reads back equal")
     func json() throws {
         let report = sampleReport()

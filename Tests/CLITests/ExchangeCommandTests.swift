@@ -86,7 +86,7 @@ func waitOffPool(_ process: RunningProcess, timeout: TimeInterval = 120) async t
     }
 }
 
-@Suite("baton exchange")
+@Suite("baton exchange", .serialized)
 struct ExchangeCommandTests {
     @Test("kill -9 in the middle of a run, then a rerun: every user migrated exactly once")
     func killAndRerun() async throws {
@@ -176,7 +176,7 @@ struct ExchangeCommandTests {
     }
 }
 
-@Suite("baton transfer-ids")
+@Suite("baton transfer-ids", .serialized)
 struct TransferIDsCommandTests {
     @Test("refuses the sending team as target")
     func refusesOwnTeam() async throws {
@@ -230,7 +230,7 @@ struct TransferIDsCommandTests {
     }
 }
 
-@Suite("baton import transfers")
+@Suite("baton import transfers", .serialized)
 struct ImportCommandTests {
     @Test("bad lines are reported with their numbers and reasons, the rest loaded once; a re-import changes nothing")
     func badLines() async throws {

@@ -30,7 +30,14 @@ extension MigrationReport {
         return text
     }
 
-    private static func csvField(_ value: String) -> String {
+    /// Quotes a field per RFC 4180. A field a spreadsheet would run as a formula (starting with `=`,
+    /// `+`, `-`, `@`, tab or CR) gets a leading `'`, so a crafted legacy key or error text cannot run
+    /// in the team's spreadsheet.
+    static func csvField(_ value: String) -> String {
+        var value = value
+        if let first = value.first, ["=", "+", "-", "@", "\t", "\r"].contains(first) {
+            value = "'" + value
+        }
         guard value.contains(where: { $0 == "," || $0 == "\"" || $0 == "\n" || $0 == "\r" }) else { return value }
         return "\"" + value.replacingOccurrences(of: "\"", with: "\"\"") + "\""
     }

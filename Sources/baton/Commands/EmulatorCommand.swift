@@ -1,6 +1,8 @@
 import AppleEmulator
 import Dispatch
 import Foundation
+import FoundationNetworking
+import JOSE
 import HTTPServer
 import Logging
 
@@ -33,6 +35,8 @@ let emulatorCommand = Command(
         let emulator: AppleEmulator
         do {
             emulator = try await AppleEmulator.start(host: host, port: port, statePath: parsed.value("state"), logger: logger)
+        } catch let error as HTTPServerError where error.code == .invalidAddress {
+            throw CommandFailure.usage("--host must be a numeric IPv4 or IPv6 address or localhost")
         } catch let error as HTTPServerError {
             throw CommandFailure.failed("baton emulator: cannot listen on \(host):\(port) (\(error))")
         } catch {
@@ -77,23 +81,32 @@ private final class SignalLatch: @unchecked Sendable {
     }
 }
 
-/// `baton bench emulator [--concurrency N] [--requests N] [--tokens N]`: requests/s for
-/// `/auth/keys` and tokens/s for `/emulator/authorize` over keep-alive connections (default 32),
-/// against an in-process emulator; 100,000 key requests and 10,000 tokens by default.
+/// `baton bench emulator [--concurrency N] [--requests N] [--tokens N] [--exchanges N]`:
+/// requests/s for `/auth/keys`, tokens/s for `/emulator/authorize` and requests/s for the
+/// recipient side of `/auth/usermigrationinfo`, over keep-alive connections (default 32), against
+/// an in-process emulator; 100,000 key requests, 10,000 tokens and 20,000 exchanges by default.
 @Sendable
 func runEmulatorBenchmark(_ arguments: [String]) async throws -> Int32 {
-    let parsed = try Arguments(arguments, options: ["concurrency", "requests", "tokens"])
+    let parsed = try Arguments(arguments, options: ["concurrency", "requests", "tokens", "exchanges"])
     let concurrency = try parsed.integer("concurrency", default: 32, in: 1...1024)
     let requests = try parsed.integer("requests", default: 100_000, in: 1...10_000_000)
     let tokens = try parsed.integer("tokens", default: 10_000, in: 1...1_000_000)
+    let exchanges = try parsed.integer("exchanges", default: 20_000, in: 1...1_000_000)
 
     var configuration = HTTPServerConfiguration()
     configuration.connectionLimit = max(configuration.connectionLimit, concurrency * 2)
     let emulator = try await AppleEmulator.start(configuration: configuration)
-    let team = try emulator.createTeam()
-    try emulator.createApp(clientID: "com.example.bench", teamID: team.teamID)
-    let users = try emulator.createUsers(clientID: "com.example.bench", count: 1_000)
-    let bodies = users.map { Array("{\"client_id\":\"com.example.bench\",\"user\":\"\($0.id)\",\"nonce\":\"n\"}".utf8) }
+    let clientID = "com.example.bench"
+    let sender = try emulator.createTeam(), recipient = try emulator.createTeam()
+    try emulator.createApp(clientID: clientID, teamID: sender.teamID)
+    let users = try emulator.createUsers(clientID: clientID, count: 1_000)
+    let bodies = users.map { Array("{\"client_id\":\"\(clientID)\",\"user\":\"\($0.id)\",\"nonce\":\"n\"}".utf8) }
+    try emulator.initiateTransfer(clientID: clientID, toTeamID: recipient.teamID)
+    let transferSubs = Array(try emulator.transferIdentifiers(clientID: clientID).values)
+    try emulator.acceptTransfer(clientID: clientID)
+    let secret = try benchClientSecret(recipient, clientID: clientID, now: emulator.now)
+    let accessToken = try await benchAccessToken(emulator.baseURL, clientID: clientID, secret: secret)
+    let exchangeBodies = transferSubs.map { Array("transfer_sub=\($0)&client_id=\(clientID)&client_secret=\(secret)".utf8) }
 
     print("warming up")
     _ = await LoadClient.run(port: emulator.port, concurrency: concurrency, total: 2_000) { _ in LoadRequest(path: "/auth/keys") }
@@ -107,9 +120,18 @@ func runEmulatorBenchmark(_ arguments: [String]) async throws -> Int32 {
         LoadRequest(method: "POST", path: "/emulator/authorize", headers: [("Content-Type", "application/json")], body: bodies[index % bodies.count])
     }
     print("  \(Int(authorize.perSecond)) tokens/s, statuses \(authorize.statuses), failures \(authorize.failures)")
+
+    print("POST /auth/usermigrationinfo (recipient side): \(exchanges) requests over \(concurrency) keep-alive connections")
+    let exchange = await LoadClient.run(port: emulator.port, concurrency: concurrency, total: exchanges) { index in
+        LoadRequest(method: "POST", path: "/auth/usermigrationinfo",
+                    headers: [("Content-Type", "application/x-www-form-urlencoded"), ("Authorization", "Bearer \(accessToken)")],
+                    body: exchangeBodies[index % exchangeBodies.count])
+    }
+    print("  \(Int(exchange.perSecond)) requests/s, statuses \(exchange.statuses), failures \(exchange.failures)")
     await emulator.stop()
 
-    let ok = keys.failures == 0 && authorize.failures == 0 && keys.statuses[200] == requests && authorize.statuses[200] == tokens
+    let runs = [(keys, requests), (authorize, tokens), (exchange, exchanges)]
+    let errors = runs.reduce(0) { $0 + $1.0.failures + ($1.1 - ($1.0.statuses[200] ?? 0)) }
     let figures: [String: Any] = [
         "benchmark": "emulator",
         "concurrency": concurrency,
@@ -117,9 +139,32 @@ func runEmulatorBenchmark(_ arguments: [String]) async throws -> Int32 {
         "keys_requests_per_s": Int(keys.perSecond),
         "authorize_tokens": tokens,
         "authorize_tokens_per_s": Int(authorize.perSecond),
-        "errors": keys.failures + authorize.failures + (requests - (keys.statuses[200] ?? 0)) + (tokens - (authorize.statuses[200] ?? 0)),
+        "exchange_requests": exchanges,
+        "exchange_requests_per_s": Int(exchange.perSecond),
+        "errors": errors,
     ]
     let line = try JSONSerialization.data(withJSONObject: figures, options: [.sortedKeys])
     print(String(decoding: line, as: UTF8.self))
-    return ok ? 0 : 1
+    return errors == 0 ? 0 : 1
+}
+
+/// An ES256 client secret for `team`, valid for a day (what `baton client-secret` prints).
+private func benchClientSecret(_ team: TeamCredentials, clientID: String, now: Date) throws -> String {
+    let issuedAt = Double(Int64(now.timeIntervalSince1970))
+    let claims: JSONObject = ["iss": .string(team.teamID), "iat": .number(issuedAt), "exp": .number(issuedAt + 86_400),
+                              "aud": "https://appleid.apple.com", "sub": .string(clientID)]
+    return try JWS.signES256(payload: JSON.serializeBytes(.object(claims)), key: try P256PrivateKey(pkcs8PEM: team.privateKeyPEM), kid: team.keyID)
+}
+
+/// One `client_credentials` access token from the emulator.
+private func benchAccessToken(_ base: URL, clientID: String, secret: String) async throws -> String {
+    var request = URLRequest(url: base.appendingPathComponent("auth/token"))
+    request.httpMethod = "POST"
+    request.setValue("application/x-www-form-urlencoded", forHTTPHeaderField: "Content-Type")
+    request.httpBody = Data("grant_type=client_credentials&scope=user.migration&client_id=\(clientID)&client_secret=\(secret)".utf8)
+    let (data, _) = try await URLSession.shared.data(for: request)
+    guard case .string(let token)? = try JSON.parseObject(Array(data))["access_token"] else {
+        throw CommandFailure.failed("baton bench emulator: the emulator issued no access token")
+    }
+    return token
 }

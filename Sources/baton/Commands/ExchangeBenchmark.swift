@@ -11,7 +11,7 @@ import Postgres
 ///
 /// Options: `--users N` (default 20,000) pending users to exchange; `--backlog N` (default 0) more pending rows
 /// that sort after them (so the queue holds N + backlog rows; they are not exchanged); `--limit R` (default 200)
-/// the emulator's limit and the job's `--rate`; `--latency-ms` (20); `--workers` (16); `--sequential-seconds` (5).
+/// the emulator's limit and the job's `--rate`; `--latency-ms` (20); `--workers` (32); `--sequential-seconds` (5).
 /// The database is `--database-url` or `BATON_DATABASE_URL`, and must hold no transfers yet.
 @Sendable
 func runExchangeBenchmark(_ rawArguments: [String]) async throws -> Int32 {
@@ -23,7 +23,7 @@ func runExchangeBenchmark(_ rawArguments: [String]) async throws -> Int32 {
     let backlog = try arguments.integer("backlog", default: 0, in: 0...10_000_000)
     let limit = try arguments.double("limit", default: 200, in: 1...100_000)
     let latency = try arguments.integer("latency-ms", default: 20, in: 0...10_000)
-    let workers = try arguments.integer("workers", default: 16, in: 1...256)
+    let workers = try arguments.integer("workers", default: 32, in: 1...256)
     let sequentialSeconds = try arguments.double("sequential-seconds", default: 5, in: 0.5...600)
     let sequentialUsers = Int(sequentialSeconds * 1000 / Double(max(1, latency))) + 50
 
@@ -94,7 +94,7 @@ func runExchangeBenchmark(_ rawArguments: [String]) async throws -> Int32 {
         let watcher = Task {
             // The job's time is from its start to its last user's rewrite; then it is stopped (with a backlog the
             // queue never empties).
-            while job.counters.snapshot.processed < users { try await Task.sleep(for: .milliseconds(5)) }
+            while job.counters.snapshot.succeeded < users { try await Task.sleep(for: .milliseconds(5)) }
             job.stop(BulkJobError(.stopped, "benchmark users done"))
             return ContinuousClock.now - jobStart
         }
@@ -132,7 +132,7 @@ func runExchangeBenchmark(_ rawArguments: [String]) async throws -> Int32 {
 
         await emulator.stop()
         await pool.close()
-        print("exchange job: \(users) users in \(String(format: "%.1f", jobSeconds)) s with \(workers) workers, \(summary.counts.requests) requests, \(summary.counts.rateLimited) answered 429, \(summary.counts.failed) attempts deferred and retried; queue held \(users + backlog) rows")
+        print("exchange job: \(users) users in \(String(format: "%.1f", jobSeconds)) s with \(workers) workers, \(summary.counts.requests) requests, \(summary.counts.rateLimited) answered 429, \(summary.counts.failed) attempts deferred and retried; queue held \(users + backlog) rows, \(summary.counts.unresolvable) backlog rows reached (not real transfers: unresolvable)")
         print(String(format: "limit %.0f/s, achieved %.1f/s (%.1f %%), over limit %d; sequential %.1f/s; peak RSS %.1f MB", limit, achieved, achieved / limit * 100, overLimit, sequential, peakMB))
         let figures: JSONValue = [
             "limit_per_s": .number(limit),

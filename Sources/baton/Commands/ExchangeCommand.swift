@@ -96,7 +96,10 @@ func runBulkCommand(_ arguments: [String], side: BatonConfiguration.TransferSide
                 throw CommandFailure.usage("confirm the target team with --yes (standard input is not a terminal)")
             }
             print("Create transfer identifiers for team \(target)? Type the team ID to confirm: ", terminator: "")
-            guard readLine()?.trimmingCharacters(in: .whitespaces) == target else {
+            let answer = await withCheckedContinuation { continuation in
+                DispatchQueue.global().async { continuation.resume(returning: readLine()) }
+            }
+            guard answer?.trimmingCharacters(in: .whitespaces) == target else {
                 throw CommandFailure.rejected("not confirmed; nothing was done")
             }
         }

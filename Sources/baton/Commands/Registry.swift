@@ -11,4 +11,5 @@ let commands: [Command] = [
     serveCommand,
     benchCommand,
     reportCommand,
+    fuzzCommand,
 ]
