@@ -21,7 +21,7 @@ struct OpenAPISpecTests {
     /// Error codes the service's own plumbing answers with, besides ``BatonError/Code``: the router's and the
     /// HTTP server's (`HTTPError`), the request decoders', and the service's admin and input checks.
     static let plumbingErrorCodes: Set<String> = [
-        "not_found", "method_not_allowed", "payload_too_large", "internal_error", "unavailable",
+        "not_found", "method_not_allowed", "payload_too_large", "internal_error",
         "invalid_json", "invalid_form", "missing_field", "unsupported_media_type", "unauthorized", "forbidden",
     ]
 
