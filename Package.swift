@@ -27,7 +27,7 @@ let package = Package(
         .target(name: "AppleSignIn", dependencies: ["JOSE", "Logging"], swiftSettings: swiftSettings),
         .target(name: "Postgres", dependencies: ["CLibPQ", "Logging"], swiftSettings: swiftSettings),
         .target(name: "HTTPServer", dependencies: ["CMicroHTTPD", "Logging"], swiftSettings: swiftSettings),
-        .target(name: "Baton", dependencies: ["AppleSignIn", "Postgres", "Logging"], resources: [.copy("Schema")], swiftSettings: swiftSettings),
+        .target(name: "Baton", dependencies: ["AppleSignIn", "JOSE", "Postgres", "Logging"], resources: [.copy("Schema")], swiftSettings: swiftSettings),
         .target(name: "BatonService", dependencies: ["Baton", "HTTPServer", "Logging"], swiftSettings: swiftSettings),
         .target(name: "AppleEmulator", dependencies: ["JOSE", "HTTPServer", "Logging"], swiftSettings: swiftSettings),
         .executableTarget(
@@ -43,7 +43,7 @@ let package = Package(
         .testTarget(name: "PostgresTests", dependencies: ["Postgres", "TestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "HTTPServerTests", dependencies: ["HTTPServer"], swiftSettings: swiftSettings),
         .testTarget(name: "BatonTests", dependencies: ["Baton", "AppleSignIn", "TestSupport"], swiftSettings: swiftSettings),
-        .testTarget(name: "BatonServiceTests", dependencies: ["BatonService", "TestSupport"], swiftSettings: swiftSettings),
+        .testTarget(name: "BatonServiceTests", dependencies: ["BatonService", "Baton", "AppleEmulator", "AppleSignIn", "HTTPServer", "JOSE", "Postgres", "TestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "AppleEmulatorTests", dependencies: ["AppleEmulator", "AppleSignIn", "TestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "CLITests", dependencies: ["AppleEmulator", "JOSE", "TestSupport"], swiftSettings: swiftSettings),
     ],

@@ -5,5 +5,6 @@ let commands: [Command] = [
     dbCommand,
     doctorCommand,
     emulatorCommand,
+    serveCommand,
     benchCommand,
 ]

@@ -1,0 +1,76 @@
+import Foundation
+
+/// What a sign-in lookup by `sub` found: the record and the identifier's stored credential state.
+public struct SubjectMatch: Sendable, Equatable {
+    /// The legacy record carrying the subject.
+    public var user: LegacyUser
+    /// The state in `baton.subjects`, or nil when Baton holds none for this identifier.
+    public var state: SubjectState?
+
+    /// Creates a match.
+    public init(user: LegacyUser, state: SubjectState?) {
+        self.user = user
+        self.state = state
+    }
+}
+
+/// The storage the correlation logic (``SignInCorrelator``) runs against.
+///
+/// ``LegacyStore`` implements it on PostgreSQL; tests may implement it in memory. Every method is one
+/// atomic step: the correlator never needs a transaction spanning calls, because
+/// ``applyMigration(oldSub:newSub:newEmail:isPrivateEmail:transferSub:method:)`` is itself exactly-once.
+public protocol BatonStore: Sendable {
+    /// The record whose subject column equals `sub`, with its credential state; nil when none.
+    func lookupForSignIn(subject sub: String) async throws -> SubjectMatch?
+
+    /// The sending team's identifier that `transferSub` maps to (through `baton.transfers`, then the legacy
+    /// table's transfer column when one is configured); nil when unknown.
+    func oldSubject(forTransferSubject transferSub: String) async throws -> String?
+
+    /// Rewrites the record of `oldSub` to `newSub`, exactly once across concurrent callers.
+    /// See ``LegacyStore/applyMigration(oldSub:newSub:newEmail:isPrivateEmail:transferSub:method:)``.
+    func applyMigration(oldSub: String, newSub: String, newEmail: String?, isPrivateEmail: Bool?,
+                        transferSub: String?, method: MigrationMethod) async throws -> MigrationOutcome
+
+    /// Replaces the email of the record `user` (matched by key and subject) and appends an `email_changed`
+    /// event; returns the updated record, or nil when the record changed meanwhile.
+    func updateEmail(of user: LegacyUser, to email: String) async throws -> LegacyUser?
+
+    /// Marks `sub` authorized again after a revocation (the user signed in again), with an event.
+    func restoreAuthorization(subject sub: String) async throws
+
+    /// Records `nonce` as used until `expiresAt`; false when it was already used and has not expired.
+    func consumeNonce(_ nonce: String, expiresAt: Date) async throws -> Bool
+
+    /// The credential state of `sub` (see ``CredentialState``).
+    func credentialState(of sub: String) async throws -> CredentialState
+
+    /// Applies one server-to-server notification to `baton.subjects`; true when it changed something
+    /// (then with an event), false for a duplicate.
+    func applyNotification(_ kind: NotificationKind, subject sub: String) async throws -> Bool
+
+    /// Counts of `baton.transfers` rows by state and of migrated rows by method.
+    func transferSummary() async throws -> TransferSummary
+
+    /// Whether the database answers.
+    func ping() async throws
+}
+
+/// Counts of `baton.transfers` rows.
+public struct TransferSummary: Sendable, Equatable, Codable {
+    /// Rows by state (`pending`, `migrated`, `failed`, `unresolvable`); absent states count 0.
+    public var byState: [String: Int]
+    /// Migrated rows by method (`signin`, `exchange`, `link`).
+    public var byMethod: [String: Int]
+
+    /// Creates a summary.
+    public init(byState: [String: Int], byMethod: [String: Int]) {
+        self.byState = byState
+        self.byMethod = byMethod
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case byState = "by_state"
+        case byMethod = "by_method"
+    }
+}

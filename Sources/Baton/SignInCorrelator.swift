@@ -1,0 +1,103 @@
+import Foundation
+
+/// The claims of a verified identity token that correlation needs.
+public struct VerifiedIdentity: Sendable, Equatable {
+    /// The receiving (current) team's `sub`.
+    public var sub: String
+    /// `transfer_sub`, present during the 60 days after a transfer for users of the sending team.
+    public var transferSub: String?
+    /// The email Apple shares with the current team.
+    public var email: String?
+    /// Whether `email` is a private relay address.
+    public var isPrivateEmail: Bool?
+
+    /// Creates an identity.
+    public init(sub: String, transferSub: String? = nil, email: String? = nil, isPrivateEmail: Bool? = nil) {
+        self.sub = sub
+        self.transferSub = transferSub
+        self.email = email
+        self.isPrivateEmail = isPrivateEmail
+    }
+}
+
+/// What a sign-in found.
+public struct SignInResult: Sendable, Equatable {
+    /// The correlation outcome.
+    public enum Outcome: String, Sendable, Equatable, Codable {
+        /// A record carries the token's `sub` (possibly migrated by a concurrent sign-in a moment ago).
+        case current
+        /// This sign-in rewrote the record from the sending team's identifier.
+        case migrated
+        /// No record: the application decides whether to create an account. Nothing was written.
+        case new
+    }
+
+    /// The outcome.
+    public var outcome: Outcome
+    /// The record (nil for ``Outcome/new``); its `key` opens the application's session.
+    public var user: LegacyUser?
+    /// The token's `sub`.
+    public var sub: String
+    /// The token's `transfer_sub`, when present.
+    public var transferSub: String?
+
+    /// Creates a result.
+    public init(outcome: Outcome, user: LegacyUser?, sub: String, transferSub: String?) {
+        self.outcome = outcome
+        self.user = user
+        self.sub = sub
+        self.transferSub = transferSub
+    }
+}
+
+/// The correlation rules of a sign-in, against a ``BatonStore`` (no I/O of its own).
+///
+/// 1. A record with the token's `sub` → `current` (a changed email is updated, a revoked consent restored).
+/// 2. Otherwise, `transfer_sub` present and mapped to an old identifier whose record exists → the record is
+///    rewritten exactly once (``BatonStore/applyMigration(oldSub:newSub:newEmail:isPrivateEmail:transferSub:method:)``)
+///    → `migrated` for the caller that rewrote it, `current` for every concurrent one.
+/// 3. Otherwise → `new`, nothing written.
+public struct SignInCorrelator: Sendable {
+    /// The store.
+    public let store: any BatonStore
+
+    /// Creates a correlator over `store`.
+    public init(store: any BatonStore) {
+        self.store = store
+    }
+
+    /// Correlates a verified identity with the application's records.
+    /// - Throws: the store's errors.
+    public func correlate(_ identity: VerifiedIdentity) async throws -> SignInResult {
+        if let match = try await store.lookupForSignIn(subject: identity.sub) {
+            return SignInResult(outcome: .current, user: try await refresh(match, identity), sub: identity.sub, transferSub: identity.transferSub)
+        }
+        guard let transferSub = identity.transferSub,
+              let oldSub = try await store.oldSubject(forTransferSubject: transferSub) else {
+            return SignInResult(outcome: .new, user: nil, sub: identity.sub, transferSub: identity.transferSub)
+        }
+        let outcome = try await store.applyMigration(oldSub: oldSub, newSub: identity.sub, newEmail: identity.email,
+                                                     isPrivateEmail: identity.isPrivateEmail, transferSub: transferSub, method: .signin)
+        switch outcome {
+        case .migrated(let user):
+            return SignInResult(outcome: .migrated, user: user, sub: identity.sub, transferSub: transferSub)
+        case .alreadyMigrated(let user):
+            return SignInResult(outcome: .current, user: user, sub: identity.sub, transferSub: transferSub)
+        case .legacyRecordMissing, .conflict:
+            // A record for the new identifier may have appeared meanwhile (created by the application).
+            if let match = try await store.lookupForSignIn(subject: identity.sub) {
+                return SignInResult(outcome: .current, user: try await refresh(match, identity), sub: identity.sub, transferSub: transferSub)
+            }
+            return SignInResult(outcome: .new, user: nil, sub: identity.sub, transferSub: transferSub)
+        }
+    }
+
+    /// Applies what a sign-in of a current user tells: a changed email, a consent given again.
+    private func refresh(_ match: SubjectMatch, _ identity: VerifiedIdentity) async throws -> LegacyUser {
+        if match.state == .revoked {
+            try await store.restoreAuthorization(subject: identity.sub)
+        }
+        guard let email = identity.email, email != match.user.email else { return match.user }
+        return try await store.updateEmail(of: match.user, to: email) ?? match.user
+    }
+}

@@ -1,0 +1,60 @@
+import Baton
+import Foundation
+import HTTPServer
+import Logging
+
+/// `baton serve` as a library: the engine from the configuration, the routes on an ``HTTPServer``.
+///
+/// ```swift
+/// let server = try await BatonServer.start(configuration: configuration, logger: logger)
+/// print(server.port)
+/// await server.stop()   // drains in-flight requests, then closes the database pool
+/// ```
+public final class BatonServer: Sendable {
+    /// The service behind the server.
+    public let service: BatonService
+    /// The bound port.
+    public let port: Int
+    private let server: HTTPServer
+
+    private init(service: BatonService, server: HTTPServer, port: Int) {
+        self.service = service
+        self.server = server
+        self.port = port
+    }
+
+    /// The body limit of the service's requests: 32 KiB (a token is at most 16 KiB).
+    public static let maxBodySize = 32 * 1024
+
+    /// Starts the engine (``BatonEngine/start(configuration:logger:)``) and listens on `configuration.listen`
+    /// (`port` overrides its port; 0 binds a free one).
+    /// - Throws: ``BatonError`` from the engine's start-up checks, `HTTPServerError` when the address cannot be bound.
+    public static func start(configuration: BatonConfiguration, port: Int? = nil, logger: Logger = .disabled()) async throws -> BatonServer {
+        let engine = try await BatonEngine.start(configuration: configuration, logger: logger)
+        return try await start(engine: engine, host: configuration.listen.host, port: port ?? configuration.listen.port,
+                               adminToken: configuration.adminToken, logger: logger)
+    }
+
+    /// Serves `engine` on `host:port`; the engine is shut down with the server.
+    /// - Throws: `HTTPServerError` when the address cannot be bound.
+    public static func start(engine: BatonEngine, host: String = "127.0.0.1", port: Int = 0, adminToken: AdminToken? = nil,
+                             logger: Logger = .disabled()) async throws -> BatonServer {
+        let service = BatonService(engine: engine, adminToken: adminToken, logger: logger)
+        var configuration = HTTPServerConfiguration()
+        configuration.maxBodySize = maxBodySize
+        let server = HTTPServer(router: service.router(), configuration: configuration, logger: logger)
+        do {
+            let bound = try await server.start(host: host, port: port)
+            return BatonServer(service: service, server: server, port: bound)
+        } catch {
+            await engine.shutdown()
+            throw error
+        }
+    }
+
+    /// Stops accepting connections, lets in-flight requests finish, then closes the engine's pool.
+    public func stop() async {
+        await server.stop()
+        await service.engine.shutdown()
+    }
+}

@@ -1,0 +1,55 @@
+import Baton
+import BatonService
+import Foundation
+import HTTPServer
+import Logging
+
+/// `baton serve`: the HTTP service, until SIGTERM or SIGINT (which drain in-flight requests).
+let serveCommand = Command(
+    name: "serve",
+    summary: "run the HTTP service (/v1/signin, /v1/credential-state, /v1/link, /v1/notifications, …)",
+    usage: """
+    usage: baton serve [--config FILE] [--port P] [--log-level L]
+
+    Loads the configuration (default baton.json; BATON_* environment variables override it), checks the
+    database (Baton's schema and the legacy table, whose subject column must be unique), loads Apple's
+    key set, and serves the HTTP API on `listen`.
+
+      --config FILE   the configuration file (default baton.json)
+      --port P        override the listen port (0: a free one)
+      --log-level L   trace|debug|info|notice|warning|error (default info)
+
+    Prints 'baton listening on http://HOST:PORT' once ready. SIGTERM or SIGINT stop accepting
+    connections, let in-flight requests finish, and exit 0.
+    """,
+    run: { arguments in
+        let parsed = try Arguments(arguments, options: ["config", "port", "log-level"])
+        guard parsed.positionals.isEmpty else { throw CommandFailure.usage("unexpected argument '\(parsed.positionals[0])'") }
+        guard let level = Logger.Level(name: parsed.value("log-level") ?? "info") else {
+            throw CommandFailure.usage("--log-level must be trace, debug, info, notice, warning or error")
+        }
+        let port: Int? = parsed.value("port") == nil ? nil : try parsed.integer("port", default: 0, in: 0...65535)
+        let logger = Logger(label: "baton.service", level: level)
+        let configuration: BatonConfiguration
+        do {
+            configuration = try await BatonConfiguration.load(path: parsed.value("config"), environment: ProcessInfo.processInfo.environment,
+                                                              queue: DispatchQueue(label: "baton.config"))
+        } catch let error as ConfigurationError {
+            throw CommandFailure.usage("\(error)")
+        }
+        let server: BatonServer
+        do {
+            server = try await BatonServer.start(configuration: configuration, port: port, logger: logger)
+        } catch let error as BatonError {
+            throw CommandFailure.failed("baton serve: \(error)")
+        } catch let error as HTTPServerError {
+            throw CommandFailure.failed("baton serve: cannot listen on \(configuration.listen) (\(error))")
+        }
+        let host = configuration.listen.host.contains(":") ? "[\(configuration.listen.host)]" : configuration.listen.host
+        FileHandle.standardOutput.write(Data("baton listening on http://\(host):\(server.port)\n".utf8))
+        let signal = await waitForTerminationSignal()
+        logger.info("stopping", ["signal": String(signal)])
+        await server.stop()
+        return 0
+    }
+)

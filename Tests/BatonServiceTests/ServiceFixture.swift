@@ -1,0 +1,162 @@
+import AppleEmulator
+import AppleSignIn
+import Baton
+import BatonService
+import Foundation
+import FoundationNetworking
+import HTTPServer
+import JOSE
+import Postgres
+import TestSupport
+
+/// How a test reaches the service: the router called in-process, or a live server on loopback.
+enum Mode: String, CaseIterable, Sendable, CustomStringConvertible {
+    case inProcess = "in-process"
+    case live
+    var description: String { rawValue }
+}
+
+/// An answer, with its body parsed as JSON when it is JSON.
+struct Reply: Sendable {
+    var status: Int
+    var json: JSONValue
+    var text: String
+    var error: String? { json["error"]?.stringValue }
+    var reason: String? { json["reason"]?.stringValue }
+}
+
+/// One person of the scenario: their sending-team identifier, transfer identifier, and email.
+struct Person: Sendable {
+    var id: String
+    var oldSub: String
+    var transferSub: String
+    var email: String
+}
+
+/// A complete scenario: the emulator with a transferred app, a database with the legacy table holding
+/// every person under their sending-team identifier (transfers imported into `baton.transfers`), an
+/// engine trusting the emulator's keys plus a local notification key, and the service in `mode`.
+final class ServiceFixture: @unchecked Sendable {
+    // `@unchecked Sendable`: every stored property is immutable after init; the types are Sendable but
+    // the class holds a non-final reference graph the compiler cannot prove.
+    static let clientID = "com.example.app"
+    let mode: Mode
+    let emulator: AppleEmulator
+    let url: String
+    let pool: PostgresPool
+    let engine: BatonEngine
+    let service: BatonService
+    let router: Router
+    let server: BatonServer?
+    let people: [Person]
+    let notificationKey: RSAPrivateKey
+    static let notificationKID = "notify-test-key"
+    static let adminToken = "admin-token-0123456789abcdef"
+
+    init(_ mode: Mode, people count: Int = 6, databaseURL: String? = nil, acceptTransfer: Bool = true) async throws {
+        self.mode = mode
+        emulator = try await AppleEmulator.start()
+        let sender = try emulator.createTeam()
+        let recipient = try emulator.createTeam()
+        try emulator.createApp(clientID: ServiceFixture.clientID, teamID: sender.teamID)
+        let users = try emulator.createUsers(clientID: ServiceFixture.clientID, count: count, privateEmail: true)
+        try emulator.initiateTransfer(clientID: ServiceFixture.clientID, toTeamID: recipient.teamID)
+        let transfers = try emulator.transferIdentifiers(clientID: ServiceFixture.clientID)
+        people = users.map { Person(id: $0.id, oldSub: $0.userIdentifier, transferSub: transfers[$0.userIdentifier]!, email: $0.email) }
+
+        url = try databaseURL ?? TestDatabase.create("service")
+        pool = PostgresPool(url: url, maxConnections: 8, acquireTimeout: .seconds(5))
+        _ = try await BatonSchema.migrator().migrate(pool)
+        try await pool.withConnection { connection in
+            try await connection.executeScript(unsafeSQL: """
+                CREATE TABLE public.users (id bigserial PRIMARY KEY, apple_sub text UNIQUE, email text, transfer_sub text);
+                """)
+        }
+        for person in people {
+            try await pool.execute("INSERT INTO public.users (apple_sub, email) VALUES (\(person.oldSub), \(person.email))")
+            try await pool.execute("INSERT INTO baton.transfers (old_sub, transfer_sub) VALUES (\(person.oldSub), \(person.transferSub))")
+        }
+        if acceptTransfer { try emulator.acceptTransfer(clientID: ServiceFixture.clientID) }
+
+        notificationKey = try RSAPrivateKey.generate(bits: 2048)
+        let local = JWK(key: .rsa(notificationKey.publicKey), kid: ServiceFixture.notificationKID, use: "sig", alg: "RS256")
+        let keys = FixedKeySet(JWKSet(keys: emulator.jwks.keys + [local]))
+        let legacy = try BatonConfiguration.Legacy(table: "public.users", keyColumn: "id", subjectColumn: "apple_sub",
+                                                   emailColumn: "email", transferColumn: "transfer_sub").identifiers()
+        let store = LegacyStore(pool: pool, legacy: legacy)
+        try await store.validateLegacyTable()
+        engine = BatonEngine(store: store, keys: keys, clientIDs: [ServiceFixture.clientID], legacyClientIDs: [ServiceFixture.clientID], pool: pool)
+        switch mode {
+        case .inProcess:
+            service = BatonService(engine: engine, adminToken: AdminToken(ServiceFixture.adminToken))
+            router = service.router()
+            server = nil
+        case .live:
+            let server = try await BatonServer.start(engine: engine, adminToken: AdminToken(ServiceFixture.adminToken))
+            self.server = server
+            service = server.service
+            router = service.router()
+        }
+    }
+
+    func close() async {
+        if let server { await server.stop() } else { await engine.shutdown() }
+        await emulator.stop()
+    }
+
+    /// A fresh identity token for `person` under the app's current team.
+    func token(_ person: Person, nonce: String? = nil) throws -> String {
+        try emulator.authorize(clientID: ServiceFixture.clientID, user: person.id, nonce: nonce).idToken
+    }
+
+    /// The current team's identifier of `person` (signs them in once on the emulator to learn it).
+    func newSub(_ person: Person) throws -> String {
+        try emulator.authorize(clientID: ServiceFixture.clientID, user: person.id).userIdentifier
+    }
+
+    /// Sends a request in the fixture's mode.
+    func send(_ method: String, _ path: String, query: [String: String] = [:], contentType: String? = nil,
+              headers: [String: String] = [:], body: [UInt8] = []) async throws -> Reply {
+        var fields = headers
+        if let contentType { fields["Content-Type"] = contentType }
+        switch mode {
+        case .inProcess:
+            let request = HTTPRequest(method: method, path: path, query: query, headers: HTTPHeaders(fields.map { ($0.key, $0.value) }), body: body)
+            let response = await router.respond(to: request)
+            return Reply(status: response.status, json: (try? JSON.parse(response.body)) ?? .null, text: String(decoding: response.body, as: UTF8.self))
+        case .live:
+            var components = URLComponents(string: "http://127.0.0.1:\(server!.port)\(path)")!
+            if !query.isEmpty { components.queryItems = query.map { URLQueryItem(name: $0.key, value: $0.value) } }
+            var request = URLRequest(url: components.url!)
+            request.httpMethod = method
+            if !body.isEmpty { request.httpBody = Data(body) }
+            for (name, value) in fields { request.setValue(value, forHTTPHeaderField: name) }
+            let (data, response) = try await URLSession.shared.data(for: request)
+            let status = (response as! HTTPURLResponse).statusCode
+            return Reply(status: status, json: (try? JSON.parse(Array(data))) ?? .null, text: String(decoding: data, as: UTF8.self))
+        }
+    }
+
+    func postJSON(_ path: String, _ object: JSONObject) async throws -> Reply {
+        try await send("POST", path, contentType: "application/json", body: JSON.serializeBytes(.object(object)))
+    }
+
+    func signIn(_ token: String, nonce: String? = nil) async throws -> Reply {
+        var object: JSONObject = ["id_token": .string(token)]
+        if let nonce { object["nonce"] = .string(nonce) }
+        return try await postJSON("/v1/signin", object)
+    }
+
+    /// A server-to-server notification signed with the local key.
+    func notification(type: String, sub: String, eventsAsString: Bool = true, audience: String = ServiceFixture.clientID) throws -> String {
+        let events: JSONObject = ["type": .string(type), "sub": .string(sub), "event_time": .number(Date().timeIntervalSince1970 * 1000)]
+        let claims: JSONObject = [
+            "iss": "https://appleid.apple.com", "aud": .string(audience), "iat": .number(Date().timeIntervalSince1970.rounded(.down)),
+            "jti": .string(UUID().uuidString),
+            "events": eventsAsString ? .string(JSON.serialize(.object(events))) : .object(events),
+        ]
+        return try JWS.signRS256(payload: JSON.serializeBytes(.object(claims)), key: notificationKey, kid: ServiceFixture.notificationKID)
+    }
+
+    func count(_ sql: String) throws -> Int { Int(try TestDatabase.psql(url, sql)) ?? -1 }
+}
