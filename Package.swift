@@ -42,7 +42,7 @@ let package = Package(
         .testTarget(name: "AppleSignInTests", dependencies: ["AppleSignIn", "JOSE", "AppleEmulator", "HTTPServer", "TestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "PostgresTests", dependencies: ["Postgres", "TestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "HTTPServerTests", dependencies: ["HTTPServer"], swiftSettings: swiftSettings),
-        .testTarget(name: "BatonTests", dependencies: ["Baton", "AppleSignIn", "TestSupport"], swiftSettings: swiftSettings),
+        .testTarget(name: "BatonTests", dependencies: ["Baton", "AppleSignIn", "AppleEmulator", "TestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "BatonServiceTests", dependencies: ["BatonService", "Baton", "AppleEmulator", "AppleSignIn", "HTTPServer", "JOSE", "Postgres", "TestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "AppleEmulatorTests", dependencies: ["AppleEmulator", "AppleSignIn", "TestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "CLITests", dependencies: ["AppleEmulator", "JOSE", "TestSupport"], swiftSettings: swiftSettings),

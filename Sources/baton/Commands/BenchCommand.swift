@@ -10,11 +10,8 @@ struct Benchmark: Sendable {
 /// Every benchmark; adding one is one line here plus its own file.
 let benchmarks: [Benchmark] = [
     Benchmark(name: "verify", summary: "identity-token verification against bare OpenSSL RS256", run: runVerifyBenchmark),
-<<<<<<< HEAD
     Benchmark(name: "emulator", summary: "emulator requests/s (/auth/keys, /auth/usermigrationinfo) and tokens/s (/emulator/authorize) [--concurrency N --requests N --tokens N --exchanges N]", run: runEmulatorBenchmark),
-=======
-    Benchmark(name: "emulator", summary: "emulator requests/s (/auth/keys) and tokens/s (/emulator/authorize) [--concurrency N --requests N --tokens N]", run: runEmulatorBenchmark),
->>>>>>> signin
+    Benchmark(name: "exchange", summary: "baton exchange against the emulator (20 ms, 200/s limit) vs one request at a time [--users N --backlog N --database-url URL]", run: runExchangeBenchmark),
 ]
 
 /// `baton bench NAME`: runs a benchmark; its last line of output is one JSON object of figures.

@@ -6,5 +6,8 @@ let commands: [Command] = [
     doctorCommand,
     emulatorCommand,
     serveCommand,
+    importCommand,
+    transferIDsCommand,
+    exchangeCommand,
     benchCommand,
 ]

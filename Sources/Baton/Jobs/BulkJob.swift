@@ -1,0 +1,372 @@
+import AppleSignIn
+import Foundation
+import Logging
+import Postgres
+import Synchronization
+
+/// What one attempt for one user did.
+public enum BulkStepOutcome: Sendable, Equatable {
+    /// This attempt finished the user.
+    case done
+    /// Someone else (a sign-in, another worker) had already finished the user; nothing was changed.
+    case alreadyDone
+    /// The answer cannot be applied for good (no legacy record, or the new identifier belongs to another
+    /// record): the row is recorded `unresolvable` with this reason.
+    case unresolvable(String)
+}
+
+/// The work a bulk job does for one user: one call to Apple, then storing its answer.
+public protocol BulkJobStep: Sendable {
+    /// Calls Apple for `item` and stores the answer.
+    /// - Throws: ``AppleSignIn/AppleClientError`` from Apple, ``Postgres/PostgresError`` from the database.
+    func perform(_ item: TransferQueue.Item) async throws -> BulkStepOutcome
+}
+
+/// Tunables of a bulk job, all with defaults.
+public struct BulkJobOptions: Sendable, Equatable {
+    /// Concurrent workers in this process; default 4.
+    public var workers: Int
+    /// Requests per second for the whole process (shared by its workers); default 10.
+    public var rate: Double
+    /// Failures in a row (after retries) that stop the job; default 25.
+    public var maxConsecutiveFailures: Int
+    /// In-process retries of a 5xx, timeout or connection failure before the row is deferred; default 2.
+    public var transientRetries: Int
+    /// The first in-process retry's delay, in seconds, doubled per retry; default 0.5.
+    public var retryDelay: Double
+    /// 429s for one user before the row is deferred; default 20.
+    public var maxRateLimitedRetries: Int
+
+    /// Creates options.
+    public init(workers: Int = 4, rate: Double = 10, maxConsecutiveFailures: Int = 25, transientRetries: Int = 2, retryDelay: Double = 0.5, maxRateLimitedRetries: Int = 20) {
+        self.workers = max(1, workers)
+        self.rate = rate
+        self.maxConsecutiveFailures = max(1, maxConsecutiveFailures)
+        self.transientRetries = max(0, transientRetries)
+        self.retryDelay = max(0, retryDelay)
+        self.maxRateLimitedRetries = max(0, maxRateLimitedRetries)
+    }
+}
+
+/// How a run ended.
+public struct BulkJobSummary: Sendable, Equatable {
+    /// The counts of this run.
+    public var counts: JobCounters.Snapshot
+    /// Users still pending for this job when it ended (this run's deferred ones included).
+    public var remaining: Int
+    /// Why the job stopped before finishing, or nil when it ran out of work.
+    public var stopReason: BulkJobError?
+    /// Seconds the run took.
+    public var elapsed: TimeInterval
+    /// The rate in force at the end (lower than asked after 429s).
+    public var finalRate: Double
+
+    /// Whether anything failed: a stop, or a user not finished.
+    public var hasFailures: Bool { stopReason != nil || counts.errors > 0 }
+}
+
+/// How an error from a step is handled.
+enum FailureKind: Equatable {
+    /// 429: wait as Apple says, lower the rate, try the same user again.
+    case rateLimited
+    /// 5xx, timeout, unreachable, a transient database error: retry with backoff, then defer the row.
+    case transient
+    /// Apple refused this user for good: record `unresolvable` and go on.
+    case user
+    /// Credentials refused, configuration wrong, database failing: stop the job.
+    case fatal
+
+    static func of(_ error: any Error) -> FailureKind {
+        if let error = error as? AppleClientError {
+            switch error.code {
+            case .rateLimited: return .rateLimited
+            case .serverError, .timeout, .connectionFailed, .unexpectedStatus, .invalidResponse: return .transient
+            case .invalidRequest, .invalidGrant: return .user
+            case .invalidClient, .unauthorizedClient, .unsupportedGrantType, .invalidScope, .otherAppleError, .invalidParameter, .keyInvalid, .keyUnreadable:
+                return .fatal
+            }
+        }
+        if let error = error as? PostgresError { return error.isTransient ? .transient : .fatal }
+        return .fatal
+    }
+
+    /// A short reason for `last_error`: Apple's error code or the failure kind, never an identifier.
+    static func reason(_ error: any Error) -> String {
+        if let error = error as? AppleClientError {
+            return error.appleError ?? error.code.rawValue + (error.status.map { " (HTTP \($0))" } ?? "")
+        }
+        if let error = error as? PostgresError { return "database: \(error.code.rawValue)" }
+        return "\(type(of: error))"
+    }
+}
+
+/// Runs a bulk job: `workers` tasks take leased rows from a ``TransferQueue``, wait for the shared
+/// ``RateLimiter``, and run the ``BulkJobStep`` for each, until no row is left, the window closes, or the job is
+/// stopped (credentials refused, too many consecutive failures).
+///
+/// Resumable by construction: a row is finished in the same transaction that stores Apple's answer, and an
+/// unfinished lease simply expires, so a crash loses nothing and a rerun continues.
+public final class BulkJob: Sendable {
+    private let queue: TransferQueue
+    private let step: any BulkJobStep
+    private let options: BulkJobOptions
+    private let window: TransferWindow
+    private let requireOpenWindow: Bool
+    private let now: @Sendable () -> Date
+    private let logger: Logger
+    /// The shared rate limiter.
+    public let limiter: RateLimiter
+    /// The counts, for a progress reporter.
+    public let counters = JobCounters()
+    private let control = Mutex(Control())
+
+    private struct Control {
+        var stopReason: BulkJobError?
+        var consecutiveFailures = 0
+        var lastFailure = ""
+    }
+
+    /// Creates a job.
+    /// - Parameters:
+    ///   - window: the transfer window; the job stops when it closes.
+    ///   - requireOpenWindow: whether the window must be open (the exchange) or only not closed (the sender job,
+    ///     which may run before acceptance).
+    ///   - now: the clock the window is read with.
+    public init(queue: TransferQueue, step: any BulkJobStep, options: BulkJobOptions, window: TransferWindow, requireOpenWindow: Bool,
+                now: @escaping @Sendable () -> Date = { Date() }, logger: Logger = .disabled()) {
+        self.queue = queue
+        self.step = step
+        self.options = options
+        self.window = window
+        self.requireOpenWindow = requireOpenWindow
+        self.now = now
+        self.logger = logger
+        limiter = RateLimiter(rate: options.rate)
+    }
+
+    /// Whether the window allows requests at `date`.
+    private func windowAllows(_ date: Date) -> Bool {
+        switch window.status(at: date) {
+        case .open, .closingSoon: true
+        case .closed, .notOpenYet: false
+        case .notAccepted: !requireOpenWindow
+        }
+    }
+
+    private var stopReason: BulkJobError? { control.withLock { $0.stopReason } }
+
+    /// Stops the job (the first reason wins); workers finish their current request and give back their rows.
+    public func stop(_ reason: BulkJobError) {
+        control.withLock { control in
+            if control.stopReason == nil { control.stopReason = reason }
+        }
+    }
+
+    /// Runs the job to its end and returns its summary. Never throws: failures end up in the summary.
+    public func run() async -> BulkJobSummary {
+        let started = ContinuousClock.now
+        let feeder = Feeder(queue: queue, batchSize: max(options.workers, min(500, Int(options.rate), queue.leaseSeconds * Int(options.rate) / 4)), isStopped: { [self] in stopReason != nil })
+        await withTaskGroup(of: Void.self) { group in
+            for _ in 0..<options.workers {
+                group.addTask { [self] in await work(feeder) }
+            }
+        }
+        await feeder.releaseAll()
+        let remaining = (try? await queue.pendingCount()) ?? -1
+        let elapsed = ContinuousClock.now - started
+        return BulkJobSummary(
+            counts: counters.snapshot,
+            remaining: remaining,
+            stopReason: stopReason,
+            elapsed: Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18,
+            finalRate: limiter.currentRate
+        )
+    }
+
+    private func work(_ feeder: Feeder) async {
+        while stopReason == nil {
+            let item: TransferQueue.Item?
+            do {
+                item = try await feeder.next()
+            } catch {
+                stop(BulkJobError(.stopped, "the database failed while claiming work: \(FailureKind.reason(error))"))
+                return
+            }
+            guard let item else { return }
+            guard windowAllows(now()) else {
+                stop(windowClosedError())
+                try? await queue.release([item])
+                return
+            }
+            await process(item)
+        }
+    }
+
+    private func windowClosedError() -> BulkJobError {
+        if case .notOpenYet = window.status(at: now()) {
+            return BulkJobError(.notAccepted, "the transfer's acceptance time has not come yet")
+        }
+        return BulkJobError(.windowClosed, "the 60-day transfer window closed at \(window.closesAt.map { "\($0)" } ?? "?"): Apple no longer answers")
+    }
+
+    private func process(_ item: TransferQueue.Item) async {
+        var transientTries = 0
+        var rateLimitedTries = 0
+        while true {
+            if stopReason != nil || Date() >= item.leaseEnds {
+                try? await queue.release([item])
+                return
+            }
+            do {
+                try await limiter.acquire()
+                counters.update { $0.requests += 1 }
+                let outcome = try await step.perform(item)
+                switch outcome {
+                case .done: counters.update { $0.succeeded += 1 }
+                case .alreadyDone: counters.update { $0.alreadyDone += 1 }
+                case .unresolvable(let reason):
+                    await recordUnresolvable(item, reason: reason)
+                    return
+                }
+                control.withLock { $0.consecutiveFailures = 0 }
+                return
+            } catch is CancellationError {
+                return
+            } catch {
+                let kind = FailureKind.of(error)
+                let reason = FailureKind.reason(error)
+                switch kind {
+                case .rateLimited:
+                    counters.update { $0.rateLimited += 1 }
+                    limiter.rateLimited(retryAfter: (error as? AppleClientError)?.retryAfter)
+                    rateLimitedTries += 1
+                    if rateLimitedTries <= options.maxRateLimitedRetries { continue }
+                    await recordFailure(item, reason: reason)
+                    return
+                case .transient:
+                    transientTries += 1
+                    if transientTries <= options.transientRetries {
+                        let delay = options.retryDelay * pow(2, Double(transientTries - 1)) * Double.random(in: 0.5...1)
+                        try? await Task.sleep(for: .nanoseconds(Int64(delay * 1e9)))
+                        continue
+                    }
+                    await recordFailure(item, reason: reason)
+                    return
+                case .user:
+                    // After the window, Apple refuses everyone with invalid_request: that is the window, not the user.
+                    guard windowAllows(now()) else {
+                        stop(windowClosedError())
+                        try? await queue.release([item])
+                        return
+                    }
+                    await recordUnresolvable(item, reason: reason)
+                    return
+                case .fatal:
+                    let detail = (error as? AppleClientError).map { "\($0.description)\n\($0.explanation)" } ?? "\(error)"
+                    stop(BulkJobError(.stopped, "stopped: \(detail)"))
+                    try? await queue.release([item])
+                    return
+                }
+            }
+        }
+    }
+
+    /// Records the row `unresolvable` and counts a failure.
+    private func recordUnresolvable(_ item: TransferQueue.Item, reason: String) async {
+        do {
+            try await queue.markUnresolvable(item, reason: reason)
+        } catch {
+            stop(BulkJobError(.stopped, "the database failed: \(FailureKind.reason(error))"))
+            return
+        }
+        counters.update { $0.unresolvable += 1 }
+        logger.info("user unresolvable", ["reason": reason])
+        noteFailure(reason)
+    }
+
+    /// Defers the row (or fails it after its last attempt) and counts a failure.
+    private func recordFailure(_ item: TransferQueue.Item, reason: String) async {
+        do {
+            try await queue.postpone(item, reason: reason)
+        } catch {
+            stop(BulkJobError(.stopped, "the database failed: \(FailureKind.reason(error))"))
+            return
+        }
+        counters.update { $0.failed += 1 }
+        logger.info("attempt failed", ["reason": reason])
+        noteFailure(reason)
+    }
+
+    private func noteFailure(_ reason: String) {
+        let (count, stopNow) = control.withLock { control -> (Int, Bool) in
+            control.consecutiveFailures += 1
+            control.lastFailure = reason
+            return (control.consecutiveFailures, control.consecutiveFailures >= options.maxConsecutiveFailures)
+        }
+        if stopNow {
+            stop(BulkJobError(.stopped, "stopped after \(count) consecutive failures (last: \(reason)); rerun to continue once the cause is fixed"))
+        }
+    }
+}
+
+/// Hands leased rows to workers, claiming a batch at a time; one claim in flight however many workers wait.
+actor Feeder {
+    private let queue: TransferQueue
+    private let batchSize: Int
+    private let isStopped: @Sendable () -> Bool
+    private var buffer: [TransferQueue.Item] = []
+    private var position = 0
+    private var refill: Task<Bool, any Error>?
+
+    init(queue: TransferQueue, batchSize: Int, isStopped: @escaping @Sendable () -> Bool) {
+        self.queue = queue
+        self.batchSize = max(1, batchSize)
+        self.isStopped = isStopped
+    }
+
+    /// The next row to work on, or nil when there is none left (or the job stopped).
+    func next() async throws -> TransferQueue.Item? {
+        while !isStopped() {
+            if position < buffer.count {
+                let item = buffer[position]
+                position += 1
+                if Date() < item.leaseEnds { return item }
+                try await queue.release([item])
+                continue
+            }
+            let task: Task<Bool, any Error>
+            if let refill {
+                task = refill
+            } else {
+                task = Task { [queue, batchSize] in
+                    let claimed = try await queue.claim(limit: batchSize)
+                    self.replace(claimed)
+                    if !claimed.isEmpty { return true }
+                    guard try await queue.pendingCount() > 0 else { return false }
+                    // Rows are leased by others or deferred: wait for the next to come due, a second at most.
+                    let wait = min(1, max(0.05, try await queue.secondsUntilNextDue() ?? 1))
+                    try await Task.sleep(for: .milliseconds(Int64(wait * 1000)))
+                    return true
+                }
+                refill = task
+            }
+            let more = try await task.value
+            if refill == task { refill = nil }
+            if !more { return nil }
+        }
+        return nil
+    }
+
+    private func replace(_ items: [TransferQueue.Item]) {
+        buffer = items
+        position = 0
+    }
+
+    /// Gives back the rows claimed but not handed out.
+    func releaseAll() async {
+        let rest = Array(buffer[min(position, buffer.count)...])
+        buffer = []
+        position = 0
+        try? await queue.release(rest)
+    }
+}

@@ -1,0 +1,37 @@
+/// The one error type of Baton's bulk jobs (`baton import transfers`, `baton transfer-ids`, `baton exchange`):
+/// a stable code and a message that holds no identifier, token or secret.
+public struct BulkJobError: Error, Equatable, CustomStringConvertible {
+    /// What went wrong.
+    public enum Code: String, Sendable, Equatable {
+        /// The import file cannot be opened or read.
+        case unreadableFile = "unreadable_file"
+        /// The import file's first line is not `old_sub,transfer_sub`.
+        case missingHeader = "missing_header"
+        /// The 60-day window after the transfer's acceptance has closed: Apple no longer answers.
+        case windowClosed = "window_closed"
+        /// The transfer is not accepted yet (no `apple.transfer.accepted_at`), so nothing can be exchanged.
+        case notAccepted = "not_accepted"
+        /// The sender job's target is the sending team itself.
+        case targetIsSender = "target_is_sender"
+        /// The configuration lacks something the job needs (named in the message).
+        case configuration
+        /// The job stopped: credentials refused, too many consecutive failures, or the database failing.
+        case stopped
+    }
+
+    /// The stable code.
+    public let code: Code
+    /// One line for the operator.
+    public let message: String
+
+    /// Creates an error.
+    public init(_ code: Code, _ message: String) {
+        self.code = code
+        self.message = message
+    }
+
+    /// Equality over the code.
+    public static func == (lhs: BulkJobError, rhs: BulkJobError) -> Bool { lhs.code == rhs.code }
+
+    public var description: String { message }
+}

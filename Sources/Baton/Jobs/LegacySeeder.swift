@@ -1,0 +1,62 @@
+import Foundation
+import Postgres
+
+/// Walks the application's legacy user table in key order, a page at a time (keyset pagination: never
+/// OFFSET, never all rows at once), and gives every user with an Apple subject a row in `baton.transfers`.
+///
+/// Users who already have one are skipped (`ON CONFLICT DO NOTHING`), so the walk is idempotent and several
+/// processes may walk at once. When the configuration names a transfer column, a value found there is stored
+/// as the user's transfer identifier, so no request is made for them.
+public struct LegacySeeder: Sendable {
+    /// The pool.
+    public let pool: PostgresPool
+    /// The legacy table and its columns, validated.
+    public let legacy: BatonConfiguration.LegacyIdentifiers
+    /// Users per page; default 1,000.
+    public let pageSize: Int
+
+    /// Creates a seeder.
+    public init(pool: PostgresPool, legacy: BatonConfiguration.LegacyIdentifiers, pageSize: Int = 1_000) {
+        self.pool = pool
+        self.legacy = legacy
+        self.pageSize = max(1, pageSize)
+    }
+
+    /// Walks the whole table; returns the rows added.
+    public func seed() async throws -> Int {
+        var after: String?
+        var added = 0
+        while true {
+            let transfer = legacy.transferColumn.map { "u.\($0.quoted)::text" } ?? "NULL::text"
+            let page: PostgresQuery
+            let common = """
+                SELECT u.\(legacy.keyColumn.quoted) AS key, u.\(legacy.subjectColumn.quoted)::text AS subject, \(transfer) AS transfer_sub
+                FROM \(legacy.table.quoted) u
+                """
+            if let after {
+                page = "WITH page AS (\(unsafeRaw: common) WHERE u.\(legacy.keyColumn) > \(after) ORDER BY u.\(legacy.keyColumn) LIMIT \(pageSize)), \(unsafeRaw: Self.insertAndReport)"
+            } else {
+                page = "WITH page AS (\(unsafeRaw: common) ORDER BY u.\(legacy.keyColumn) LIMIT \(pageSize)), \(unsafeRaw: Self.insertAndReport)"
+            }
+            let row = try await pool.query(page)[0]
+            guard let last = try row.decode(String?.self, at: 0) else { return added }
+            added += try row.decode(Int.self, at: 1)
+            after = last
+        }
+    }
+
+    /// Inserts the page's users that have a subject and are not already known (as old or new identifier), and
+    /// returns the page's last key (as text) and the rows added.
+    private static let insertAndReport = """
+        added AS (
+            INSERT INTO baton.transfers (old_sub, transfer_sub)
+            SELECT p.subject, p.transfer_sub FROM page p
+            WHERE p.subject IS NOT NULL AND p.subject <> ''
+              AND NOT EXISTS (SELECT 1 FROM baton.transfers t WHERE t.new_sub = p.subject)
+              AND (p.transfer_sub IS NULL OR NOT EXISTS (SELECT 1 FROM baton.transfers t WHERE t.transfer_sub = p.transfer_sub))
+            ON CONFLICT (old_sub) DO NOTHING
+            RETURNING 1
+        )
+        SELECT (SELECT key::text FROM page ORDER BY key DESC LIMIT 1), (SELECT count(*) FROM added)
+        """
+}

@@ -1,0 +1,136 @@
+import Foundation
+import Synchronization
+
+/// Counts a running job's outcomes; shared by its workers.
+public final class JobCounters: Sendable {
+    /// A consistent copy of the counts.
+    public struct Snapshot: Sendable, Equatable {
+        /// Users finished successfully in this run (exchanged, or given a transfer identifier).
+        public var succeeded = 0
+        /// Users recorded as unresolvable in this run (Apple refused them for good: revoked, unknown).
+        public var unresolvable = 0
+        /// Users whose attempt failed in this run (deferred for a retry, or failed for good).
+        public var failed = 0
+        /// Users another worker or process had already finished when this one applied its answer.
+        public var alreadyDone = 0
+        /// Requests Apple answered with 429.
+        public var rateLimited = 0
+        /// Requests sent to Apple.
+        public var requests = 0
+
+        /// Users this run finished one way or another.
+        public var processed: Int { succeeded + unresolvable + failed + alreadyDone }
+        /// Users that did not end well.
+        public var errors: Int { unresolvable + failed }
+    }
+
+    private let state = Mutex(Snapshot())
+
+    /// Zero counts.
+    public init() {}
+
+    /// Changes the counts.
+    public func update(_ body: (inout Snapshot) -> Void) { state.withLock { body(&$0) } }
+
+    /// The counts now.
+    public var snapshot: Snapshot { state.withLock { $0 } }
+}
+
+/// Formats a job's progress: a bar for a terminal, a key=value line for logs. Pure.
+public struct ProgressFormatter: Sendable {
+    /// Users to do when the run started.
+    public var total: Int
+    /// The bar's width in characters; default 30.
+    public var barWidth = 30
+
+    /// Creates a formatter for `total` users.
+    public init(total: Int) { self.total = total }
+
+    /// Requests per second over the run, and the estimated seconds left (nil when unknown).
+    public func rates(_ counts: JobCounters.Snapshot, elapsed: TimeInterval) -> (perSecond: Double, secondsLeft: Double?) {
+        let perSecond = elapsed > 0 ? Double(counts.processed) / elapsed : 0
+        let left = max(0, total - counts.processed)
+        return (perSecond, perSecond > 0 ? Double(left) / perSecond : (left == 0 ? 0 : nil))
+    }
+
+    /// `[#########.....................]  1200/4000  30%  198.5/s  errors 3  left 14s`
+    public func bar(_ counts: JobCounters.Snapshot, elapsed: TimeInterval) -> String {
+        let done = min(counts.processed, total)
+        let fraction = total > 0 ? Double(done) / Double(total) : 1
+        let filled = Int((fraction * Double(barWidth)).rounded(.down))
+        let (perSecond, left) = rates(counts, elapsed: elapsed)
+        let bar = String(repeating: "#", count: filled) + String(repeating: ".", count: barWidth - filled)
+        let leftText = left.map { TransferWindow.describe($0) } ?? "?"
+        return "[\(bar)] \(done)/\(total) \(Int((fraction * 100).rounded(.down)))% \(String(format: "%.1f", perSecond))/s errors \(counts.errors) left \(leftText)"
+    }
+
+    /// `progress done=1200 total=4000 rate_per_s=198.5 errors=3 rate_limited=0 eta_s=14`
+    public func logLine(_ counts: JobCounters.Snapshot, elapsed: TimeInterval) -> String {
+        let (perSecond, left) = rates(counts, elapsed: elapsed)
+        return "progress done=\(counts.processed) total=\(total) rate_per_s=\(String(format: "%.1f", perSecond)) errors=\(counts.errors) rate_limited=\(counts.rateLimited) eta_s=\(left.map { String(Int($0.rounded())) } ?? "unknown")"
+    }
+}
+
+/// Prints a job's progress while it runs: a bar redrawn in place on a terminal (several times a second), or a
+/// log line every few seconds otherwise. Writes to `write` (standard error by default).
+public final class ProgressReporter: Sendable {
+    private let formatter: ProgressFormatter
+    private let counters: JobCounters
+    private let isTerminal: Bool
+    private let interval: Duration
+    private let write: @Sendable (String) -> Void
+    private let started = ContinuousClock.now
+    private let task = Mutex<Task<Void, Never>?>(nil)
+
+    /// Creates a reporter.
+    /// - Parameters:
+    ///   - isTerminal: draw a bar (true) or print log lines (false); default: whether standard error is a terminal.
+    ///   - logInterval: seconds between log lines; default 5.
+    public init(total: Int, counters: JobCounters, isTerminal: Bool = isatty(STDERR_FILENO) == 1, logInterval: Double = 5,
+                write: @escaping @Sendable (String) -> Void = { FileHandle.standardError.write(Data($0.utf8)) }) {
+        formatter = ProgressFormatter(total: total)
+        self.counters = counters
+        self.isTerminal = isTerminal
+        interval = isTerminal ? .milliseconds(250) : .milliseconds(Int64(logInterval * 1000))
+        self.write = write
+    }
+
+    private var elapsed: TimeInterval {
+        let duration = ContinuousClock.now - started
+        return Double(duration.components.seconds) + Double(duration.components.attoseconds) / 1e18
+    }
+
+    /// Starts printing.
+    public func start() {
+        let task = Task { [self] in
+            while !Task.isCancelled {
+                try? await Task.sleep(for: interval)
+                if Task.isCancelled { break }
+                draw()
+            }
+        }
+        self.task.withLock { $0 = task }
+    }
+
+    private func draw() {
+        if isTerminal {
+            write("\r" + formatter.bar(counters.snapshot, elapsed: elapsed) + "\u{1B}[K")
+        } else {
+            write(formatter.logLine(counters.snapshot, elapsed: elapsed) + "\n")
+        }
+    }
+
+    /// Stops printing, after a last bar (ended by a newline) on a terminal.
+    public func finish() async {
+        let task = self.task.withLock { task in
+            defer { task = nil }
+            return task
+        }
+        task?.cancel()
+        await task?.value
+        if isTerminal {
+            draw()
+            write("\n")
+        }
+    }
+}

@@ -1,0 +1,157 @@
+import Foundation
+import Postgres
+
+/// The lease-based work queue of the bulk jobs, over `baton.transfers`, coordinated only through PostgreSQL.
+///
+/// A worker claims a batch of due rows with `FOR UPDATE SKIP LOCKED` (so concurrent claimers, in this process
+/// or on other machines, never get the same row) and leases them to its owner until `lease_expires_at`. Rows of
+/// a worker that died are claimable again once their lease expires. A transient failure defers a row with an
+/// exponential backoff (`next_attempt_at`); after ``maxAttempts`` it is `failed`.
+public struct TransferQueue: Sendable {
+    /// Which rows a job works on.
+    public enum Kind: String, Sendable {
+        /// Pending rows with a transfer identifier: `baton exchange`.
+        case exchange
+        /// Pending rows without a transfer identifier: `baton transfer-ids`.
+        case transferIdentifiers = "transfer-ids"
+
+        var condition: String {
+            switch self {
+            case .exchange: "state = 'pending' AND transfer_sub IS NOT NULL"
+            case .transferIdentifiers: "state = 'pending' AND transfer_sub IS NULL"
+            }
+        }
+    }
+
+    /// A leased row.
+    public struct Item: Sendable, Equatable {
+        /// The sending team's identifier.
+        public var oldSub: String
+        /// The transfer identifier (nil for the sender job).
+        public var transferSub: String?
+        /// Attempts recorded before this one.
+        public var attempts: Int
+        /// When the lease ends, on the local clock (the row must not be worked on after).
+        public var leaseEnds: Date
+    }
+
+    /// The pool.
+    public let pool: PostgresPool
+    /// The rows this queue serves.
+    public let kind: Kind
+    /// The lease holder's name: host, process and a random part.
+    public let owner: String
+    /// How long a claim lasts, in seconds.
+    public let leaseSeconds: Int
+    /// Attempts before a row is `failed`.
+    public let maxAttempts: Int
+    /// The first retry's delay, in seconds; doubled per attempt up to 300.
+    public let retryBaseSeconds: Double
+
+    /// Creates a queue.
+    public init(pool: PostgresPool, kind: Kind, owner: String = TransferQueue.defaultOwner(), leaseSeconds: Int = 60, maxAttempts: Int = 5, retryBaseSeconds: Double = 5) {
+        self.pool = pool
+        self.kind = kind
+        self.owner = owner
+        self.leaseSeconds = max(1, leaseSeconds)
+        self.maxAttempts = max(1, maxAttempts)
+        self.retryBaseSeconds = max(0, retryBaseSeconds)
+    }
+
+    /// `host:pid:random`.
+    public static func defaultOwner() -> String {
+        "\(ProcessInfo.processInfo.hostName):\(getpid()):\(UUID().uuidString.prefix(8).lowercased())"
+    }
+
+    /// Leases up to `limit` due rows to this owner.
+    public func claim(limit: Int) async throws -> [Item] {
+        let started = Date()
+        let rows = try await pool.query("""
+            UPDATE baton.transfers t SET lease_owner = \(owner), lease_expires_at = now() + make_interval(secs => \(Double(leaseSeconds))), updated_at = now()
+            FROM (
+                SELECT old_sub FROM baton.transfers
+                WHERE \(unsafeRaw: kind.condition)
+                  AND (next_attempt_at IS NULL OR next_attempt_at <= now())
+                  AND (lease_expires_at IS NULL OR lease_expires_at < now())
+                ORDER BY next_attempt_at NULLS FIRST, old_sub
+                LIMIT \(max(1, limit))
+                FOR UPDATE SKIP LOCKED
+            ) due
+            WHERE t.old_sub = due.old_sub
+            RETURNING t.old_sub, t.transfer_sub, t.attempts
+            """)
+        // The local deadline leaves a margin for clock steps and the time the claim itself took.
+        let leaseEnds = started.addingTimeInterval(Double(leaseSeconds) * 0.9)
+        return try rows.map { row in
+            Item(oldSub: try row.decode(String.self, at: 0), transferSub: try row.decode(String?.self, at: 1), attempts: try row.decode(Int.self, at: 2), leaseEnds: leaseEnds)
+        }
+    }
+
+    /// Rows still pending for this queue (leased, deferred or due).
+    public func pendingCount() async throws -> Int {
+        try await pool.query("SELECT count(*) FROM baton.transfers WHERE \(unsafeRaw: kind.condition)")[0].decode(Int.self, at: 0)
+    }
+
+    /// Seconds until the next deferred or leased row becomes due; nil when none is pending.
+    public func secondsUntilNextDue() async throws -> Double? {
+        let row = try await pool.query("""
+            SELECT EXTRACT(EPOCH FROM min(greatest(coalesce(next_attempt_at, now()), coalesce(lease_expires_at, now())) - now()))::float8
+            FROM baton.transfers WHERE \(unsafeRaw: kind.condition)
+            """)[0]
+        return try row.decode(Double?.self, at: 0).map { max(0, $0) }
+    }
+
+    /// Stores the sender side's answer: the row's transfer identifier. Returns false when the row was no longer
+    /// this owner's to finish (another worker finished it).
+    public func storeTransferIdentifier(_ item: Item, transferSub: String) async throws -> Bool {
+        try await pool.execute("""
+            UPDATE baton.transfers SET transfer_sub = \(transferSub), attempts = attempts + 1, last_error = NULL,
+                lease_owner = NULL, lease_expires_at = NULL, next_attempt_at = NULL, updated_at = now()
+            WHERE old_sub = \(item.oldSub) AND state = 'pending' AND transfer_sub IS NULL
+            """) == 1
+    }
+
+    /// Records an attempt that failed for a reason that may pass: the row is due again after a backoff, or
+    /// `failed` once it has had ``maxAttempts``. Returns whether it is now `failed`.
+    @discardableResult
+    public func postpone(_ item: Item, reason: String) async throws -> Bool {
+        let attempts = item.attempts + 1
+        let final = attempts >= maxAttempts
+        let delay = min(300, retryBaseSeconds * pow(2, Double(attempts - 1)))
+        try await pool.execute("""
+            UPDATE baton.transfers SET attempts = attempts + 1, last_error = \(reason),
+                state = CASE WHEN \(final) THEN 'failed' ELSE state END,
+                next_attempt_at = now() + make_interval(secs => \(delay)),
+                lease_owner = NULL, lease_expires_at = NULL, updated_at = now()
+            WHERE old_sub = \(item.oldSub) AND state = 'pending' AND lease_owner = \(owner)
+            """)
+        return final
+    }
+
+    /// Records that Apple refused the user for good (revoked, unknown, another team's): `unresolvable`.
+    public func markUnresolvable(_ item: Item, reason: String) async throws {
+        try await pool.execute("""
+            UPDATE baton.transfers SET state = 'unresolvable', attempts = attempts + 1, last_error = \(reason),
+                lease_owner = NULL, lease_expires_at = NULL, updated_at = now()
+            WHERE old_sub = \(item.oldSub) AND state = 'pending'
+            """)
+    }
+
+    /// Gives rows back untouched (a stopping job's unprocessed claims), so other workers need not wait out the lease.
+    public func release(_ items: [Item]) async throws {
+        guard !items.isEmpty else { return }
+        try await pool.execute("""
+            UPDATE baton.transfers SET lease_owner = NULL, lease_expires_at = NULL
+            WHERE old_sub = ANY(\(arrayLiteral(items.map(\.oldSub)))::text[]) AND lease_owner = \(owner) AND state = 'pending'
+            """)
+    }
+
+    /// Makes `failed` rows of this queue pending again (`--retry-failed`); returns how many.
+    public func retryFailed() async throws -> Int {
+        let condition = kind == .exchange ? "transfer_sub IS NOT NULL" : "transfer_sub IS NULL"
+        return try await pool.execute("""
+            UPDATE baton.transfers SET state = 'pending', attempts = 0, next_attempt_at = NULL, updated_at = now()
+            WHERE state = 'failed' AND \(unsafeRaw: condition)
+            """)
+    }
+}

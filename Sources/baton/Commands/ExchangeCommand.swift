@@ -1,0 +1,175 @@
+import AppleSignIn
+import Baton
+import Foundation
+import Logging
+import Postgres
+
+/// `baton exchange`: the recipient side, exchanging every pending transfer identifier.
+let exchangeCommand = Command(
+    name: "exchange",
+    summary: "recipient side: exchange pending transfer identifiers and migrate their users",
+    usage: """
+        usage: baton exchange [--workers N] [--rate R] [--dry-run] [--config FILE]
+                              [--lease SECONDS] [--max-failures N] [--retry-failed]
+
+        For every pending row of baton.transfers, asks Apple (recipient team's credentials) for the
+        user's new identifier and rewrites the legacy record as a sign-in would (method 'exchange').
+          --workers N       concurrent requests in this process (default 4)
+          --rate R          requests per second for this process (default 10); lowered on 429
+          --dry-run         show what would be done and check the credentials; change nothing
+          --lease SECONDS   how long a claimed row stays reserved (default 60); a dead process's rows
+                            are taken over after it
+          --max-failures N  consecutive failures that stop the job (default 25)
+          --retry-failed    make rows that failed their last attempt pending again first
+        Resumable and safe to run from several processes and machines at once. Refuses to start once the
+        60-day window after apple.transfer.accepted_at has closed.
+        Exit status: 0 every user done, 1 some user failed or the job stopped, 2 usage or configuration.
+        """,
+    run: { arguments in
+        try await runBulkCommand(arguments, side: .recipient)
+    }
+)
+
+/// Options shared by `baton exchange` and `baton transfer-ids`.
+let bulkOptionNames: Set<String> = ["workers", "rate", "config", "lease", "max-failures", "target"]
+
+/// Runs `baton exchange` (recipient) or `baton transfer-ids` (sender).
+func runBulkCommand(_ arguments: [String], side: BatonConfiguration.TransferSide) async throws -> Int32 {
+    let name = side == .recipient ? "exchange" : "transfer-ids"
+    let flags: Set<String> = side == .recipient ? ["dry-run", "retry-failed"] : ["dry-run", "retry-failed", "yes"]
+    let parsed = try Arguments(arguments, options: side == .recipient ? bulkOptionNames.subtracting(["target"]) : bulkOptionNames, flags: flags)
+    if let extra = parsed.positionals.first { throw CommandFailure.usage("unexpected argument '\(extra)'") }
+    let workers = try parsed.integer("workers", default: 4, in: 1...256)
+    let rate = try parsed.double("rate", default: 10, in: 0.1...100_000)
+    let lease = try parsed.integer("lease", default: 60, in: 1...86_400)
+    let maxFailures = try parsed.integer("max-failures", default: 25, in: 1...1_000_000)
+    let configuration = try await loadConfiguration(parsed)
+    guard let transfer = configuration.apple.transfer else {
+        throw CommandFailure.usage("no transfer is configured: set apple.transfer (see sample-config/README.md)")
+    }
+    let logger = Logger(label: "baton.\(name)")
+    let window = TransferWindow(acceptedAt: transfer.acceptedAt)
+    let now = Date()
+
+    let pool = PostgresPool(url: configuration.database.url, maxConnections: workers + 2)
+    defer { Task { await pool.close() } }
+    let queue = TransferQueue(pool: pool, kind: side == .recipient ? .exchange : .transferIdentifiers, leaseSeconds: lease)
+
+    // The window: the exchange needs it open, the sender job only not closed.
+    switch window.status(at: now) {
+    case .notAccepted where side == .recipient:
+        throw CommandFailure.usage("apple.transfer.accepted_at is not set: the recipient must accept the transfer before exchanging")
+    case .notOpenYet:
+        throw CommandFailure.usage("apple.transfer.accepted_at is in the future: nothing can be exchanged before the transfer is accepted")
+    case .closed(let since):
+        let left = (try? await queue.pendingCount()).map(String.init) ?? "an unknown number of"
+        throw CommandFailure.failed("baton \(name): the 60-day window closed \(TransferWindow.describe(since)) ago (at \(window.closesAt!)); \(left) users were left pending and can no longer be exchanged")
+    case .closingSoon(let remaining):
+        printError("warning: the 60-day window closes in \(TransferWindow.describe(remaining)) (at \(window.closesAt!))")
+    case .open, .notAccepted:
+        break
+    }
+
+    // The sender job: the target team, a walk of the legacy table, and a confirmation.
+    var targetTeamID = ""
+    if side == .sender {
+        guard let target = parsed.value("target") ?? transfer.recipient?.teamID else {
+            throw CommandFailure.usage("no target team: set apple.transfer.recipient.team_id or give --target TEAMID")
+        }
+        guard let sender = transfer.sender else { throw CommandFailure.usage("apple.transfer.sender is not configured") }
+        guard target != sender.teamID else {
+            throw CommandFailure.usage("the target team \(target) is the sending team itself: transfer identifiers must be made for the recipient's team (apple.transfer.recipient.team_id)")
+        }
+        guard AppleIdentifierFormat.isTeamID(target) else { throw CommandFailure.usage("the target team '\(target)' is not a team ID (10 upper-case letters or digits)") }
+        targetTeamID = target
+        let legacy: BatonConfiguration.LegacyIdentifiers
+        do { legacy = try configuration.legacy.identifiers() } catch let error as ConfigurationError { throw CommandFailure.usage("\(error)") }
+        do {
+            let added = try await LegacySeeder(pool: pool, legacy: legacy).seed()
+            if added > 0 { logger.info("legacy users queued", ["added": String(added)]) }
+        } catch let error as PostgresError {
+            throw CommandFailure.failed("baton \(name): cannot walk the legacy table: \(error)")
+        }
+    }
+
+    if parsed.flag("retry-failed"), !parsed.flag("dry-run") {
+        let reset = try await queue.retryFailed()
+        if reset > 0 { printError("\(reset) failed rows made pending again") }
+    }
+    let pending: Int
+    do { pending = try await queue.pendingCount() } catch let error as PostgresError {
+        throw CommandFailure.failed("baton \(name): \(error)")
+    }
+
+    if side == .sender {
+        let sample = try await pool.query("SELECT old_sub FROM baton.transfers WHERE state = 'pending' AND transfer_sub IS NULL ORDER BY old_sub LIMIT 3")
+        let subs = try sample.map { try $0.decode(String.self, at: 0) }
+        print("target team: \(targetTeamID) (the recipient); sending team: \(transfer.sender!.teamID); client ID: \(transfer.clientID)")
+        print("\(pending) users need a transfer identifier; for example: \(subs.isEmpty ? "none" : subs.joined(separator: ", "))")
+        if pending > 0, !parsed.flag("dry-run"), !parsed.flag("yes") {
+            guard isatty(STDIN_FILENO) == 1 else {
+                throw CommandFailure.usage("confirm the target team with --yes (standard input is not a terminal)")
+            }
+            print("Create transfer identifiers for team \(targetTeamID)? Type the team ID to confirm: ", terminator: "")
+            guard readLine()?.trimmingCharacters(in: .whitespaces) == targetTeamID else {
+                throw CommandFailure.rejected("not confirmed; nothing was done")
+            }
+        }
+    }
+
+    let options = AppleClient.Options(retry: RetryPolicy(maxAttempts: 1), maxConnectionsPerHost: workers)
+    let client: AppleClient
+    do {
+        client = try await configuration.appleClient(for: side, options: options, logger: logger)
+    } catch let error as ConfigurationError {
+        throw CommandFailure.usage("\(error)")
+    } catch let error as AppleClientError {
+        throw CommandFailure.usage("\(error)")
+    }
+
+    if parsed.flag("dry-run") {
+        do {
+            _ = try await client.accessToken()
+        } catch let error as AppleClientError {
+            throw CommandFailure.failed("baton \(name) --dry-run: \(error)\n\(error.explanation)")
+        }
+        let minutes = Double(pending) / rate / 60
+        print("dry run: \(pending) users pending; credentials accepted by Apple; at \(rate)/s with \(workers) workers this takes about \(TransferWindow.describe(minutes * 60)); nothing was changed")
+        return 0
+    }
+
+    let step: any BulkJobStep
+    if side == .recipient {
+        step = ExchangeStep(client: client, applier: try migrationStore(configuration: configuration, pool: pool))
+    } else {
+        step = try TransferIdentifierStep(client: client, targetTeamID: targetTeamID, queue: queue)
+    }
+    let job = BulkJob(queue: queue, step: step, options: BulkJobOptions(workers: workers, rate: rate, maxConsecutiveFailures: maxFailures),
+                      window: window, requireOpenWindow: side == .recipient, logger: logger)
+    let reporter = ProgressReporter(total: pending, counters: job.counters)
+    reporter.start()
+    let summary = await job.run()
+    await reporter.finish()
+    printSummary(name, summary)
+    return summary.hasFailures ? 1 : 0
+}
+
+/// Prints the end-of-run summary on standard output (and the stop reason on standard error).
+func printSummary(_ name: String, _ summary: BulkJobSummary) {
+    let counts = summary.counts
+    let perSecond = summary.elapsed > 0 ? Double(counts.requests) / summary.elapsed : 0
+    print("\(name): done \(counts.succeeded), already done \(counts.alreadyDone), unresolvable \(counts.unresolvable), failed \(counts.failed), remaining \(summary.remaining); \(counts.requests) requests in \(String(format: "%.1f", summary.elapsed)) s (\(String(format: "%.1f", perSecond))/s), \(counts.rateLimited) rate-limited")
+    if let reason = summary.stopReason {
+        printError("baton \(name): \(reason)")
+        printError("\(summary.remaining) users were left pending; rerun to continue")
+    }
+}
+
+/// The migration store the exchange applies its answers through (the one sign-ins use).
+func migrationStore(configuration: BatonConfiguration, pool: PostgresPool) throws -> LegacyStore {
+    do {
+        return LegacyStore(pool: pool, legacy: try configuration.legacy.identifiers())
+    } catch let error as ConfigurationError {
+        throw CommandFailure.usage("\(error)")
+    }
+}

@@ -1,0 +1,206 @@
+import AppleEmulator
+import AppleSignIn
+@testable import Baton
+import Foundation
+import Postgres
+import Synchronization
+import TestSupport
+import Testing
+
+@Suite("Bulk jobs against the emulator and PostgreSQL")
+struct BulkJobTests {
+    @Test("the exchange migrates every pending user once, with one event each and method exchange")
+    func exchangesEveryone() async throws {
+        try await BulkJobFixture.run(users: 60) { fixture in
+            let job = try fixture.exchangeJob(options: BulkJobOptions(workers: 6, rate: 500))
+            let summary = await job.run()
+            #expect(summary.stopReason == nil)
+            #expect(summary.counts.succeeded == 60)
+            #expect(summary.remaining == 0)
+            #expect(try fixture.count("SELECT count(*) FROM baton.transfers WHERE state = 'migrated' AND method = 'exchange'") == 60)
+            #expect(try fixture.count("SELECT count(*) FROM baton.events WHERE kind = 'migrated' AND method = 'exchange'") == 60)
+            #expect(try fixture.count("SELECT count(*) FROM public.users u JOIN baton.transfers t ON t.new_sub = u.apple_sub") == 60)
+            // A rerun finds nothing to do.
+            let again = try await fixture.exchangeJob(options: BulkJobOptions(workers: 2, rate: 500)).run()
+            #expect(again.counts.requests == 0 && again.remaining == 0)
+        }
+    }
+
+    @Test("a storm of 429s: the job waits as told, lowers its rate, and still migrates everyone")
+    func rateLimitStorm() async throws {
+        try await BulkJobFixture.run(users: 40) { fixture in
+            try fixture.emulator.setFaults(EmulatorFaults(rateLimitPerSecond: 20))
+            let job = try fixture.exchangeJob(options: BulkJobOptions(workers: 8, rate: 200))
+            let summary = await job.run()
+            #expect(summary.stopReason == nil)
+            #expect(summary.counts.succeeded == 40)
+            #expect(summary.counts.rateLimited > 0)
+            #expect(summary.finalRate < 200)
+            #expect(try fixture.count("SELECT count(*) FROM baton.events WHERE kind = 'migrated'") == 40)
+        }
+    }
+
+    @Test("a storm of 5xx: retried with backoff, everyone migrated, no event twice")
+    func serverErrorStorm() async throws {
+        try await BulkJobFixture.run(users: 40) { fixture in
+            try fixture.emulator.setFaults(EmulatorFaults(errorRate: 0.4, errorStatus: 503))
+            var options = BulkJobOptions(workers: 4, rate: 500, maxConsecutiveFailures: 1000)
+            options.retryDelay = 0.01
+            let job = try fixture.exchangeJob(options: options)
+            let summary = await job.run()
+            #expect(summary.stopReason == nil)
+            #expect(summary.counts.succeeded == 40)
+            #expect(summary.counts.requests > 40)
+            #expect(try fixture.count("SELECT count(*) FROM baton.events WHERE kind = 'migrated'") == 40)
+            #expect(try fixture.count("SELECT count(*) FROM baton.transfers WHERE state <> 'migrated'") == 0)
+        }
+    }
+
+    @Test("Apple failing on every request: the job stops after the consecutive-failure limit with a clear reason")
+    func stopsAfterConsecutiveFailures() async throws {
+        try await BulkJobFixture.run(users: 30) { fixture in
+            try fixture.emulator.setFaults(EmulatorFaults(errorRate: 1, errorStatus: 500))
+            var options = BulkJobOptions(workers: 2, rate: 500, maxConsecutiveFailures: 5, transientRetries: 0)
+            options.retryDelay = 0
+            let summary = try await fixture.exchangeJob(options: options).run()
+            #expect(summary.stopReason?.code == .stopped)
+            #expect(summary.stopReason?.message.contains("5 consecutive failures") == true)
+            #expect(summary.remaining == 30)
+            #expect(try fixture.count("SELECT count(*) FROM baton.events WHERE kind = 'migrated'") == 0)
+            #expect(try fixture.count("SELECT count(*) FROM baton.transfers WHERE lease_owner IS NOT NULL") == 0)
+        }
+    }
+
+    @Test("revoked users are recorded unresolvable with Apple's reason, and the job goes on")
+    func revokedUsers() async throws {
+        try await BulkJobFixture.run(users: 20) { fixture in
+            let revoked = Array(fixture.users.prefix(3))
+            for user in revoked {
+                try fixture.emulator.revoke(clientID: BulkJobFixture.clientID, userIdentifier: user.userIdentifier)
+            }
+            let summary = try await fixture.exchangeJob(options: BulkJobOptions(workers: 3, rate: 500)).run()
+            #expect(summary.stopReason == nil)
+            #expect(summary.counts.succeeded == 17)
+            #expect(summary.counts.unresolvable == 3)
+            #expect(summary.hasFailures)
+            let subs = revoked.map { "'\($0.userIdentifier)'" }.joined(separator: ",")
+            #expect(try fixture.count("SELECT count(*) FROM baton.transfers WHERE state = 'unresolvable' AND last_error = 'invalid_request' AND old_sub IN (\(subs))") == 3)
+        }
+    }
+
+    @Test("the window closing during a run stops the job; the users left stay pending")
+    func windowClosesDuringRun() async throws {
+        try await BulkJobFixture.run(users: 40) { fixture in
+            let emulator = fixture.emulator
+            // The job reads the emulator's clock; after 10 migrations the clock passes day 60.
+            let job = try fixture.exchangeJob(options: BulkJobOptions(workers: 1, rate: 500), now: { emulator.now })
+            let watcher = Task {
+                while job.counters.snapshot.succeeded < 10 { try await Task.sleep(for: .milliseconds(5)) }
+                try emulator.advanceClock(by: 61 * 86_400)
+            }
+            let summary = await job.run()
+            try await watcher.value
+            #expect(summary.stopReason?.code == .windowClosed)
+            #expect(summary.counts.succeeded >= 10 && summary.counts.succeeded < 40)
+            #expect(summary.remaining == 40 - summary.counts.succeeded)
+            #expect(try fixture.count("SELECT count(*) FROM baton.transfers WHERE state = 'unresolvable'") == 0)
+            #expect(try fixture.count("SELECT count(*) FROM baton.transfers WHERE state = 'pending'") == summary.remaining)
+        }
+    }
+
+    @Test("three jobs at once, each with its own pool (as three processes): no user exchanged twice")
+    func threeConcurrentJobs() async throws {
+        try await BulkJobFixture.run(users: 90) { fixture in
+            let pools = (0..<3).map { _ in PostgresPool(url: fixture.database.url, maxConnections: 4) }
+            let jobs = try pools.map { try fixture.exchangeJob(options: BulkJobOptions(workers: 3, rate: 20), pool: $0) }
+            let summaries = await withTaskGroup(of: BulkJobSummary.self) { group in
+                for job in jobs { group.addTask { await job.run() } }
+                return await group.reduce(into: []) { $0.append($1) }
+            }
+            for pool in pools { await pool.close() }
+            #expect(summaries.allSatisfy { $0.stopReason == nil })
+            #expect(summaries.map(\.counts.succeeded).reduce(0, +) == 90)
+            #expect(summaries.allSatisfy { $0.counts.succeeded > 0 })
+            #expect(try fixture.count("SELECT count(*) FROM baton.events WHERE kind = 'migrated'") == 90)
+            #expect(try fixture.count("SELECT count(*) FROM (SELECT old_sub FROM baton.events GROUP BY old_sub HAVING count(*) > 1) d") == 0)
+        }
+    }
+
+    @Test("a dead worker's leased rows are taken over once the lease expires")
+    func leaseTakeover() async throws {
+        try await BulkJobFixture.run(users: 10) { fixture in
+            // A "dead" owner claimed everything with a 1-second lease and never came back.
+            let dead = TransferQueue(pool: fixture.database.pool, kind: .exchange, owner: "dead", leaseSeconds: 1)
+            #expect(try await dead.claim(limit: 100).count == 10)
+            let summary = try await fixture.exchangeJob(options: BulkJobOptions(workers: 2, rate: 500)).run()
+            #expect(summary.counts.succeeded == 10)
+            #expect(try fixture.count("SELECT count(*) FROM baton.events WHERE kind = 'migrated'") == 10)
+        }
+    }
+
+    @Test("an exchange and sign-ins of the same users at the same time: each user rewritten once")
+    func exchangeRacesSignIns() async throws {
+        try await BulkJobFixture.run(users: 60) { fixture in
+            let store = fixture.database.store
+            let recipient = try fixture.client(fixture.recipient)
+            let transfers = fixture.transfers
+            let job = try fixture.exchangeJob(options: BulkJobOptions(workers: 4, rate: 500))
+            // Sign-ins: the new sub comes from the same exchange answer (what the recipient's token carries).
+            async let signIns: Int = withThrowingTaskGroup(of: Int.self) { group in
+                for (oldSub, transferSub) in transfers {
+                    group.addTask {
+                        let user = try await recipient.exchange(transferIdentifier: transferSub)
+                        let outcome = try await store.applyMigration(oldSub: oldSub, newSub: user.sub, newEmail: user.email,
+                                                                     isPrivateEmail: user.isPrivateEmail, transferSub: transferSub, method: .signin)
+                        if case .migrated = outcome { return 1 }
+                        return 0
+                    }
+                }
+                return try await group.reduce(0, +)
+            }
+            let summary = await job.run()
+            let signedIn = try await signIns
+            #expect(summary.stopReason == nil)
+            #expect(summary.counts.succeeded + signedIn == 60)
+            #expect(try fixture.count("SELECT count(*) FROM baton.events WHERE kind = 'migrated'") == 60)
+            #expect(try fixture.count("SELECT count(*) FROM baton.transfers WHERE state = 'migrated'") == 60)
+            #expect(try fixture.count("SELECT count(*) FROM public.users u JOIN baton.transfers t ON t.new_sub = u.apple_sub") == 60)
+        }
+    }
+
+    @Test("transfer-ids walks the legacy table, stores a transfer identifier per user, and the exchange then uses them")
+    func senderThenExchange() async throws {
+        try await BulkJobFixture.run(users: 25, accept: false, seedTransfers: false) { fixture in
+            let legacy = try StoreFixture.legacy.identifiers()
+            let pool = fixture.database.pool
+            #expect(try await LegacySeeder(pool: pool, legacy: legacy, pageSize: 7).seed() == 25)
+            #expect(try await LegacySeeder(pool: pool, legacy: legacy, pageSize: 7).seed() == 0)
+            let queue = TransferQueue(pool: pool, kind: .transferIdentifiers)
+            let step = try TransferIdentifierStep(client: try fixture.client(fixture.sender), targetTeamID: fixture.recipient.teamID, queue: queue)
+            let job = BulkJob(queue: queue, step: step, options: BulkJobOptions(workers: 3, rate: 500),
+                              window: TransferWindow(acceptedAt: nil), requireOpenWindow: false)
+            let summary = await job.run()
+            #expect(summary.counts.succeeded == 25 && summary.remaining == 0)
+            for (oldSub, transferSub) in fixture.transfers {
+                #expect(try TestDatabase.psql(fixture.database.url, "SELECT transfer_sub FROM baton.transfers WHERE old_sub = '\(oldSub)'") == transferSub)
+            }
+            let acceptedAt = try fixture.emulator.acceptTransfer(clientID: BulkJobFixture.clientID)
+            let exchangeQueue = TransferQueue(pool: pool, kind: .exchange)
+            let exchange = BulkJob(queue: exchangeQueue, step: ExchangeStep(client: try fixture.client(fixture.recipient), applier: fixture.database.store),
+                                   options: BulkJobOptions(workers: 3, rate: 500), window: TransferWindow(acceptedAt: acceptedAt), requireOpenWindow: true)
+            let exchanged = await exchange.run()
+            #expect(exchanged.counts.succeeded == 25)
+            #expect(try fixture.count("SELECT count(*) FROM baton.events WHERE kind = 'migrated' AND method = 'exchange'") == 25)
+        }
+    }
+
+    @Test("the sender step refuses the sending team as target")
+    func senderRefusesOwnTeam() async throws {
+        try await BulkJobFixture.run(users: 1, accept: false, seedTransfers: false) { fixture in
+            let queue = TransferQueue(pool: fixture.database.pool, kind: .transferIdentifiers)
+            #expect(throws: BulkJobError(.targetIsSender, "")) {
+                _ = try TransferIdentifierStep(client: try fixture.client(fixture.sender), targetTeamID: fixture.sender.teamID, queue: queue)
+            }
+        }
+    }
+}
