@@ -102,19 +102,16 @@ final class LoadLog: Sendable {
 /// requests, until ``stop()`` or `maxRequests` requests in all.
 final class SignInLoad: Sendable {
     let log = LoadLog()
-    private let stopped = Atomic<Bool>(false)
-    private let sent = Atomic<Int>(0)
+    private let control = LoadControl()
     private let task: Task<Void, Never>
 
     init(world: FaultWorld, concurrency: Int = 4, maxRequests: Int = 4_000, pause: Duration = .milliseconds(10)) {
-        let log = log, stopped = stopped, sent = sent
+        let log = log, control = control
         task = Task {
             await withTaskGroup(of: Void.self) { group in
                 for _ in 0..<concurrency {
                     group.addTask {
-                        while !stopped.load(ordering: .relaxed) {
-                            let index = sent.add(1, ordering: .relaxed).oldValue
-                            guard index < maxRequests else { return }
+                        while let index = control.next(limit: maxRequests) {
                             let person = world.people[index % world.people.count]
                             guard let token = try? world.token(person) else {
                                 log.record(sentAt: log.elapsed, ProbeAnswer(status: -2, error: "emulator could not mint a token"))
@@ -132,10 +129,26 @@ final class SignInLoad: Sendable {
 
     /// Stops the loops and waits for the requests in flight.
     func stop() async -> LoadLog {
-        stopped.store(true, ordering: .relaxed)
+        control.stop()
         await task.value
         return log
     }
+}
+
+/// Whether a load should stop, and how many requests it sent.
+private final class LoadControl: Sendable {
+    private let state = Mutex<(stopped: Bool, sent: Int)>((false, 0))
+
+    /// The next request's index, or nil once stopped or `limit` requests were sent.
+    func next(limit: Int) -> Int? {
+        state.withLock { state in
+            guard !state.stopped, state.sent < limit else { return nil }
+            state.sent += 1
+            return state.sent - 1
+        }
+    }
+
+    func stop() { state.withLock { $0.stopped = true } }
 }
 
 /// Pauses the scenario (off the pool's threads it blocks nothing: `Task.sleep` suspends).
