@@ -97,7 +97,7 @@ final class LoadLog: Sendable {
     }
 }
 
-/// A bounded sign-in load against `baton serve`: `concurrency` loops, each signing in the world's people in
+/// A bounded sign-in load against `baton serve`: `concurrency` loops, each signing in `people` (default all) in
 /// turn (the first sign-in of each migrates them, the next ones find them current), a short pause between
 /// requests, until ``stop()`` or `maxRequests` requests in all.
 final class SignInLoad: Sendable {
@@ -105,14 +105,14 @@ final class SignInLoad: Sendable {
     private let control = LoadControl()
     private let task: Task<Void, Never>
 
-    init(world: FaultWorld, concurrency: Int = 4, maxRequests: Int = 4_000, pause: Duration = .milliseconds(10)) {
-        let log = log, control = control
+    init(world: FaultWorld, people: [FaultPerson]? = nil, concurrency: Int = 4, maxRequests: Int = 4_000, pause: Duration = .milliseconds(10)) {
+        let log = log, control = control, people = people ?? world.people
         task = Task {
             await withTaskGroup(of: Void.self) { group in
                 for _ in 0..<concurrency {
                     group.addTask {
                         while let index = control.next(limit: maxRequests) {
-                            let person = world.people[index % world.people.count]
+                            let person = people[index % people.count]
                             guard let token = try? world.token(person) else {
                                 log.record(sentAt: log.elapsed, ProbeAnswer(status: -2, error: "emulator could not mint a token"))
                                 continue

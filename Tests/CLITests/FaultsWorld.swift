@@ -23,8 +23,9 @@ struct FaultPerson: Sendable {
     var newSub: String
 }
 
-/// The world a fault scenario runs in: a PostgreSQL cluster of its own (so it can be stopped, filled or made
-/// read-only without disturbing other tests) holding Baton's schema and the application's `public.users`,
+/// The world a fault scenario runs in: a database holding Baton's schema and the application's `public.users`,
+/// in a PostgreSQL cluster of the scenario's own when it stops the server or adds a tablespace (else a fresh
+/// database in the shared test cluster, which starts much faster),
 /// an emulator with a transfer accepted, the teams' keys and a configuration file on disk, and at most one
 /// `baton serve` child at a time on a fixed loopback port (the same one across restarts).
 final class FaultWorld: @unchecked Sendable {
@@ -32,9 +33,13 @@ final class FaultWorld: @unchecked Sendable {
     // which sit behind mutexes.
     static let clientID = "com.example.app"
 
-    let cluster: PrivateCluster
+    /// The scenario's own cluster, when it asked for one.
+    let privateCluster: PrivateCluster?
+    /// URL of the cluster's maintenance database.
+    let serverURL: String
     let directory: KeyDirectory
-    /// URL of the application's database (`app`) in the private cluster.
+    /// The application's database: its name and URL.
+    let databaseName: String
     let databaseURL: String
     let people: [FaultPerson]
     /// The legacy table as it was before anything ran.
@@ -50,10 +55,12 @@ final class FaultWorld: @unchecked Sendable {
     /// The running emulator (or the last one, while it is down: it can still mint tokens in process).
     var emulator: AppleEmulator { emulatorBox.withLock { $0! } }
 
-    private init(cluster: PrivateCluster, directory: KeyDirectory, databaseURL: String, people: [FaultPerson], baseline: LegacySnapshot,
-                 emulator: AppleEmulator, sender: TeamCredentials, recipient: TeamCredentials) throws {
-        self.cluster = cluster
+    private init(cluster: PrivateCluster?, serverURL: String, directory: KeyDirectory, databaseName: String, databaseURL: String,
+                 people: [FaultPerson], baseline: LegacySnapshot, emulator: AppleEmulator, sender: TeamCredentials, recipient: TeamCredentials) throws {
+        self.privateCluster = cluster
+        self.serverURL = serverURL
         self.directory = directory
+        self.databaseName = databaseName
         self.databaseURL = databaseURL
         self.people = people
         self.baseline = baseline
@@ -68,17 +75,20 @@ final class FaultWorld: @unchecked Sendable {
     /// whether `body` succeeds or throws.
     /// - Parameters:
     ///   - users: people in the app, each with a legacy row and (when `seedTransfers`) a pending transfer.
-    ///   - tablespace: a directory for a tablespace that holds the whole `app` database (disk-full scenario).
-    static func run(users: Int, seedTransfers: Bool = true, tablespace: String? = nil,
+    ///   - privateCluster: whether the scenario needs a cluster of its own (it stops the server, or adds a
+    ///     tablespace); otherwise the database is created in the shared test cluster.
+    ///   - tablespace: a directory for a tablespace that holds the whole `app` database (disk-full scenario;
+    ///     needs `privateCluster`).
+    static func run(users: Int, privateCluster: Bool = false, seedTransfers: Bool = true, tablespace: String? = nil,
                     _ body: (FaultWorld) async throws -> Void) async throws {
-        let cluster = try await offPool { try PrivateCluster() }
+        let cluster = privateCluster ? try await offPool { try PrivateCluster() } : nil
         let directory = try KeyDirectory()
         let statePath = directory.path("emulator-state.json")
         let emulator: AppleEmulator
         do {
             emulator = try await AppleEmulator.start(statePath: statePath)
         } catch {
-            try? await offPool { try cluster.destroy() }
+            try? await offPool { try cluster?.destroy() }
             directory.remove()
             throw error
         }
@@ -94,18 +104,18 @@ final class FaultWorld: @unchecked Sendable {
         await teardown(world, cluster: cluster, directory: directory, emulator: emulator)
     }
 
-    private static func teardown(_ world: FaultWorld?, cluster: PrivateCluster, directory: KeyDirectory, emulator: AppleEmulator) async {
+    private static func teardown(_ world: FaultWorld?, cluster: PrivateCluster?, directory: KeyDirectory, emulator: AppleEmulator) async {
         if let world {
             _ = try? await world.stopServe(signal: SIGKILL)
             await world.emulator.stop()
         } else {
             await emulator.stop()
         }
-        try? await offPool { try cluster.destroy() }
+        try? await offPool { try cluster?.destroy() }
         directory.remove()
     }
 
-    private static func build(cluster: PrivateCluster, directory: KeyDirectory, emulator: AppleEmulator, users count: Int,
+    private static func build(cluster: PrivateCluster?, directory: KeyDirectory, emulator: AppleEmulator, users count: Int,
                               seedTransfers: Bool, tablespace: String?) async throws -> FaultWorld {
         let sender = try emulator.createTeam()
         let recipient = try emulator.createTeam()
@@ -121,13 +131,15 @@ final class FaultWorld: @unchecked Sendable {
         try directory.write("sender.p8", sender.privateKeyPEM)
         try directory.write("recipient.p8", recipient.privateKeyPEM)
 
-        let databaseURL = cluster.url.replacingOccurrences(of: "/postgres?", with: "/app?")
+        let serverURL = try cluster?.url ?? TestDatabase.serverURL()
+        let databaseName = "faults_\(UUID().uuidString.prefix(8).lowercased())"
+        let databaseURL = serverURL.replacingOccurrences(of: "/postgres?", with: "/\(databaseName)?")
         try await offPool {
             if let tablespace {
-                _ = try TestDatabase.psql(cluster.url, "CREATE TABLESPACE tiny LOCATION '\(tablespace)'")
-                _ = try TestDatabase.psql(cluster.url, "CREATE DATABASE app TABLESPACE tiny")
+                _ = try TestDatabase.psql(serverURL, "CREATE TABLESPACE tiny LOCATION '\(tablespace)'")
+                _ = try TestDatabase.psql(serverURL, "CREATE DATABASE \(databaseName) TABLESPACE tiny")
             } else {
-                _ = try TestDatabase.psql(cluster.url, "CREATE DATABASE app")
+                _ = try TestDatabase.psql(serverURL, "CREATE DATABASE \(databaseName)")
             }
             let migrate = try runBaton(["db", "migrate", "--database-url", databaseURL])
             guard migrate.status == 0 else { throw TestSupportError("baton db migrate failed: \(migrate.stderr)") }
@@ -145,8 +157,8 @@ final class FaultWorld: @unchecked Sendable {
             }
         }
         let baseline = try await offPool { try LegacySnapshot.take(databaseURL) }
-        return try FaultWorld(cluster: cluster, directory: directory, databaseURL: databaseURL, people: people, baseline: baseline,
-                              emulator: emulator, sender: sender, recipient: recipient)
+        return try FaultWorld(cluster: cluster, serverURL: serverURL, directory: directory, databaseName: databaseName, databaseURL: databaseURL,
+                              people: people, baseline: baseline, emulator: emulator, sender: sender, recipient: recipient)
     }
 
     // MARK: - Configuration
@@ -219,6 +231,14 @@ final class FaultWorld: @unchecked Sendable {
     }
 
     // MARK: - SQL
+
+    /// The scenario's own cluster; fails the scenario when it did not ask for one.
+    var cluster: PrivateCluster {
+        get throws {
+            guard let privateCluster else { throw TestSupportError("this scenario runs on the shared cluster: pass privateCluster: true") }
+            return privateCluster
+        }
+    }
 
     /// Runs SQL on the application's database through `psql`, off the cooperative pool.
     func psql(_ sql: String) async throws -> String {
