@@ -10,6 +10,7 @@ import TestSupport
 struct ProbeAnswer: Sendable {
     var status: Int
     var error: String?
+    var reason: String?
     var outcome: String?
 }
 
@@ -34,14 +35,14 @@ enum HTTPProbe {
             let (data, response) = try await session.data(for: request)
             let status = (response as? HTTPURLResponse)?.statusCode ?? -1
             let body = (try? JSONSerialization.jsonObject(with: data)) as? [String: Any]
-            return ProbeAnswer(status: status, error: body?["error"] as? String, outcome: body?["outcome"] as? String)
+            return ProbeAnswer(status: status, error: body?["error"] as? String, reason: body?["reason"] as? String, outcome: body?["outcome"] as? String)
         } catch {
             return ProbeAnswer(status: -1, error: "transport: \(type(of: error))")
         }
     }
 
     /// The status of one request.
-    static func status(_ method: String, port: Int, path: String) async throws -> Int {
+    static func status(_ method: String, port: Int, path: String) async -> Int {
         await send(method, port: port, path: path).status
     }
 

@@ -28,6 +28,7 @@ struct FaultsTests {
             let load = SignInLoad(world: world, maxRequests: FaultLength.pick(short: 3_000, long: 20_000))
             for round in 0..<outages {
                 try await pause(seconds: 0.5)
+                load.log.mark("stopping\(round)")
                 try await offPool { try world.cluster.stop() }
                 load.log.mark("stopped\(round)")
                 try await pause(seconds: 1)
@@ -43,7 +44,7 @@ struct FaultsTests {
             for round in 0..<outages {
                 let during = log.answers(sentFrom: log.time("stopped\(round)"), to: log.time("restarting\(round)"))
                 #expect(!during.isEmpty && during.allSatisfy { $0.status == 503 }, "round \(round): \(log.perSecond)")
-                let after = log.answers(sentFrom: log.time("up\(round)") + 5, to: round + 1 < outages ? log.time("stopped\(round + 1)") : .infinity)
+                let after = log.answers(sentFrom: log.time("up\(round)") + 5, to: round + 1 < outages ? log.time("stopping\(round + 1)") : .infinity)
                 #expect(!after.isEmpty && after.allSatisfy { $0.status == 200 }, "round \(round): \(log.perSecond)")
             }
             try await FaultsTests.signEveryoneIn(world)
@@ -161,7 +162,8 @@ struct FaultsTests {
                 return try await group.reduce(into: []) { $0.append($1) }
             }
             #expect(answers.count == 12)
-            #expect(answers.allSatisfy { $0.status == 503 && $0.error == "database_unavailable" }, "\(answers.map(\.status))")
+            #expect(answers.allSatisfy { $0.status == 503 && $0.error == "database_unavailable" && $0.reason?.contains("query_canceled") == true },
+                    "\(answers.map { "\($0.status) \($0.reason ?? "")" })")
             #expect(try await world.count("SELECT count(*) FROM baton.events WHERE kind = 'migrated'") == 4)
             _ = try await world.psql("SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE application_name = 'faults_locker'")
             _ = try await offPool { try locker.wait(timeout: 60) }
@@ -181,6 +183,7 @@ struct FaultsTests {
             let refused = await HTTPProbe.signIn(port: world.servePort, token: try world.token(world.people[1]))
             #expect(refused.status == 503)
             #expect(refused.error == "database_unavailable")
+            #expect(refused.reason?.contains("resource_unavailable") == true, "\(refused)")
             #expect(await HTTPProbe.send("GET", port: world.servePort, path: "/healthz").status == 200)
             let exchange = try await offPool { try runBaton(["exchange", "--config", config, "--rate", "50"]) }
             #expect(exchange.status == 1, "\(exchange.stdout)\(exchange.stderr)")
@@ -202,7 +205,8 @@ struct FaultsTests {
                 try await offPool { try mount.fill() }
                 for person in world.people.prefix(4) {
                     let answer = await HTTPProbe.signIn(port: world.servePort, token: try world.token(person))
-                    #expect(answer.status == 503 && answer.error == "database_unavailable", "\(answer)")
+                    #expect(answer.status == 503 && answer.error == "database_unavailable" && answer.reason?.contains("resource_unavailable") == true,
+                            "\(answer)")
                 }
                 #expect(await HTTPProbe.send("GET", port: world.servePort, path: "/healthz").status == 200)
                 #expect(try await world.migratedCount() == 0)

@@ -49,6 +49,8 @@ final class FaultWorld: @unchecked Sendable {
     let emulatorPort: Int
     let sender: TeamCredentials
     let recipient: TeamCredentials
+    /// When the emulator accepted the transfer (Baton's `accepted_at`).
+    let acceptedAt: Date
     private let emulatorBox: Mutex<AppleEmulator?>
     private let serveBox = Mutex<RunningProcess?>(nil)
 
@@ -56,7 +58,9 @@ final class FaultWorld: @unchecked Sendable {
     var emulator: AppleEmulator { emulatorBox.withLock { $0! } }
 
     private init(cluster: PrivateCluster?, serverURL: String, directory: KeyDirectory, databaseName: String, databaseURL: String,
-                 people: [FaultPerson], baseline: LegacySnapshot, emulator: AppleEmulator, sender: TeamCredentials, recipient: TeamCredentials) throws {
+                 people: [FaultPerson], baseline: LegacySnapshot, emulator: AppleEmulator, sender: TeamCredentials, recipient: TeamCredentials,
+                 acceptedAt: Date) throws {
+        self.acceptedAt = acceptedAt
         self.privateCluster = cluster
         self.serverURL = serverURL
         self.directory = directory
@@ -123,7 +127,7 @@ final class FaultWorld: @unchecked Sendable {
         let users = try emulator.createUsers(clientID: clientID, count: count, privateEmail: true)
         try emulator.initiateTransfer(clientID: clientID, toTeamID: recipient.teamID)
         let transfers = try emulator.transferIdentifiers(clientID: clientID)
-        _ = try emulator.acceptTransfer(clientID: clientID)
+        let acceptedAt = try emulator.acceptTransfer(clientID: clientID)
         let people = try users.map { user in
             FaultPerson(id: user.id, oldSub: user.userIdentifier, transferSub: transfers[user.userIdentifier]!,
                         newSub: try emulator.authorize(clientID: clientID, user: user.id).userIdentifier)
@@ -158,7 +162,8 @@ final class FaultWorld: @unchecked Sendable {
         }
         let baseline = try await offPool { try LegacySnapshot.take(databaseURL) }
         return try FaultWorld(cluster: cluster, serverURL: serverURL, directory: directory, databaseName: databaseName, databaseURL: databaseURL,
-                              people: people, baseline: baseline, emulator: emulator, sender: sender, recipient: recipient)
+                              people: people, baseline: baseline, emulator: emulator, sender: sender, recipient: recipient,
+                              acceptedAt: acceptedAt)
     }
 
     // MARK: - Configuration
@@ -173,7 +178,7 @@ final class FaultWorld: @unchecked Sendable {
         }
         let transfer: [String: Any] = [
             "client_id": FaultWorld.clientID,
-            "accepted_at": ISO8601DateFormatter().string(from: emulator.now.addingTimeInterval(-60)),
+            "accepted_at": ISO8601DateFormatter().string(from: acceptedAt),
             "sender": ["team_id": sender.teamID, "key_id": sender.keyID, "private_key_path": "sender.p8"],
             "recipient": ["team_id": recipient.teamID, "key_id": recipient.keyID, "private_key_path": "recipient.p8"],
         ]
@@ -194,7 +199,7 @@ final class FaultWorld: @unchecked Sendable {
         let process = try runProcessAsync(batonBinaryPath, ["serve", "--config", configuration, "--log-level", "warning"])
         serveBox.withLock { $0 = process }
         for _ in 0..<300 {
-            if let status = try? await HTTPProbe.status("GET", port: servePort, path: "/healthz"), status == 200 { return }
+            if await HTTPProbe.status("GET", port: servePort, path: "/healthz") == 200 { return }
             try await Task.sleep(for: .milliseconds(100))
         }
         let result = try await stopServe(signal: SIGKILL)
