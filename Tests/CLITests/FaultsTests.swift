@@ -232,7 +232,9 @@ extension FaultWorld {
                                                    : "ALTER DATABASE \(name) RESET default_transaction_read_only")
         }
         _ = try await offPool {
-            try TestDatabase.psql(server, "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE datname = '\(name)'")
+            // With a timeout, pg_terminate_backend waits until each session is gone (otherwise the service could
+            // still lend one that is about to die, and see a lost connection instead of the read-only error).
+            try TestDatabase.psql(server, "SELECT count(pg_terminate_backend(pid, 10000)) FROM pg_stat_activity WHERE datname = '\(name)'")
         }
     }
 }
