@@ -17,104 +17,101 @@ public struct AppleIDToken: Sendable, Equatable {
         case likelyReal = 2
     }
 
-    /// `iss`: the issuer (always `https://appleid.apple.com` once verified).
-    public let issuer: String
-    /// `sub`: the user's stable identifier for the team.
-    public let subject: String
-    /// `aud`: the audience (one or more client IDs); at least one is configured.
-    public let audience: [String]
-    /// `iat`: when the token was issued.
-    public let issuedAt: Date
-    /// `exp`: when the token expires.
-    public let expiresAt: Date
-    /// `nbf`: not valid before, when present.
-    public let notBefore: Date?
-    /// `nonce`, when present (the SHA-256 hex of the app's raw nonce in the native flow).
-    public let nonce: String?
-    /// `nonce_supported`, when present.
-    public let nonceSupported: Bool?
-    /// `email`, when shared (possibly a private relay address). Mask it before logging.
-    public let email: String?
-    /// `email_verified`, when present.
-    public let emailVerified: Bool?
-    /// `is_private_email`, when present.
-    public let isPrivateEmail: Bool?
-    /// `real_user_status`, when present.
-    public let realUserStatus: RealUserStatus?
-    /// `transfer_sub`: the transfer identifier, present during an app transfer's 60-day window.
-    public let transferSubject: String?
-    /// `c_hash`, when present.
-    public let codeHash: String?
-    /// `at_hash`, when present.
-    public let accessTokenHash: String?
-    /// `auth_time`, when present.
-    public let authTime: Date?
-    /// `org_id`, when present (Apple School and Business Manager accounts).
-    public let organizationID: String?
-    /// The `kid` of the key that signed the token.
-    public let keyID: String
     /// Every claim as sent, in order (for printing or for claims this type does not name).
     public let claims: JSONObject
+    /// The `kid` of the key that signed the token.
+    public let keyID: String
+    /// Where each named claim sits in `claims`; the properties below read through it.
+    private let fields: ClaimFields
 
-    /// Decodes the optional claims from `fields`, the required ones being passed in already checked.
-    init(claims: JSONObject, fields: ClaimFields, keyID: String, issuer: String, subject: String, audience: [String],
-         issuedAt: Date, expiresAt: Date, notBefore: Date?) throws {
+    /// Checks the types of the optional claims (the required ones having been checked by the verifier).
+    /// - Throws: ``VerificationError`` `.invalidClaim` for an optional claim of the wrong type or range.
+    init(claims: JSONObject, fields: ClaimFields, keyID: String) throws {
+        for name in [ClaimFields.Name.nonce, .email, .transferSub, .cHash, .atHash, .orgID] {
+            if let value = fields[name], value.stringValue == nil {
+                throw VerificationError(.invalidClaim, "'\(name.claim)' must be a string")
+            }
+        }
+        for name in [ClaimFields.Name.nonceSupported, .emailVerified, .isPrivateEmail] {
+            if let value = fields[name], Self.flag(value) == nil {
+                throw VerificationError(.invalidClaim, "'\(name.claim)' must be a Boolean")
+            }
+        }
+        if let value = fields[.realUserStatus], value.intValue.flatMap({ RealUserStatus(rawValue: Int($0)) }) == nil {
+            throw VerificationError(.invalidClaim, "'real_user_status' must be 0, 1 or 2")
+        }
+        if let value = fields[.authTime], (value.doubleValue ?? -1) < 0 {
+            throw VerificationError(.invalidClaim, "'auth_time' must be a non-negative NumericDate")
+        }
         self.claims = claims
+        self.fields = fields
         self.keyID = keyID
-        self.issuer = issuer
-        self.subject = subject
-        self.audience = audience
-        self.issuedAt = issuedAt
-        self.expiresAt = expiresAt
-        self.notBefore = notBefore
-        nonce = try Self.string(fields[.nonce], "nonce")
-        nonceSupported = try Self.flag(fields[.nonceSupported], "nonce_supported")
-        email = try Self.string(fields[.email], "email")
-        emailVerified = try Self.flag(fields[.emailVerified], "email_verified")
-        isPrivateEmail = try Self.flag(fields[.isPrivateEmail], "is_private_email")
-        if let raw = fields[.realUserStatus] {
-            guard let number = raw.intValue, let status = RealUserStatus(rawValue: Int(number)) else {
-                throw VerificationError(.invalidClaim, "'real_user_status' must be 0, 1 or 2")
-            }
-            realUserStatus = status
-        } else {
-            realUserStatus = nil
-        }
-        transferSubject = try Self.string(fields[.transferSub], "transfer_sub")
-        codeHash = try Self.string(fields[.cHash], "c_hash")
-        accessTokenHash = try Self.string(fields[.atHash], "at_hash")
-        organizationID = try Self.string(fields[.orgID], "org_id")
-        if let raw = fields[.authTime] {
-            guard case .number(let seconds) = raw, seconds >= 0 else {
-                throw VerificationError(.invalidClaim, "'auth_time' must be a non-negative NumericDate")
-            }
-            authTime = Date(timeIntervalSince1970: seconds)
-        } else {
-            authTime = nil
-        }
     }
 
-    private static func string(_ value: JSONValue?, _ name: String) throws -> String? {
-        guard let value else { return nil }
-        guard case .string(let text) = value else { throw VerificationError(.invalidClaim, "'\(name)' must be a string") }
-        return text
+    /// `iss`: the issuer (always `https://appleid.apple.com` once verified).
+    public var issuer: String { fields[.iss]?.stringValue ?? "" }
+    /// `sub`: the user's stable identifier for the team.
+    public var subject: String { fields[.sub]?.stringValue ?? "" }
+    /// `aud`: the audience (one or more client IDs); at least one is configured.
+    public var audience: [String] {
+        switch fields[.aud] {
+        case .string(let single)?: return [single]
+        case .array(let elements)?: return elements.compactMap(\.stringValue)
+        default: return []
+        }
+    }
+    /// `iat`: when the token was issued.
+    public var issuedAt: Date { date(.iat) ?? Date(timeIntervalSince1970: 0) }
+    /// `exp`: when the token expires.
+    public var expiresAt: Date { date(.exp) ?? Date(timeIntervalSince1970: 0) }
+    /// `nbf`: not valid before, when present.
+    public var notBefore: Date? { date(.nbf) }
+    /// `nonce`, when present (the SHA-256 hex of the app's raw nonce in the native flow).
+    public var nonce: String? { fields[.nonce]?.stringValue }
+    /// `nonce_supported`, when present.
+    public var nonceSupported: Bool? { fields[.nonceSupported].flatMap(Self.flag) }
+    /// `email`, when shared (possibly a private relay address). Mask it before logging.
+    public var email: String? { fields[.email]?.stringValue }
+    /// `email_verified`, when present.
+    public var emailVerified: Bool? { fields[.emailVerified].flatMap(Self.flag) }
+    /// `is_private_email`, when present.
+    public var isPrivateEmail: Bool? { fields[.isPrivateEmail].flatMap(Self.flag) }
+    /// `real_user_status`, when present.
+    public var realUserStatus: RealUserStatus? { fields[.realUserStatus]?.intValue.flatMap { RealUserStatus(rawValue: Int($0)) } }
+    /// `transfer_sub`: the transfer identifier, present during an app transfer's 60-day window.
+    public var transferSubject: String? { fields[.transferSub]?.stringValue }
+    /// `c_hash`, when present.
+    public var codeHash: String? { fields[.cHash]?.stringValue }
+    /// `at_hash`, when present.
+    public var accessTokenHash: String? { fields[.atHash]?.stringValue }
+    /// `auth_time`, when present.
+    public var authTime: Date? { date(.authTime) }
+    /// `org_id`, when present (Apple School and Business Manager accounts).
+    public var organizationID: String? { fields[.orgID]?.stringValue }
+
+    /// Tokens are equal when their claims and key IDs are.
+    public static func == (lhs: AppleIDToken, rhs: AppleIDToken) -> Bool {
+        lhs.claims == rhs.claims && lhs.keyID == rhs.keyID
+    }
+
+    private func date(_ name: ClaimFields.Name) -> Date? {
+        fields[name]?.doubleValue.map { Date(timeIntervalSince1970: $0) }
     }
 
     /// A Boolean claim: `true`/`false`, or the strings `"true"`/`"false"` as Apple sometimes sends.
-    private static func flag(_ value: JSONValue?, _ name: String) throws -> Bool? {
+    private static func flag(_ value: JSONValue) -> Bool? {
         switch value {
-        case nil: return nil
-        case .bool(let flag)?: return flag
-        case .string("true")?: return true
-        case .string("false")?: return false
-        default: throw VerificationError(.invalidClaim, "'\(name)' must be a Boolean")
+        case .bool(let flag): return flag
+        case .string("true"): return true
+        case .string("false"): return false
+        default: return nil
         }
     }
 }
 
 /// The claims Apple defines, located in a claims set in one pass (each member name is compared once);
 /// values are read from the members only when needed, so nothing is copied up front.
-struct ClaimFields {
+struct ClaimFields: Sendable {
     private let members: [JSONObject.Member]
     private var positions = InlineArray<17, Int>(repeating: -1)
 
@@ -122,6 +119,29 @@ struct ClaimFields {
     enum Name: Int, CaseIterable {
         case iss, sub, aud, iat, exp, nbf, nonce, email, cHash, orgID, atHash, authTime
         case transferSub, emailVerified, nonceSupported, isPrivateEmail, realUserStatus
+
+        /// The claim's name in the token.
+        var claim: String {
+            switch self {
+            case .iss: "iss"
+            case .sub: "sub"
+            case .aud: "aud"
+            case .iat: "iat"
+            case .exp: "exp"
+            case .nbf: "nbf"
+            case .nonce: "nonce"
+            case .email: "email"
+            case .cHash: "c_hash"
+            case .orgID: "org_id"
+            case .atHash: "at_hash"
+            case .authTime: "auth_time"
+            case .transferSub: "transfer_sub"
+            case .emailVerified: "email_verified"
+            case .nonceSupported: "nonce_supported"
+            case .isPrivateEmail: "is_private_email"
+            case .realUserStatus: "real_user_status"
+            }
+        }
     }
 
     init(_ claims: JSONObject) {

@@ -105,6 +105,14 @@ public struct IdentityTokenVerifier: Sendable {
         return try check(jws, kid: kid, key: key, nonce: nonce)
     }
 
+    /// Verifies `token` and returns its claims: the `String` form of the generic ``verify(_:nonce:)``.
+    /// - Throws: ``VerificationError`` with the reason of the first failed check.
+    public func verify(_ token: String, nonce: ExpectedNonce? = nil) async throws -> AppleIDToken {
+        let (jws, kid) = try parse(token)
+        let key = try await keys.key(withID: kid)
+        return try check(jws, kid: kid, key: key, nonce: nonce)
+    }
+
     /// Verifies `token` against a fixed key set, synchronously (no fetching).
     /// - Throws: ``VerificationError`` with the reason of the first failed check.
     public func verify(_ token: some StringProtocol, nonce: ExpectedNonce? = nil, keySet: JWKSet) throws -> AppleIDToken {
@@ -116,7 +124,7 @@ public struct IdentityTokenVerifier: Sendable {
     private func parse(_ token: some StringProtocol) throws -> (CompactJWS, String) {
         let jws: CompactJWS
         do {
-            jws = try CompactJWS.parse(token, maxLength: maxTokenLength)
+            jws = try CompactJWS.parse(String(token), maxLength: maxTokenLength)
         } catch let error as JOSEError {
             switch error.code {
             case .tooLarge: throw VerificationError(.tooLarge, "token longer than \(maxTokenLength) bytes")
@@ -149,22 +157,20 @@ public struct IdentityTokenVerifier: Sendable {
         guard let iss = fields[.iss] else { throw VerificationError(.missingClaim, "no 'iss'") }
         guard case .string(issuer) = iss else { throw VerificationError(.wrongIssuer, "'iss' is not \(issuer)") }
 
-        let audience: [String]
         switch fields[.aud] {
         case nil:
             throw VerificationError(.missingClaim, "no 'aud'")
         case .string(let single)?:
-            audience = [single]
+            guard clientIDs.contains(single) else { throw VerificationError(.wrongAudience, "'aud' names no configured client ID") }
         case .array(let elements)?:
-            audience = try elements.map {
-                guard case .string(let value) = $0 else { throw VerificationError(.invalidClaim, "'aud' must hold strings") }
-                return value
+            var named = false
+            for element in elements {
+                guard case .string(let value) = element else { throw VerificationError(.invalidClaim, "'aud' must hold strings") }
+                named = named || clientIDs.contains(value)
             }
+            guard named else { throw VerificationError(.wrongAudience, "'aud' names no configured client ID") }
         default:
             throw VerificationError(.invalidClaim, "'aud' must be a string or an array of strings")
-        }
-        guard audience.contains(where: clientIDs.contains) else {
-            throw VerificationError(.wrongAudience, "'aud' names no configured client ID")
         }
 
         let current = now().timeIntervalSince1970
@@ -192,11 +198,7 @@ public struct IdentityTokenVerifier: Sendable {
             guard constantTimeEqual(value, expected) else { throw VerificationError(.nonceMismatch, "'nonce' does not match") }
         }
 
-        return try AppleIDToken(
-            claims: claims, fields: fields, keyID: kid, issuer: issuer, subject: sub, audience: audience,
-            issuedAt: Date(timeIntervalSince1970: iat), expiresAt: Date(timeIntervalSince1970: exp),
-            notBefore: nbf.map { Date(timeIntervalSince1970: $0) }
-        )
+        return try AppleIDToken(claims: claims, fields: fields, keyID: kid)
     }
 
     /// A NumericDate claim in seconds; `nil` when absent and not required.

@@ -51,12 +51,7 @@ public struct LegacyStore: BatonStore {
     /// The record whose subject column equals `sub`, with the state `baton.subjects` holds for it; one statement.
     /// - Throws: ``PostgresError``.
     public func lookupForSignIn(subject sub: String) async throws -> SubjectMatch? {
-        let l = legacy
-        let rows = try await pool.query("""
-            SELECT u.\(l.keyColumn)::text, u.\(l.emailColumn)::text, s.state
-            FROM \(l.table) AS u LEFT JOIN baton.subjects AS s ON s.sub = \(sub)
-            WHERE u.\(l.subjectColumn) = \(sub) LIMIT 1
-            """)
+        let rows = try await pool.query(lookupQuery(subject: sub))
         guard let row = rows.first else { return nil }
         let state = try row.decode(String?.self, at: 2).flatMap(SubjectState.init(rawValue:))
         return SubjectMatch(user: LegacyUser(key: try row.decode(String.self, at: 0), subject: sub,
@@ -67,19 +62,31 @@ public struct LegacyStore: BatonStore {
     /// table's transfer column when the configuration names one; nil when neither knows it.
     /// - Throws: ``PostgresError``.
     public func oldSubject(forTransferSubject transferSub: String) async throws -> String? {
+        try await pool.query(transferLookupQuery(transferSub: transferSub)).first?.decode(String.self, at: 0)
+    }
+
+    /// The statement of ``lookupForSignIn(subject:)`` (also the SQL `baton bench signin` gives pgbench).
+    public func lookupQuery(subject sub: String) -> PostgresQuery {
         let l = legacy
-        let query: PostgresQuery
-        if let column = l.transferColumn {
-            query = """
-                SELECT old_sub FROM baton.transfers WHERE transfer_sub = \(transferSub)
-                UNION ALL
-                SELECT \(l.subjectColumn)::text FROM \(l.table) WHERE \(column) = \(transferSub) AND \(l.subjectColumn) IS NOT NULL
-                LIMIT 1
-                """
-        } else {
-            query = "SELECT old_sub FROM baton.transfers WHERE transfer_sub = \(transferSub)"
+        return """
+            SELECT u.\(l.keyColumn)::text, u.\(l.emailColumn)::text, s.state
+            FROM \(l.table) AS u LEFT JOIN baton.subjects AS s ON s.sub = \(sub)
+            WHERE u.\(l.subjectColumn) = \(sub) LIMIT 1
+            """
+    }
+
+    /// The statement of ``oldSubject(forTransferSubject:)`` (also the SQL `baton bench signin` gives pgbench).
+    public func transferLookupQuery(transferSub: String) -> PostgresQuery {
+        let l = legacy
+        guard let column = l.transferColumn else {
+            return "SELECT old_sub FROM baton.transfers WHERE transfer_sub = \(transferSub)"
         }
-        return try await pool.query(query).first?.decode(String.self, at: 0)
+        return """
+            SELECT old_sub FROM baton.transfers WHERE transfer_sub = \(transferSub)
+            UNION ALL
+            SELECT \(l.subjectColumn)::text FROM \(l.table) WHERE \(column) = \(transferSub) AND \(l.subjectColumn) IS NOT NULL
+            LIMIT 1
+            """
     }
 
     // MARK: - Migration

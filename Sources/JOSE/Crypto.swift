@@ -1,5 +1,6 @@
 // The only file of JOSE that touches OpenSSL: key objects and the RS256 / ES256 primitives.
 internal import COpenSSL
+import Synchronization
 
 // MARK: - Helpers
 
@@ -178,11 +179,19 @@ extension String {
 
 // MARK: - RSA
 
+/// An `EVP_PKEY_CTX` ready for RS256 verification, as kept in a key's pool.
+// @unchecked Sendable: a context in the pool is owned by the pool; a thread that takes one uses it alone
+// until it returns it or frees it.
+private struct VerifyContext: @unchecked Sendable {
+    let pointer: OpaquePointer
+}
+
 /// An RSA public key for RS256 (RSASSA-PKCS1-v1_5 with SHA-256), held as an OpenSSL `EVP_PKEY`.
 ///
 /// Policy, applied at construction: the modulus is 2048 to 8192 bits and the public exponent is 65537.
 // @unchecked Sendable: the EVP_PKEY is never modified after init, and OpenSSL 3 allows concurrent
-// read-only use of one key from several threads; deinit frees it once no reference remains.
+// read-only use of one key from several threads; each pooled EVP_PKEY_CTX is used by one thread at a
+// time (taken from and returned to the Mutex-guarded pool); deinit frees them all once no reference remains.
 public final class RSAPublicKey: @unchecked Sendable, Equatable {
     let key: OpaquePointer
     /// The modulus, big-endian, without leading zero bytes.
@@ -193,6 +202,11 @@ public final class RSAPublicKey: @unchecked Sendable, Equatable {
     public let modulusBits: Int
     /// The size of a signature in bytes (the modulus length).
     public let signatureLength: Int
+    /// Verification contexts (`EVP_PKEY_CTX` set up for PKCS#1 v1.5 with SHA-256 on this key), lent to one
+    /// thread at a time so each verification skips OpenSSL's per-call context setup and algorithm lookups.
+    private let contexts = Mutex<[VerifyContext]>([])
+    /// The most contexts kept for reuse (one per concurrently verifying thread is enough).
+    private static let maxPooledContexts = 64
 
     /// Creates a key from big-endian modulus and exponent bytes (leading zeros allowed).
     /// - Throws: ``JOSEError`` `.keyPolicy` for a modulus outside 2048–8192 bits or an exponent other
@@ -216,16 +230,79 @@ public final class RSAPublicKey: @unchecked Sendable, Equatable {
         self.signatureLength = modulus.count
     }
 
-    deinit { EVP_PKEY_free(key) }
+    deinit {
+        contexts.withLock { pooled in
+            for context in pooled { EVP_PKEY_CTX_free(context.pointer) }
+        }
+        EVP_PKEY_free(key)
+    }
 
     /// Whether `signature` is a valid RS256 signature of `message`.
     ///
     /// The signature must be exactly as long as the modulus; OpenSSL also rejects a value not below it.
+    /// SHA-256 of the message, then `EVP_PKEY_verify` (PKCS#1 v1.5, DigestInfo for SHA-256) on a pooled context.
     public func verifyRS256(signature: [UInt8], message: some Collection<UInt8>) -> Bool {
         guard signature.count == signatureLength else { return false }
         return signature.withUnsafeBufferPointer { signature in
-            withBytes(message) { digestVerify(key, signature: signature, message: $0) }
+            withBytes(message) { pooledVerify(signature: signature, message: $0) }
         }
+    }
+
+    /// Whether `signature` is a valid RS256 signature of `message`: the byte-array form of the generic
+    /// method above, without generic dispatch.
+    public func verifyRS256(signature: [UInt8], message: [UInt8]) -> Bool {
+        guard signature.count == signatureLength else { return false }
+        return signature.withUnsafeBufferPointer { signature in
+            message.withUnsafeBufferPointer { pooledVerify(signature: signature, message: $0) }
+        }
+    }
+
+    /// The verification primitive behind ``verifyRS256(signature:message:)-([UInt8],[UInt8])`` without its
+    /// length check: a baseline for `baton bench verify`.
+    @_spi(Benchmark)
+    public func primitiveVerifyRS256(signature: [UInt8], message: [UInt8]) -> Bool {
+        signature.withUnsafeBufferPointer { signature in
+            message.withUnsafeBufferPointer { pooledVerify(signature: signature, message: $0) }
+        }
+    }
+
+    private func pooledVerify(signature: UnsafeBufferPointer<UInt8>, message: UnsafeBufferPointer<UInt8>) -> Bool {
+        var digest: (UInt64, UInt64, UInt64, UInt64) = (0, 0, 0, 0)
+        return withUnsafeMutableBytes(of: &digest) { digestBytes -> Bool in
+            let digestPointer = digestBytes.baseAddress!.assumingMemoryBound(to: UInt8.self)
+            guard SHA256(message.baseAddress, message.count, digestPointer) != nil,
+                  let context = contexts.withLock({ $0.popLast()?.pointer }) ?? makeVerifyContext() else { return false }
+            let result = EVP_PKEY_verify(context, signature.baseAddress, signature.count, digestPointer, 32)
+            guard result == 1 else {
+                // A context that saw a failure is not reused: start the next verification from a clean one.
+                ERR_clear_error()
+                EVP_PKEY_CTX_free(context)
+                return false
+            }
+            let kept = contexts.withLock { pooled -> Bool in
+                guard pooled.count < Self.maxPooledContexts else { return false }
+                pooled.append(VerifyContext(pointer: context))
+                return true
+            }
+            if !kept { EVP_PKEY_CTX_free(context) }
+            return true
+        }
+    }
+
+    /// A context set up for RS256 verification with this key, or `nil` if OpenSSL refuses.
+    private func makeVerifyContext() -> OpaquePointer? {
+        guard let context = EVP_PKEY_CTX_new_from_pkey(nil, key, nil) else {
+            ERR_clear_error()
+            return nil
+        }
+        guard EVP_PKEY_verify_init(context) == 1,
+              EVP_PKEY_CTX_set_rsa_padding(context, RSA_PKCS1_PADDING) == 1,
+              EVP_PKEY_CTX_set_signature_md(context, EVP_sha256()) == 1 else {
+            ERR_clear_error()
+            EVP_PKEY_CTX_free(context)
+            return nil
+        }
+        return context
     }
 
     /// The bare OpenSSL verification (`EVP_DigestVerifyInit` + `EVP_DigestVerify` with this key), without

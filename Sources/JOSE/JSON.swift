@@ -18,6 +18,21 @@ public enum JSON {
         return try copy.withUnsafeBufferPointer { try parse(buffer: $0, maxDepth: maxDepth) }
     }
 
+    /// Parses one JSON text from a byte array; the same as the generic ``parse(_:maxDepth:)``.
+    /// - Throws: ``JOSEError`` with code `.invalidJSON`, `.tooDeep` or `.duplicateMember`.
+    public static func parse(_ bytes: [UInt8], maxDepth: Int = 16) throws -> JSONValue {
+        try bytes.withUnsafeBufferPointer { try parse(buffer: $0, maxDepth: maxDepth) }
+    }
+
+    /// Parses one JSON text from a byte array that must be an object; the same as the generic ``parseObject(_:maxDepth:)``.
+    /// - Throws: ``JOSEError`` with code `.unexpectedJSON`, or any code of ``parse(_:maxDepth:)``.
+    public static func parseObject(_ bytes: [UInt8], maxDepth: Int = 16) throws -> JSONObject {
+        guard case .object(let object) = try parse(bytes, maxDepth: maxDepth) else {
+            throw JOSEError(.unexpectedJSON, "expected a JSON object")
+        }
+        return object
+    }
+
     /// Parses one JSON text that must be an object (a JWS header or JWT claims set).
     /// - Throws: ``JOSEError`` with code `.unexpectedJSON` when the value is not an object, or any code of ``parse(_:maxDepth:)``.
     public static func parseObject(_ bytes: some Collection<UInt8>, maxDepth: Int = 16) throws -> JSONObject {

@@ -74,6 +74,14 @@ public struct CompactJWS: Sendable {
         return try Array(utf8).withUnsafeBufferPointer { try parse(bytes: $0) }
     }
 
+    /// Parses a compact JWS held in a `String`: the same as the generic ``parse(_:maxLength:)``, without
+    /// generic dispatch on the verification hot path.
+    public static func parse(_ token: String, maxLength: Int = defaultMaxLength) throws -> CompactJWS {
+        guard token.utf8.count <= maxLength else { throw JOSEError(.tooLarge, "token longer than \(maxLength) bytes") }
+        var token = token
+        return try token.withUTF8 { try parse(bytes: $0) }
+    }
+
     private static func parse(bytes: UnsafeBufferPointer<UInt8>) throws -> CompactJWS {
         guard let firstDot = nextDot(in: bytes, from: 0),
               let secondDot = nextDot(in: bytes, from: firstDot + 1),

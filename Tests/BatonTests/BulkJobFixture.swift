@@ -29,7 +29,7 @@ struct BulkJobFixture {
             try emulator.initiateTransfer(clientID: clientID, toTeamID: recipient.teamID)
             let transfers = try emulator.transferIdentifiers(clientID: clientID)
             let acceptedAt = accept ? try emulator.acceptTransfer(clientID: clientID) : nil
-            let database = try await StoreFixture("bulk", poolSize: 12)
+            let database = try await StoreFixture("bulk", poolSize: 5)
             try await database.pool.withConnection { connection in
                 try await connection.execute("""
                     INSERT INTO public.users (apple_sub, email)
@@ -53,10 +53,13 @@ struct BulkJobFixture {
     }
 
     /// A client for `team` with the job's settings (no internal retries: the job sees every 429).
+    /// Its clock is the emulator's, so secrets and tokens follow the emulator's time when a test moves it.
     func client(_ team: TeamCredentials, connections: Int = 8) throws -> AppleClient {
         let secret = try ClientSecret(teamID: team.teamID, keyID: team.keyID, clientID: BulkJobFixture.clientID, pem: team.privateKeyPEM)
+        let emulator = self.emulator
         return AppleClient(baseURL: emulator.baseURL, credentials: secret,
-                           options: AppleClient.Options(requestTimeout: 10, retry: RetryPolicy(maxAttempts: 1), maxConnectionsPerHost: connections))
+                           options: AppleClient.Options(requestTimeout: 10, retry: RetryPolicy(maxAttempts: 1), maxConnectionsPerHost: connections),
+                           now: { emulator.now })
     }
 
     /// An exchange job over this fixture's database (its own pool when `pool` is given, for "other processes").

@@ -7,7 +7,7 @@ import Synchronization
 import TestSupport
 import Testing
 
-@Suite("Bulk jobs against the emulator and PostgreSQL")
+@Suite("Bulk jobs against the emulator and PostgreSQL", .serialized)
 struct BulkJobTests {
     @Test("the exchange migrates every pending user once, with one event each and method exchange")
     func exchangesEveryone() async throws {
@@ -28,15 +28,16 @@ struct BulkJobTests {
 
     @Test("a storm of 429s: the job waits as told, lowers its rate, and still migrates everyone")
     func rateLimitStorm() async throws {
-        try await BulkJobFixture.run(users: 40) { fixture in
-            try fixture.emulator.setFaults(EmulatorFaults(rateLimitPerSecond: 20))
-            let job = try fixture.exchangeJob(options: BulkJobOptions(workers: 8, rate: 200))
+        try await BulkJobFixture.run(users: 30) { fixture in
+            // Apple allows 5/s (a bucket of 5); the job starts at 200/s.
+            try fixture.emulator.setFaults(EmulatorFaults(rateLimitPerSecond: 5))
+            let job = try fixture.exchangeJob(options: BulkJobOptions(workers: 4, rate: 200))
             let summary = await job.run()
             #expect(summary.stopReason == nil)
-            #expect(summary.counts.succeeded == 40)
+            #expect(summary.counts.succeeded == 30)
             #expect(summary.counts.rateLimited > 0)
             #expect(summary.finalRate < 200)
-            #expect(try fixture.count("SELECT count(*) FROM baton.events WHERE kind = 'migrated'") == 40)
+            #expect(try fixture.count("SELECT count(*) FROM baton.events WHERE kind = 'migrated'") == 30)
         }
     }
 
@@ -100,7 +101,7 @@ struct BulkJobTests {
             }
             let summary = await job.run()
             try await watcher.value
-            #expect(summary.stopReason?.code == .windowClosed)
+            #expect(summary.stopReason?.code == .windowClosed, "\(String(describing: summary.stopReason))")
             #expect(summary.counts.succeeded >= 10 && summary.counts.succeeded < 40)
             #expect(summary.remaining == 40 - summary.counts.succeeded)
             #expect(try fixture.count("SELECT count(*) FROM baton.transfers WHERE state = 'unresolvable'") == 0)
@@ -111,7 +112,7 @@ struct BulkJobTests {
     @Test("three jobs at once, each with its own pool (as three processes): no user exchanged twice")
     func threeConcurrentJobs() async throws {
         try await BulkJobFixture.run(users: 90) { fixture in
-            let pools = (0..<3).map { _ in PostgresPool(url: fixture.database.url, maxConnections: 4) }
+            let pools = (0..<3).map { _ in PostgresPool(url: fixture.database.url, maxConnections: 3) }
             let jobs = try pools.map { try fixture.exchangeJob(options: BulkJobOptions(workers: 3, rate: 20), pool: $0) }
             let summaries = await withTaskGroup(of: BulkJobSummary.self) { group in
                 for job in jobs { group.addTask { await job.run() } }
@@ -202,5 +203,57 @@ struct BulkJobTests {
                 _ = try TransferIdentifierStep(client: try fixture.client(fixture.sender), targetTeamID: fixture.sender.teamID, queue: queue)
             }
         }
+    }
+}
+
+@Suite("Legacy walk and queue", .serialized)
+struct LegacySeederTests {
+    @Test("text keys, keyset pages, a transfer column's values kept, subjects already migrated skipped")
+    func textKeys() async throws {
+        let database = try await StoreFixture("seeder", poolSize: 2)
+        defer { Task { await database.pool.close() } }
+        try await database.pool.withConnection { connection in
+            try await connection.executeScript(unsafeSQL: """
+                CREATE TABLE public.accounts (handle text PRIMARY KEY, sub text, mail text, tsub text);
+                INSERT INTO public.accounts SELECT 'user-' || lpad(i::text, 3, '0'), 'old.' || i, NULL, CASE WHEN i % 5 = 0 THEN 'ts.' || i END
+                FROM generate_series(1, 23) AS i;
+                INSERT INTO public.accounts VALUES ('user-nosub', NULL, NULL, NULL), ('user-new', 'new.1', NULL, NULL);
+                INSERT INTO baton.transfers (old_sub, transfer_sub, new_sub, state, method, migrated_at)
+                VALUES ('old.gone', 'ts.gone', 'new.1', 'migrated', 'signin', now());
+                """)
+        }
+        let legacy = try BatonConfiguration.Legacy(table: "public.accounts", keyColumn: "handle", subjectColumn: "sub", emailColumn: "mail", transferColumn: "tsub").identifiers()
+        let seeder = LegacySeeder(pool: database.pool, legacy: legacy, pageSize: 4)
+        let preview = try await seeder.preview(sample: 2)
+        #expect(preview.count == 19)
+        #expect(preview.sample == ["old.1", "old.2"])
+        #expect(try await seeder.seed() == 23)
+        #expect(try database.count("SELECT count(*) FROM baton.transfers WHERE transfer_sub LIKE 'ts.%' AND old_sub <> 'old.gone'") == 4)
+        #expect(try database.count("SELECT count(*) FROM baton.transfers WHERE old_sub = 'new.1'") == 0)
+        #expect(try await TransferQueue(pool: database.pool, kind: .transferIdentifiers).pendingCount() == 19)
+        #expect(try await seeder.preview().count == 19)
+    }
+
+    @Test("claims never overlap, a failed attempt is deferred then failed after its last attempt, and retry-failed resets it")
+    func queueLifecycle() async throws {
+        let database = try await StoreFixture("queue", poolSize: 2)
+        defer { Task { await database.pool.close() } }
+        for i in 0..<10 { try await database.addTransfer(oldSub: "o.\(i)", transferSub: "t.\(i)") }
+        let a = TransferQueue(pool: database.pool, kind: .exchange, owner: "a", maxAttempts: 2, retryBaseSeconds: 0)
+        let b = TransferQueue(pool: database.pool, kind: .exchange, owner: "b", maxAttempts: 2, retryBaseSeconds: 0)
+        let first = try await a.claim(limit: 6)
+        let second = try await b.claim(limit: 6)
+        #expect(first.count == 6 && second.count == 4)
+        #expect(Set(first.map(\.oldSub)).isDisjoint(with: second.map(\.oldSub)))
+        #expect(try await a.claim(limit: 6).isEmpty)
+        #expect(try await a.postpone(first[0], reason: "serverError (HTTP 503)") == false)
+        let again = try await a.claim(limit: 1)
+        #expect(again.map(\.oldSub) == [first[0].oldSub] && again[0].attempts == 1)
+        #expect(try await a.postpone(again[0], reason: "timeout") == true)
+        #expect(try TestDatabase.psql(database.url, "SELECT state || ' ' || attempts || ' ' || last_error FROM baton.transfers WHERE old_sub = '\(first[0].oldSub)'") == "failed 2 timeout")
+        try await a.release(Array(first.dropFirst()))
+        #expect(try await b.claim(limit: 10).count == 5)
+        #expect(try await a.retryFailed() == 1)
+        #expect(try await a.claim(limit: 10).map(\.oldSub) == [first[0].oldSub])
     }
 }

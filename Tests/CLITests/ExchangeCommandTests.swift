@@ -86,7 +86,7 @@ func waitOffPool(_ process: RunningProcess, timeout: TimeInterval = 120) async t
     }
 }
 
-@Suite("baton exchange")
+@Suite("baton exchange", .serialized)
 struct ExchangeCommandTests {
     @Test("kill -9 in the middle of a run, then a rerun: every user migrated exactly once")
     func killAndRerun() async throws {
@@ -176,7 +176,7 @@ struct ExchangeCommandTests {
     }
 }
 
-@Suite("baton transfer-ids")
+@Suite("baton transfer-ids", .serialized)
 struct TransferIDsCommandTests {
     @Test("refuses the sending team as target")
     func refusesOwnTeam() async throws {
@@ -200,6 +200,18 @@ struct TransferIDsCommandTests {
         }
     }
 
+    @Test("--dry-run shows the target and the count and writes nothing")
+    func dryRun() async throws {
+        try await BulkCLIFixture.run(users: 4, accept: false, seed: false) { fixture in
+            let result = try await runBatonOffPool(["transfer-ids", "--config", try fixture.configuration(), "--dry-run"])
+            #expect(result.status == 0, "\(result.stderr)")
+            #expect(result.stdout.contains("4 users need a transfer identifier"))
+            #expect(result.stdout.contains("dry run: 4 users pending"))
+            #expect(try fixture.count("SELECT count(*) FROM baton.transfers") == 0)
+            #expect(fixture.emulator.stats()["/auth/usermigrationinfo"].calls == 0)
+        }
+    }
+
     @Test("with --yes: a transfer identifier for every legacy user, for the recipient's team; a rerun does nothing")
     func createsIdentifiers() async throws {
         try await BulkCLIFixture.run(users: 12, accept: false, seed: false) { fixture in
@@ -218,7 +230,7 @@ struct TransferIDsCommandTests {
     }
 }
 
-@Suite("baton import transfers")
+@Suite("baton import transfers", .serialized)
 struct ImportCommandTests {
     @Test("bad lines are reported with their numbers and reasons, the rest loaded once; a re-import changes nothing")
     func badLines() async throws {

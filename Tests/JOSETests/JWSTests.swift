@@ -169,4 +169,29 @@ struct JWSTests {
         #expect(!Self.rsa.publicKey.verifyRS256(signature: [], message: message))
         #expect(Digest.sha256Hex(Array("abc".utf8)) == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad")
     }
+
+    @Test("One key verifies correctly from many threads at once, good and bad signatures interleaved")
+    func concurrentVerification() async throws {
+        let key = Self.rsa.publicKey
+        let messages = (0..<8).map { Array("message \($0)".utf8) }
+        let signatures = try messages.map { try Self.rsa.signRS256($0) }
+        let results = await withTaskGroup(of: Bool.self) { group in
+            for task in 0..<16 {
+                group.addTask {
+                    var correct = true
+                    for round in 0..<200 {
+                        let index = (task + round) % messages.count
+                        let genuine = key.verifyRS256(signature: signatures[index], message: messages[index])
+                        let forged = key.verifyRS256(signature: signatures[(index + 1) % messages.count], message: messages[index])
+                        correct = correct && genuine && !forged
+                    }
+                    return correct
+                }
+            }
+            var all: [Bool] = []
+            for await result in group { all.append(result) }
+            return all
+        }
+        #expect(results.count == 16 && results.allSatisfy { $0 })
+    }
 }

@@ -263,6 +263,12 @@ public final class BulkJob: Sendable {
                     await recordUnresolvable(item, reason: reason)
                     return
                 case .fatal:
+                    // After the window the sender no longer owns the app: invalid_client is the window too.
+                    guard windowAllows(now()) else {
+                        stop(windowClosedError())
+                        try? await queue.release([item])
+                        return
+                    }
                     let detail = (error as? AppleClientError).map { "\($0.description)\n\($0.explanation)" } ?? "\(error)"
                     stop(BulkJobError(.stopped, "stopped: \(detail)"))
                     try? await queue.release([item])

@@ -45,6 +45,22 @@ public struct LegacySeeder: Sendable {
         }
     }
 
+    /// Legacy users who still need a transfer identifier (no row yet, or a pending row without one), and the
+    /// subjects of the first `sample` of them in key order. Reads only: for the confirmation and `--dry-run`.
+    public func preview(sample: Int = 3) async throws -> (count: Int, sample: [String]) {
+        let l = legacy
+        let transferCondition = l.transferColumn.map { "AND u.\($0.quoted) IS NULL" } ?? ""
+        let needing = """
+            FROM \(l.table.quoted) u LEFT JOIN baton.transfers t ON t.old_sub = u.\(l.subjectColumn.quoted)::text
+            WHERE u.\(l.subjectColumn.quoted) IS NOT NULL AND u.\(l.subjectColumn.quoted)::text <> '' \(transferCondition)
+              AND (t.old_sub IS NULL OR (t.state = 'pending' AND t.transfer_sub IS NULL))
+              AND NOT EXISTS (SELECT 1 FROM baton.transfers m WHERE m.new_sub = u.\(l.subjectColumn.quoted)::text)
+            """
+        let count = try await pool.query("SELECT count(*) \(unsafeRaw: needing)")[0].decode(Int.self, at: 0)
+        let rows = try await pool.query("SELECT u.\(l.subjectColumn)::text \(unsafeRaw: needing) ORDER BY u.\(l.keyColumn) LIMIT \(max(0, sample))")
+        return (count, try rows.map { try $0.decode(String.self, at: 0) })
+    }
+
     /// Inserts the page's users that have a subject and are not already known (as old or new identifier), and
     /// returns the page's last key (as text) and the rows added.
     private static let insertAndReport = """

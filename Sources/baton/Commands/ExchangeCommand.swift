@@ -84,11 +84,32 @@ func runBulkCommand(_ arguments: [String], side: BatonConfiguration.TransferSide
         targetTeamID = target
         let legacy: BatonConfiguration.LegacyIdentifiers
         do { legacy = try configuration.legacy.identifiers() } catch let error as ConfigurationError { throw CommandFailure.usage("\(error)") }
-        do {
-            let added = try await LegacySeeder(pool: pool, legacy: legacy).seed()
-            if added > 0 { logger.info("legacy users queued", ["added": String(added)]) }
-        } catch let error as PostgresError {
-            throw CommandFailure.failed("baton \(name): cannot walk the legacy table: \(error)")
+        let seeder = LegacySeeder(pool: pool, legacy: legacy)
+        let preview: (count: Int, sample: [String])
+        do { preview = try await seeder.preview() } catch let error as PostgresError {
+            throw CommandFailure.failed("baton \(name): cannot read the legacy table: \(error)")
+        }
+        print("target team: \(target) (the recipient); sending team: \(sender.teamID); client ID: \(transfer.clientID)")
+        print("\(preview.count) users need a transfer identifier; for example: \(preview.sample.isEmpty ? "none" : preview.sample.joined(separator: ", "))")
+        if preview.count > 0, !parsed.flag("dry-run"), !parsed.flag("yes") {
+            guard isatty(STDIN_FILENO) == 1 else {
+                throw CommandFailure.usage("confirm the target team with --yes (standard input is not a terminal)")
+            }
+            print("Create transfer identifiers for team \(target)? Type the team ID to confirm: ", terminator: "")
+            let answer = await withCheckedContinuation { continuation in
+                DispatchQueue.global().async { continuation.resume(returning: readLine()) }
+            }
+            guard answer?.trimmingCharacters(in: .whitespaces) == target else {
+                throw CommandFailure.rejected("not confirmed; nothing was done")
+            }
+        }
+        if !parsed.flag("dry-run") {
+            do {
+                let added = try await seeder.seed()
+                if added > 0 { logger.info("legacy users queued", ["added": String(added)]) }
+            } catch let error as PostgresError {
+                throw CommandFailure.failed("baton \(name): cannot walk the legacy table: \(error)")
+            }
         }
     }
 
@@ -96,25 +117,9 @@ func runBulkCommand(_ arguments: [String], side: BatonConfiguration.TransferSide
         let reset = try await queue.retryFailed()
         if reset > 0 { printError("\(reset) failed rows made pending again") }
     }
-    let pending: Int
+    var pending: Int
     do { pending = try await queue.pendingCount() } catch let error as PostgresError {
         throw CommandFailure.failed("baton \(name): \(error)")
-    }
-
-    if side == .sender {
-        let sample = try await pool.query("SELECT old_sub FROM baton.transfers WHERE state = 'pending' AND transfer_sub IS NULL ORDER BY old_sub LIMIT 3")
-        let subs = try sample.map { try $0.decode(String.self, at: 0) }
-        print("target team: \(targetTeamID) (the recipient); sending team: \(transfer.sender!.teamID); client ID: \(transfer.clientID)")
-        print("\(pending) users need a transfer identifier; for example: \(subs.isEmpty ? "none" : subs.joined(separator: ", "))")
-        if pending > 0, !parsed.flag("dry-run"), !parsed.flag("yes") {
-            guard isatty(STDIN_FILENO) == 1 else {
-                throw CommandFailure.usage("confirm the target team with --yes (standard input is not a terminal)")
-            }
-            print("Create transfer identifiers for team \(targetTeamID)? Type the team ID to confirm: ", terminator: "")
-            guard readLine()?.trimmingCharacters(in: .whitespaces) == targetTeamID else {
-                throw CommandFailure.rejected("not confirmed; nothing was done")
-            }
-        }
     }
 
     let options = AppleClient.Options(retry: RetryPolicy(maxAttempts: 1), maxConnectionsPerHost: workers)
@@ -128,6 +133,7 @@ func runBulkCommand(_ arguments: [String], side: BatonConfiguration.TransferSide
     }
 
     if parsed.flag("dry-run") {
+        if side == .sender { pending = try await LegacySeeder(pool: pool, legacy: try configuration.legacy.identifiers()).preview(sample: 0).count }
         do {
             _ = try await client.accessToken()
         } catch let error as AppleClientError {
@@ -161,7 +167,11 @@ func printSummary(_ name: String, _ summary: BulkJobSummary) {
     print("\(name): done \(counts.succeeded), already done \(counts.alreadyDone), unresolvable \(counts.unresolvable), failed \(counts.failed), remaining \(summary.remaining); \(counts.requests) requests in \(String(format: "%.1f", summary.elapsed)) s (\(String(format: "%.1f", perSecond))/s), \(counts.rateLimited) rate-limited")
     if let reason = summary.stopReason {
         printError("baton \(name): \(reason)")
-        printError("\(summary.remaining) users were left pending; rerun to continue")
+        if reason.code == .windowClosed {
+            printError("\(summary.remaining) users were left pending and can no longer be exchanged")
+        } else {
+            printError("\(summary.remaining) users were left pending; rerun to continue")
+        }
     }
 }
 

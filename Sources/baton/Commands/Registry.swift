@@ -5,9 +5,10 @@ let commands: [Command] = [
     dbCommand,
     doctorCommand,
     emulatorCommand,
-    serveCommand,
     importCommand,
     transferIDsCommand,
     exchangeCommand,
+    serveCommand,
     benchCommand,
+    reportCommand,
 ]

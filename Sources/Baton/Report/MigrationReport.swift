@@ -1,0 +1,291 @@
+import Foundation
+
+/// The correlation report: where a transfer's users stand, how they moved, and whether the rest will make
+/// it before the 60-day window closes.
+///
+/// Built by ``ReportBuilder`` from aggregate queries; rendered by ``renderTable()``, ``renderCSV()``,
+/// ``renderJSON()`` and ``renderHTML()``. Encodes to JSON with snake_case keys and ISO 8601 dates (the shape
+/// of `GET /v1/report`).
+public struct MigrationReport: Sendable, Equatable, Codable {
+    /// The instant the report describes (the builder's injected clock).
+    public var generatedAt: Date
+    /// The 60-day window after the recipient accepted the transfer.
+    public var window: Window
+    /// Users by state.
+    public var totals: Totals
+    /// Users by how they were carried over (and, for those not migrated, the method last tried).
+    public var methods: [MethodOutcome]
+    /// Migrations per UTC day, by method, from the first day with a migration (or the acceptance day) to today.
+    public var perDay: [DayCount]
+    /// The current pace and where it leads.
+    public var projection: Projection
+    /// Why users are failed, unresolvable or still retrying, most frequent first.
+    public var failures: Failures
+    /// Users not migrated: the list for a re-sign-in campaign (possibly one page of it).
+    public var unresolved: UnresolvedList
+
+    /// Creates a report from its parts.
+    public init(
+        generatedAt: Date,
+        window: Window,
+        totals: Totals,
+        methods: [MethodOutcome],
+        perDay: [DayCount],
+        projection: Projection,
+        failures: Failures,
+        unresolved: UnresolvedList
+    ) {
+        self.generatedAt = generatedAt
+        self.window = window
+        self.totals = totals
+        self.methods = methods
+        self.perDay = perDay
+        self.projection = projection
+        self.failures = failures
+        self.unresolved = unresolved
+    }
+
+    /// The 60-day window.
+    public struct Window: Sendable, Equatable, Codable {
+        /// When the recipient accepted the transfer; nil when not configured (no window figures then).
+        public var acceptedAt: Date?
+        /// `acceptedAt` + 60 days.
+        public var endsAt: Date?
+        /// Whole days elapsed since acceptance (rounded down, 0 before it).
+        public var daysElapsed: Int?
+        /// Whole days left until ``endsAt`` (rounded down, 0 once closed).
+        public var daysLeft: Int?
+        /// Whether the window has closed: transfer identifiers can no longer be exchanged.
+        public var closed: Bool
+
+        /// Creates the window figures for `acceptedAt` at `now`.
+        public init(acceptedAt: Date?, now: Date) {
+            self.acceptedAt = acceptedAt
+            guard let acceptedAt else {
+                endsAt = nil
+                daysElapsed = nil
+                daysLeft = nil
+                closed = false
+                return
+            }
+            let end = acceptedAt.addingTimeInterval(BatonConfiguration.Transfer.window)
+            endsAt = end
+            daysElapsed = max(0, Int((now.timeIntervalSince(acceptedAt) / 86_400).rounded(.down)))
+            daysLeft = max(0, Int((end.timeIntervalSince(now) / 86_400).rounded(.down)))
+            closed = now >= end
+        }
+    }
+
+    /// Counts by state.
+    public struct Totals: Sendable, Equatable, Codable {
+        /// Every user in `baton.transfers`.
+        public var total: Int
+        /// Carried over to the recipient team's identifier.
+        public var migrated: Int
+        /// Not yet carried over; sign-in or the exchange may still do it.
+        public var pending: Int
+        /// The last attempt failed with an error that stops retries.
+        public var failed: Int
+        /// Apple cannot resolve the user (no transfer identifier, or the exchange found nobody).
+        public var unresolvable: Int
+
+        /// Creates totals; ``total`` is their sum.
+        public init(migrated: Int, pending: Int, failed: Int, unresolvable: Int) {
+            self.migrated = migrated
+            self.pending = pending
+            self.failed = failed
+            self.unresolvable = unresolvable
+            total = migrated + pending + failed + unresolvable
+        }
+
+        /// Users not migrated: pending, failed and unresolvable.
+        public var unresolved: Int { pending + failed + unresolvable }
+
+        /// The migrated share, 0...1 (0 for an empty table).
+        public var migratedFraction: Double { total == 0 ? 0 : Double(migrated) / Double(total) }
+    }
+
+    /// How users were carried over.
+    public enum Method: String, Sendable, Equatable, Codable, CaseIterable {
+        /// The user signed in and the identity token's `transfer_sub` matched (passive migration).
+        case signin
+        /// The recipient exchanged the transfer identifier in bulk (active migration).
+        case exchange
+        /// The user proved both identities with an old-team and a new-team token (re-link).
+        case link
+
+        /// A label for people: `sign-in`, `exchange`, `link`.
+        public var label: String {
+            switch self {
+            case .signin: "sign-in"
+            case .exchange: "exchange"
+            case .link: "link"
+            }
+        }
+    }
+
+    /// The outcome of one method: migrated by it, and failed or unresolvable after it was tried.
+    public struct MethodOutcome: Sendable, Equatable, Codable {
+        /// The method.
+        public var method: Method
+        /// Users it migrated.
+        public var migrated: Int
+        /// Users whose last attempt by this method failed.
+        public var failed: Int
+        /// Users this method found unresolvable.
+        public var unresolvable: Int
+
+        /// Creates an outcome.
+        public init(method: Method, migrated: Int, failed: Int, unresolvable: Int) {
+            self.method = method
+            self.migrated = migrated
+            self.failed = failed
+            self.unresolvable = unresolvable
+        }
+    }
+
+    /// Migrations on one UTC day.
+    public struct DayCount: Sendable, Equatable, Codable {
+        /// The day, `YYYY-MM-DD` in UTC.
+        public var day: String
+        /// Migrated by sign-in that day.
+        public var signin: Int
+        /// Migrated by exchange that day.
+        public var exchange: Int
+        /// Migrated by re-link that day.
+        public var link: Int
+
+        /// Creates a day's counts.
+        public init(day: String, signin: Int = 0, exchange: Int = 0, link: Int = 0) {
+            self.day = day
+            self.signin = signin
+            self.exchange = exchange
+            self.link = link
+        }
+
+        /// Every migration that day.
+        public var total: Int { signin + exchange + link }
+    }
+
+    /// The pace of migrations and the finish it leads to.
+    public struct Projection: Sendable, Equatable, Codable {
+        /// Where the current pace leads.
+        public enum Status: String, Sendable, Equatable, Codable {
+            /// Nobody is left to migrate.
+            case complete
+            /// Everybody left migrates before the window closes at the current pace.
+            case onTrack = "on_track"
+            /// At the current pace the rest migrate only after the window closes.
+            case behind
+            /// No migration during the pace period: no finish can be projected.
+            case stalled
+        }
+
+        /// Where the current pace leads.
+        public var status: Status
+        /// Migrations per day over the pace period.
+        public var perDay: Double
+        /// Migrations counted over the pace period.
+        public var migratedInPeriod: Int
+        /// Length of the pace period in days: the last 7 days, or the time since acceptance when shorter
+        /// (counted as at least one day).
+        public var periodDays: Double
+        /// Users still to migrate (pending, failed and unresolvable).
+        public var remaining: Int
+        /// When the last of them would migrate at the current pace; nil when complete or stalled.
+        public var finishAt: Date?
+        /// Migrations per day needed from now to finish when the window closes; nil without a window or
+        /// once it has closed.
+        public var requiredPerDay: Double?
+
+        /// Creates a projection.
+        public init(status: Status, perDay: Double, migratedInPeriod: Int, periodDays: Double, remaining: Int, finishAt: Date?, requiredPerDay: Double?) {
+            self.status = status
+            self.perDay = perDay
+            self.migratedInPeriod = migratedInPeriod
+            self.periodDays = periodDays
+            self.remaining = remaining
+            self.finishAt = finishAt
+            self.requiredPerDay = requiredPerDay
+        }
+    }
+
+    /// Failures grouped by reason.
+    public struct Failures: Sendable, Equatable, Codable {
+        /// The most frequent reasons, most frequent first.
+        public var reasons: [ReasonCount]
+        /// Reasons left out of ``reasons`` (there were more distinct ones than the report lists).
+        public var omittedReasons: Int
+
+        /// Creates the failures section.
+        public init(reasons: [ReasonCount], omittedReasons: Int) {
+            self.reasons = reasons
+            self.omittedReasons = omittedReasons
+        }
+    }
+
+    /// How many users in one state share one last error.
+    public struct ReasonCount: Sendable, Equatable, Codable {
+        /// `failed`, `unresolvable`, or `pending` (retrying after an error).
+        public var state: String
+        /// The last error recorded (`baton.transfers.last_error`), or `no error recorded`.
+        public var reason: String
+        /// Users in that state with that error.
+        public var count: Int
+
+        /// Creates a count.
+        public init(state: String, reason: String, count: Int) {
+            self.state = state
+            self.reason = reason
+            self.count = count
+        }
+    }
+
+    /// The users not migrated, in `old_sub` order: everybody, or one page of them.
+    public struct UnresolvedList: Sendable, Equatable, Codable {
+        /// Every user not migrated (the same as ``Totals/unresolved``).
+        public var total: Int
+        /// The users listed (a page of at most the builder's limit).
+        public var users: [UnresolvedUser]
+        /// The `old_sub` to pass as the builder's `after` for the next page; nil on the last page.
+        public var nextAfter: String?
+
+        /// Creates the list.
+        public init(total: Int, users: [UnresolvedUser], nextAfter: String?) {
+            self.total = total
+            self.users = users
+            self.nextAfter = nextAfter
+        }
+    }
+
+    /// One user not migrated.
+    public struct UnresolvedUser: Sendable, Equatable, Codable {
+        /// The application's key for the user (the legacy table's key column, as text); nil when no legacy
+        /// row carries `oldSub` (or no legacy table is configured).
+        public var legacyKey: String?
+        /// The sending team's identifier.
+        public var oldSub: String
+        /// `pending`, `failed` or `unresolvable`.
+        public var state: String
+        /// Exchange attempts so far.
+        public var attempts: Int
+        /// The last error recorded, if any.
+        public var lastError: String?
+        /// The legacy row's email: masked (`j***@example.com`) unless the builder was asked for addresses.
+        public var email: String?
+        /// Whether the email is an Apple private relay address, which the sending team's relay may no
+        /// longer forward once the app has moved.
+        public var privateRelay: Bool
+
+        /// Creates a user row.
+        public init(legacyKey: String?, oldSub: String, state: String, attempts: Int, lastError: String?, email: String?, privateRelay: Bool) {
+            self.legacyKey = legacyKey
+            self.oldSub = oldSub
+            self.state = state
+            self.attempts = attempts
+            self.lastError = lastError
+            self.email = email
+            self.privateRelay = privateRelay
+        }
+    }
+}

@@ -1,0 +1,164 @@
+import Foundation
+
+/// The HTML page's charts, as inline SVG (no script, no external resource).
+enum ReportCharts {
+    private static func f(_ value: Double) -> String { String(format: "%.1f", value) }
+
+    /// Cumulative share migrated against the days of the window: the actual line, the deadline, today, the
+    /// projection at the current pace (dashed) and the pace needed to finish in time (dotted).
+    static func progress(_ report: MigrationReport) -> String {
+        guard let accepted = report.window.acceptedAt else { return "" }
+        let width = 1040.0, height = 300.0
+        let left = 52.0, right = 24.0, top = 24.0, bottom = 40.0
+        let plotWidth = width - left - right, plotHeight = height - top - bottom
+        let now = report.generatedAt
+        let nowDay = now.timeIntervalSince(accepted) / 86_400
+        let firstDay = report.perDay.first.map { ReportFormat.date(ofDay: $0.day).timeIntervalSince(accepted) / 86_400 } ?? 0
+        let minX = min(0, firstDay.rounded(.down), nowDay.rounded(.down))
+        let maxX = max(60, nowDay.rounded(.up))
+        let total = Double(max(1, report.totals.total))
+        func x(_ day: Double) -> Double { left + (day - minX) / (maxX - minX) * plotWidth }
+        func y(_ share: Double) -> Double { top + (1 - min(1, max(0, share))) * plotHeight }
+
+        var svg = "<svg viewBox=\"0 0 \(Int(width)) \(Int(height))\" role=\"img\" aria-label=\"share of users migrated over the 60-day window\">\n"
+        for step in 0...4 {
+            let share = Double(step) / 4
+            svg += "<line x1=\"\(f(left))\" y1=\"\(f(y(share)))\" x2=\"\(f(width - right))\" y2=\"\(f(y(share)))\" stroke=\"#e4e7ec\"/>"
+            svg += "<text x=\"\(f(left - 8))\" y=\"\(f(y(share) + 4))\" text-anchor=\"end\">\(step * 25)%</text>\n"
+        }
+        var tick = (minX / 10).rounded(.up) * 10
+        while tick <= maxX {
+            svg += "<text x=\"\(f(x(tick)))\" y=\"\(f(height - bottom + 18))\" text-anchor=\"middle\">day \(Int(tick))</text>\n"
+            tick += 10
+        }
+
+        // Actual: the cumulative count at the end of each day (today: now).
+        var cumulative = 0
+        var points = [(x(max(minX, firstDay)), y(0))]
+        for day in report.perDay {
+            cumulative += day.total
+            let end = min(nowDay, ReportFormat.date(ofDay: day.day).timeIntervalSince(accepted) / 86_400 + 1)
+            points.append((x(end), y(Double(cumulative) / total)))
+        }
+        let current = Double(report.totals.migrated) / total
+        let line = points.map { "\(f($0.0)),\(f($0.1))" }.joined(separator: " ")
+        if let last = points.last, let first = points.first {
+            svg += "<polygon points=\"\(line) \(f(last.0)),\(f(y(0))) \(f(first.0)),\(f(y(0)))\" fill=\"#2e9d57\" fill-opacity=\"0.12\"/>\n"
+        }
+        svg += "<polyline points=\"\(line)\" fill=\"none\" stroke=\"#2e9d57\" stroke-width=\"2.5\"/>\n"
+
+        // Needed pace: from today's share to 100% at day 60.
+        if !report.window.closed, report.totals.unresolved > 0 {
+            svg += "<line x1=\"\(f(x(nowDay)))\" y1=\"\(f(y(current)))\" x2=\"\(f(x(60)))\" y2=\"\(f(y(1)))\" stroke=\"#667085\" stroke-width=\"1.5\" stroke-dasharray=\"2 4\"/>\n"
+        }
+        // Projection at the current pace, clipped to the chart.
+        if report.projection.perDay > 0, report.totals.unresolved > 0 {
+            let perDayShare = report.projection.perDay / total
+            let daysToFinish = (1 - current) / perDayShare
+            let endDay = min(maxX, nowDay + daysToFinish)
+            let endShare = current + (endDay - nowDay) * perDayShare
+            let color = report.projection.status == .behind ? "#c4413b" : "#2e9d57"
+            svg += "<line x1=\"\(f(x(nowDay)))\" y1=\"\(f(y(current)))\" x2=\"\(f(x(endDay)))\" y2=\"\(f(y(endShare)))\" stroke=\"\(color)\" stroke-width=\"2\" stroke-dasharray=\"7 5\"/>\n"
+            if let finish = report.projection.finishAt, endDay < maxX {
+                svg += "<circle cx=\"\(f(x(endDay)))\" cy=\"\(f(y(1)))\" r=\"4\" fill=\"\(color)\"/>"
+                let nearDeadline = endDay > 60 - (maxX - minX) * 0.2
+                svg += "<text x=\"\(f(x(endDay) + (nearDeadline ? -8 : 0)))\" y=\"\(f(y(1) + (nearDeadline ? 18 : -8)))\" text-anchor=\"\(nearDeadline ? "end" : "middle")\" class=\"strong\">projected finish \(ReportFormat.day(finish).dropFirst(5))</text>\n"
+            } else if report.projection.status == .behind {
+                svg += "<text x=\"\(f(x(endDay) - 6))\" y=\"\(f(y(endShare) + 16))\" text-anchor=\"end\" class=\"bad\">\(ReportFormat.percent(endShare)) by day \(Int(maxX)) at this pace</text>\n"
+            }
+        }
+
+        // Deadline and today.
+        svg += "<line x1=\"\(f(x(60)))\" y1=\"\(f(top))\" x2=\"\(f(x(60)))\" y2=\"\(f(y(0)))\" stroke=\"#c4413b\" stroke-width=\"2\"/>"
+        svg += "<text x=\"\(f(x(60) - 6))\" y=\"\(f(top + 12))\" text-anchor=\"end\" class=\"strong\">deadline (day 60)</text>\n"
+        if nowDay < maxX - 0.5 || nowDay <= 60 {
+            svg += "<line x1=\"\(f(x(nowDay)))\" y1=\"\(f(top))\" x2=\"\(f(x(nowDay)))\" y2=\"\(f(y(0)))\" stroke=\"#1d2330\" stroke-dasharray=\"3 3\"/>"
+        }
+        let anchor = nowDay > (maxX - minX) * 0.8 + minX ? "end" : "start"
+        let dx = anchor == "end" ? -6.0 : 6.0
+        svg += "<text x=\"\(f(x(nowDay) + dx))\" y=\"\(f(max(top + 28, y(current) - 10)))\" text-anchor=\"\(anchor)\" class=\"strong\">today: \(ReportFormat.percent(current))</text>\n"
+        svg += "</svg>\n"
+        svg += "<p class=\"legend\"><span><i class=\"migrated\"></i>migrated so far</span> "
+        svg += "<span>- - projection at the current pace</span> <span>&#183;&#183;&#183; pace needed to finish by day 60</span></p>\n"
+        return svg
+    }
+
+    /// One stacked bar per method: migrated, failed and unresolvable, with the counts.
+    static func methods(_ report: MigrationReport) -> String {
+        let width = 560.0, rowHeight = 46.0, top = 8.0, left = 80.0, right = 200.0
+        let height = top * 2 + rowHeight * Double(report.methods.count) + 24
+        let peak = Double(max(1, report.methods.map { $0.migrated + $0.failed + $0.unresolvable }.max() ?? 1))
+        let plotWidth = width - left - right
+        var svg = "<svg viewBox=\"0 0 \(Int(width)) \(Int(height))\" role=\"img\" aria-label=\"outcomes by method\">\n"
+        for (index, outcome) in report.methods.enumerated() {
+            let rowY = top + Double(index) * rowHeight
+            svg += "<text x=\"\(f(left - 10))\" y=\"\(f(rowY + 21))\" text-anchor=\"end\" class=\"strong\">\(outcome.method.label)</text>"
+            svg += "<rect x=\"\(f(left))\" y=\"\(f(rowY + 6))\" width=\"\(f(plotWidth))\" height=\"22\" rx=\"4\" fill=\"#f0f2f5\"/>"
+            var offset = left
+            for (count, color) in [(outcome.migrated, "#2e9d57"), (outcome.failed, "#e07b24"), (outcome.unresolvable, "#c4413b")] where count > 0 {
+                let barWidth = max(1.5, Double(count) / peak * plotWidth)
+                svg += "<rect x=\"\(f(offset))\" y=\"\(f(rowY + 6))\" width=\"\(f(barWidth))\" height=\"22\" fill=\"\(color)\"/>"
+                offset += barWidth
+            }
+            let notMigrated = outcome.failed + outcome.unresolvable
+            let labelY = notMigrated > 0 ? rowY + 15 : rowY + 21
+            svg += "<text x=\"\(f(width - right + 10))\" y=\"\(f(labelY))\" class=\"strong\">\(ReportFormat.count(outcome.migrated)) migrated</text>"
+            if notMigrated > 0 {
+                svg += "<text x=\"\(f(width - right + 10))\" y=\"\(f(labelY + 15))\">\(ReportFormat.count(outcome.failed)) failed, \(ReportFormat.count(outcome.unresolvable)) unresolvable</text>"
+            }
+            svg += "\n"
+        }
+        svg += "</svg>\n"
+        svg += "<p class=\"legend\"><span><i class=\"migrated\"></i>migrated</span> <span><i class=\"failed\"></i>failed</span> <span><i class=\"unresolvable\"></i>unresolvable</span></p>\n"
+        if report.totals.pending > 0 {
+            svg += "<p class=\"muted\">\(ReportFormat.count(report.totals.pending)) users are pending: no method has carried them over yet.</p>\n"
+        }
+        return svg
+    }
+
+    /// Migrations per day as bars stacked by method (the last 120 days at most).
+    static func perDay(_ report: MigrationReport) -> String {
+        let days = Array(report.perDay.suffix(120))
+        let width = 1040.0, height = 260.0, left = 60.0, right = 16.0, top = 16.0, bottom = 40.0
+        let plotWidth = width - left - right, plotHeight = height - top - bottom
+        let peak = niceStep(Double(max(4, days.map(\.total).max() ?? 4)) / 4) * 4
+        let slot = plotWidth / Double(max(1, days.count))
+        let barWidth = max(1, slot * 0.72)
+        func y(_ value: Double) -> Double { top + (1 - value / peak) * plotHeight }
+
+        var svg = "<svg viewBox=\"0 0 \(Int(width)) \(Int(height))\" role=\"img\" aria-label=\"migrations per day by method\">\n"
+        for step in 0...4 {
+            let value = peak * Double(step) / 4
+            svg += "<line x1=\"\(f(left))\" y1=\"\(f(y(value)))\" x2=\"\(f(width - right))\" y2=\"\(f(y(value)))\" stroke=\"#e4e7ec\"/>"
+            svg += "<text x=\"\(f(left - 8))\" y=\"\(f(y(value) + 4))\" text-anchor=\"end\">\(ReportFormat.count(Int(value.rounded())))</text>\n"
+        }
+        let labelEvery = max(1, Int((Double(days.count) / 10).rounded(.up)))
+        for (index, day) in days.enumerated() {
+            let barX = left + Double(index) * slot + (slot - barWidth) / 2
+            var base = 0.0
+            for (count, color) in [(day.signin, "#2f6fde"), (day.exchange, "#8e5bd8"), (day.link, "#1a9e8f")] where count > 0 {
+                let top = y(base + Double(count))
+                svg += "<rect x=\"\(f(barX))\" y=\"\(f(top))\" width=\"\(f(barWidth))\" height=\"\(f(y(base) - top))\" fill=\"\(color)\"><title>\(day.day): \(ReportFormat.count(count))</title></rect>"
+                base += Double(count)
+            }
+            if index % labelEvery == 0 {
+                svg += "<text x=\"\(f(barX + barWidth / 2))\" y=\"\(f(height - bottom + 18))\" text-anchor=\"middle\">\(day.day.dropFirst(5))</text>"
+            }
+            svg += "\n"
+        }
+        svg += "</svg>\n"
+        svg += "<p class=\"legend\"><span><i class=\"signin\"></i>sign-in</span> <span><i class=\"exchange\"></i>exchange</span> <span><i class=\"link\"></i>link</span>"
+        if report.perDay.count > days.count { svg += " <span>(last \(days.count) days)</span>" }
+        svg += "</p>\n"
+        return svg
+    }
+
+    /// The smallest of 1, 2 or 5 times a power of ten at or above `value`: a gridline step.
+    private static func niceStep(_ value: Double) -> Double {
+        let magnitude = pow(10, (log10(value)).rounded(.down))
+        for factor in [1.0, 2, 5, 10] where factor * magnitude >= value {
+            return factor * magnitude
+        }
+        return 10 * magnitude
+    }
+}

@@ -1,0 +1,123 @@
+import Foundation
+
+extension MigrationReport {
+    /// The default number of unresolved users a table or page lists before "and N more": 20 in a
+    /// terminal; ``renderHTML(listLimit:)`` lists 100.
+    public static let tableListLimit = 20
+
+    /// The report as plain text for a terminal: the window, progress, pace, the states, the methods, the
+    /// last 14 days, failures by reason, and the first unresolved users with emails masked.
+    /// - Parameter listLimit: unresolved users listed at most; default ``tableListLimit``.
+    public func renderTable(listLimit: Int = MigrationReport.tableListLimit) -> String {
+        var out: [String] = []
+        out.append("Baton migration report, \(ReportFormat.timestamp(generatedAt))")
+        out.append("")
+
+        if let accepted = window.acceptedAt, let end = window.endsAt {
+            let days = window.closed
+                ? "closed"
+                : "day \(min(60, (window.daysElapsed ?? 0) + 1)) of 60, \(window.daysLeft ?? 0) days left"
+            out.append("Window      accepted \(ReportFormat.timestamp(accepted)), closes \(ReportFormat.timestamp(end)): \(days)")
+        } else {
+            out.append("Window      no acceptance date configured (apple.transfer.accepted_at)")
+        }
+        let filled = Int((totals.migratedFraction * 30).rounded(.down))
+        out.append("Progress    [\(String(repeating: "#", count: filled))\(String(repeating: ".", count: 30 - filled))] \(ReportFormat.percent(totals.migratedFraction)) migrated (\(ReportFormat.count(totals.migrated)) of \(ReportFormat.count(totals.total)))")
+        out.append("Pace        \(ReportFormat.rate(projection.perDay))/day (\(ReportFormat.count(projection.migratedInPeriod)) in the last \(ReportFormat.days(projection.periodDays)) days)")
+        out.append("Projection  \(projectionSummary)")
+        out.append("")
+
+        out.append(contentsOf: grid(
+            ["State", "Users", "Share"],
+            stateCounts.map { name, count in
+                [name, ReportFormat.count(count), ReportFormat.percent(totals.total == 0 ? 0 : Double(count) / Double(totals.total))]
+            },
+            rightAligned: [1, 2]
+        ))
+        out.append("")
+
+        out.append(contentsOf: grid(
+            ["Method", "Migrated", "Failed", "Unresolvable"],
+            methods.map { [$0.method.label, ReportFormat.count($0.migrated), ReportFormat.count($0.failed), ReportFormat.count($0.unresolvable)] },
+            rightAligned: [1, 2, 3]
+        ))
+        out.append("")
+
+        let recent = perDay.suffix(14)
+        out.append("Migrations per day (UTC)\(perDay.count > 14 ? ", last 14 days" : "")")
+        if recent.isEmpty {
+            out.append("  none yet")
+        } else {
+            let peak = max(1, recent.map(\.total).max() ?? 1)
+            out.append(contentsOf: grid(
+                ["Day", "Sign-in", "Exchange", "Link", "Total", ""],
+                recent.map { day in
+                    [day.day, ReportFormat.count(day.signin), ReportFormat.count(day.exchange), ReportFormat.count(day.link),
+                     ReportFormat.count(day.total), String(repeating: "#", count: Int((Double(day.total) / Double(peak) * 30).rounded(.up)))]
+                },
+                rightAligned: [1, 2, 3, 4]
+            ))
+        }
+        out.append("")
+
+        out.append("Failures by reason")
+        if failures.reasons.isEmpty {
+            out.append("  none")
+        } else {
+            out.append(contentsOf: grid(
+                ["State", "Users", "Reason"],
+                failures.reasons.map { [$0.state, ReportFormat.count($0.count), $0.reason] },
+                rightAligned: [1]
+            ))
+            if failures.omittedReasons > 0 {
+                out.append("  and \(ReportFormat.count(failures.omittedReasons)) more reasons")
+            }
+        }
+        out.append("")
+
+        let listed = Array(unresolved.users.prefix(max(0, listLimit)))
+        out.append("Unresolved users (\(ReportFormat.count(unresolved.total)); the full list for a mailer: baton report --format csv)")
+        if unresolved.total == 0 {
+            out.append("  none")
+        } else if !listed.isEmpty {
+            out.append(contentsOf: grid(
+                ["Legacy key", "Old identifier", "State", "Attempts", "Email", "Last error"],
+                listed.map { user in
+                    [user.legacyKey ?? "-", user.oldSub, user.state, String(user.attempts),
+                     user.email.map(ReportFormat.maskEmail) ?? "-", user.lastError ?? ""]
+                },
+                rightAligned: [3]
+            ))
+        }
+        if unresolved.total > listed.count {
+            out.append("  and \(ReportFormat.count(unresolved.total - listed.count)) more")
+        }
+        return out.joined(separator: "\n") + "\n"
+    }
+
+    /// Each state's name and count, then the total.
+    var stateCounts: [(String, Int)] {
+        [("migrated", totals.migrated), ("pending", totals.pending), ("failed", totals.failed),
+         ("unresolvable", totals.unresolvable), ("total", totals.total)]
+    }
+
+    /// Columns padded to their widest cell, two spaces apart, indented by two.
+    private func grid(_ header: [String], _ rows: [[String]], rightAligned: Set<Int>) -> [String] {
+        let all = [header] + rows
+        var widths = Array(repeating: 0, count: header.count)
+        for row in all {
+            for (index, cell) in row.enumerated() where index < widths.count {
+                widths[index] = max(widths[index], cell.count)
+            }
+        }
+        return all.map { row in
+            let cells = row.enumerated().map { index, cell in
+                let padding = String(repeating: " ", count: widths[index] - cell.count)
+                if index == row.count - 1 && !rightAligned.contains(index) { return cell }
+                return rightAligned.contains(index) ? padding + cell : cell + padding
+            }
+            let line = "  " + cells.joined(separator: "  ")
+            return String(line.reversed().drop(while: { $0 == " " }).reversed())
+        }
+    }
+}

@@ -1,0 +1,419 @@
+import AppleEmulator
+import Baton
+import Dispatch
+import Foundation
+import HTTPServer
+import JOSE
+import Postgres
+
+/// `baton bench signin`: sign-in throughput and latency through `baton serve`, against PostgreSQL's own
+/// ceiling on the same SQL measured by pgbench in the same run.
+///
+/// 1. A fresh database on the given server with Baton's schema, `--users` legacy users (default 1,000,000)
+///    and `--transfers` pending transfers (default 100,000), loaded by `generate_series` SQL; the first
+///    `--migrations` of them (default 20,000) are people of an in-process Apple emulator, whose tokens are
+///    signed with the emulator's keys.
+/// 2. `baton serve` as a child process (pool of 8), Apple's keys from the emulator.
+/// 3. Keep-alive HTTP load, concurrency `--concurrency` (default 32): every migration token once
+///    (`migrated`), then `--current-requests` sign-ins of the now current users (`current`); latency per
+///    request from the load generator's send and receive times.
+/// 4. pgbench (`-M prepared -c 8 -j 2 -T --pgbench-seconds`) on the statements the service runs for each
+///    outcome (values that the service binds become expressions of a pgbench counter).
+///
+/// The last line is one JSON object.
+@Sendable
+func runSigninBenchmark(_ rawArguments: [String]) async throws -> Int32 {
+    let arguments = try Arguments(rawArguments, options: ["database-url", "users", "transfers", "migrations", "current-requests",
+                                                           "concurrency", "pgbench-seconds"])
+    let environment = ProcessInfo.processInfo.environment
+    guard let serverURL = arguments.value("database-url") ?? environment["BATON_TEST_DATABASE_URL"] ?? environment["BATON_DATABASE_URL"] else {
+        throw CommandFailure.usage("needs --database-url (a server where it may create a database); or run it under 'scripts/pg.sh run'")
+    }
+    let users = try arguments.integer("users", default: 1_000_000, in: 1_000...100_000_000)
+    let transfers = try arguments.integer("transfers", default: 100_000, in: 100...users)
+    let migrations = try arguments.integer("migrations", default: 20_000, in: 100...transfers)
+    let currentRequests = try arguments.integer("current-requests", default: 100_000, in: 100...100_000_000)
+    let concurrency = try arguments.integer("concurrency", default: 32, in: 1...1024)
+    let pgbenchSeconds = try arguments.integer("pgbench-seconds", default: 10, in: 1...600)
+    let clientID = "com.example.bench"
+
+    // 1. Apple: two teams, the app, its people, the transfer.
+    let emulator = try await AppleEmulator.start()
+    defer { Task { await emulator.stop() } }
+    let sender = try emulator.createTeam()
+    let recipient = try emulator.createTeam()
+    try emulator.createApp(clientID: clientID, teamID: sender.teamID)
+    let people = try emulator.createUsers(clientID: clientID, count: migrations + 256, privateEmail: true)
+    try emulator.initiateTransfer(clientID: clientID, toTeamID: recipient.teamID)
+    let transferIDs = try emulator.transferIdentifiers(clientID: clientID)
+
+    // 2. The database.
+    let databaseURL = try await createBenchDatabase(serverURL: serverURL)
+    let pool = PostgresPool(url: databaseURL, maxConnections: 2)
+    let loadStart = ContinuousClock.now
+    try await loadBenchData(pool: pool, users: users, transfers: transfers,
+                            people: people.prefix(migrations).map { ($0.userIdentifier, transferIDs[$0.userIdentifier]!, $0.email) })
+    say("loaded \(users) legacy users and \(transfers) pending transfers in \(seconds(since: loadStart)) s")
+    try emulator.acceptTransfer(clientID: clientID)
+
+    // 3. Tokens, signed by the emulator (in parallel: RSA signing is the slow part).
+    let tokenStart = ContinuousClock.now
+    let tokens = try await signTokens(emulator: emulator, clientID: clientID, people: people.map(\.id))
+    let migrationBodies = tokens.prefix(migrations).map { Array("{\"id_token\":\"\($0)\"}".utf8) }
+    let warmupBodies = tokens.suffix(256).map { Array("{\"id_token\":\"\($0)\"}".utf8) }
+    say("signed \(tokens.count) identity tokens in \(seconds(since: tokenStart)) s")
+
+    // 4. The service, as a child process.
+    let child = try await ServiceProcess.start(databaseURL: databaseURL, appleBaseURL: emulator.baseURL, clientID: clientID)
+    defer { child.terminate() }
+
+    func load(_ bodies: [[UInt8]], total: Int) async -> (LoadReport, [Double]) {
+        let recorder = LatencyRecorder(count: total, concurrency: concurrency)
+        let report = await LoadClient.run(port: child.port, concurrency: concurrency, total: total) { index in
+            recorder.mark(index)
+            return LoadRequest(method: "POST", path: "/v1/signin", headers: [("Content-Type", "application/json")], body: bodies[index % bodies.count])
+        }
+        return (report, recorder.latencies())
+    }
+
+    _ = await load(warmupBodies, total: 2_000)
+    let (migratedReport, migratedLatencies) = await load(migrationBodies, total: migrations)
+    let migratedCount = try await pool.query("SELECT count(*) FROM baton.events WHERE kind = 'migrated'")[0].decode(Int.self, at: 0)
+    guard migratedReport.statuses == [200: migrations], migratedReport.failures == 0, migratedCount == migrations else {
+        throw CommandFailure.failed("bench signin: migrated phase went wrong: statuses \(migratedReport.statuses), failures \(migratedReport.failures), \(migratedCount) events")
+    }
+    let (currentReport, currentLatencies) = await load(migrationBodies, total: currentRequests)
+    guard currentReport.statuses == [200: currentRequests], currentReport.failures == 0 else {
+        throw CommandFailure.failed("bench signin: current phase went wrong: statuses \(currentReport.statuses), failures \(currentReport.failures)")
+    }
+    let rssMB = child.peakRSSMegabytes()
+    await child.stop()
+
+    // 5. pgbench on the same statements.
+    let store = LegacyStore(pool: pool, legacy: try benchLegacy.identifiers())
+    let firstSynthetic = migrations + 1
+    let migratedScript = """
+        \\set i :i + 1
+        \\set n \(firstSynthetic) + (:i - 1) * 8 + :client_id
+        \(pgbenchSQL(store.lookupQuery(subject: "\u{1}new"))) ;
+        \(pgbenchSQL(store.transferLookupQuery(transferSub: "\u{1}transfer"))) ;
+        \(pgbenchSQL(store.migrationQuery(oldSub: "\u{1}old", newSub: "\u{1}new", newEmail: "\u{1}email", isPrivateEmail: true,
+                                          transferSub: "\u{1}transfer", method: .signin))) ;
+
+        """
+    let currentScript = """
+        \\set n random(\(transfers + 1), \(users))
+        \(pgbenchSQL(store.lookupQuery(subject: "\u{1}old"))) ;
+
+        """
+    let pgbenchMigrated = try runPgbench(script: migratedScript, url: databaseURL, seconds: pgbenchSeconds)
+    let pgbenchCurrent = try runPgbench(script: currentScript, url: databaseURL, seconds: pgbenchSeconds)
+    await pool.close()
+    try await dropBenchDatabase(serverURL: serverURL, databaseURL: databaseURL)
+
+    let migratedP99 = percentile(migratedLatencies, 0.99), currentP99 = percentile(currentLatencies, 0.99)
+    say(String(format: "migrated: %.0f/s, p50 %.2f ms, p99 %.2f ms (%d sign-ins); pgbench same SQL %.0f tps (%.0f%%)",
+                 migratedReport.perSecond, percentile(migratedLatencies, 0.5), migratedP99, migrations, pgbenchMigrated,
+                 migratedReport.perSecond / pgbenchMigrated * 100))
+    say(String(format: "current:  %.0f/s, p50 %.2f ms, p99 %.2f ms (%d sign-ins); pgbench same SQL %.0f tps (%.0f%%)",
+                 currentReport.perSecond, percentile(currentLatencies, 0.5), currentP99, currentRequests, pgbenchCurrent,
+                 currentReport.perSecond / pgbenchCurrent * 100))
+    say("server peak RSS: \(rssMB) MB; concurrency \(concurrency), \(ProcessInfo.processInfo.activeProcessorCount) cores")
+    let figures: JSONValue = [
+        "current_per_s": .number(currentReport.perSecond.rounded()),
+        "migrated_per_s": .number(migratedReport.perSecond.rounded()),
+        "current_p99_ms": .number((currentP99 * 100).rounded() / 100),
+        "migrated_p99_ms": .number((migratedP99 * 100).rounded() / 100),
+        "pgbench_current_tps": .number(pgbenchCurrent.rounded()),
+        "pgbench_migrated_tps": .number(pgbenchMigrated.rounded()),
+        "rss_mb": .number(Double(rssMB)),
+    ]
+    say(JSON.serialize(figures))
+    return 0
+}
+
+/// Writes one line to standard output at once (progress shows even when the output is a pipe).
+private func say(_ line: String) {
+    FileHandle.standardOutput.write(Data((line + "\n").utf8))
+}
+
+private let benchLegacy = BatonConfiguration.Legacy(table: "public.users", keyColumn: "id", subjectColumn: "apple_sub", emailColumn: "email")
+
+private func seconds(since start: ContinuousClock.Instant) -> String {
+    let elapsed = ContinuousClock.now - start
+    return String(format: "%.1f", Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18)
+}
+
+/// Creates `baton_bench_<random>` on the server and returns its URL.
+private func createBenchDatabase(serverURL: String) async throws -> String {
+    let name = "baton_bench_\(UUID().uuidString.prefix(8).lowercased())"
+    let connection = try await PostgresConnection.connect(url: serverURL)
+    try await connection.executeScript(unsafeSQL: "CREATE DATABASE \(name)")
+    return try replacingDatabase(in: serverURL, with: name)
+}
+
+private func dropBenchDatabase(serverURL: String, databaseURL: String) async throws {
+    guard let name = databaseURL.split(separator: "?")[0].split(separator: "/").last else { return }
+    let connection = try await PostgresConnection.connect(url: serverURL)
+    try await connection.executeScript(unsafeSQL: "DROP DATABASE IF EXISTS \(name)")
+}
+
+/// `postgresql://user@host/olddb?params` with the database name replaced.
+private func replacingDatabase(in url: String, with name: String) throws -> String {
+    guard let schemeEnd = url.range(of: "://") else { throw CommandFailure.usage("--database-url must be a postgresql:// URL") }
+    let afterScheme = url[schemeEnd.upperBound...]
+    let queryStart = afterScheme.firstIndex(of: "?") ?? afterScheme.endIndex
+    let authorityEnd = afterScheme[..<queryStart].firstIndex(of: "/") ?? queryStart
+    return String(url[..<authorityEnd]) + "/" + name + String(afterScheme[queryStart...])
+}
+
+/// Loads the legacy table and the transfers: `people` (old sub, transfer sub, email) first, then synthetic rows.
+private func loadBenchData(pool: PostgresPool, users: Int, transfers: Int, people: [(String, String, String)]) async throws {
+    _ = try await BatonSchema.migrator().migrate(pool)
+    let first = people.count + 1
+    try await pool.withConnection { connection in
+        try await connection.executeScript(unsafeSQL: """
+            CREATE TABLE public.users (id bigint PRIMARY KEY, apple_sub text UNIQUE, email text,
+                                       created_at timestamptz NOT NULL DEFAULT now());
+            INSERT INTO public.users (id, apple_sub, email)
+                SELECT g, 'legacy.' || g, 'u' || g || '@privaterelay.appleid.com' FROM generate_series(\(first), \(users)) AS g;
+            INSERT INTO baton.transfers (old_sub, transfer_sub)
+                SELECT 'legacy.' || g, 'transfer.' || g FROM generate_series(\(first), \(transfers)) AS g;
+            """)
+        let lines = people.map { "\($0.0),\($0.1),\($0.2)" }.joined(separator: "\n")
+        try await connection.execute("""
+            WITH m AS (
+                SELECT split_part(line, ',', 1) AS old, split_part(line, ',', 2) AS t, split_part(line, ',', 3) AS e, n
+                FROM regexp_split_to_table(\(lines), E'\\n') WITH ORDINALITY AS x(line, n)
+            ), u AS (
+                INSERT INTO public.users (id, apple_sub, email) SELECT n, old, e FROM m
+            )
+            INSERT INTO baton.transfers (old_sub, transfer_sub) SELECT old, t FROM m
+            """)
+        try await connection.executeScript(unsafeSQL: "VACUUM ANALYZE public.users")
+        try await connection.executeScript(unsafeSQL: "VACUUM ANALYZE baton.transfers")
+    }
+}
+
+/// Signs one identity token per person on the emulator, spread over the cores.
+private func signTokens(emulator: AppleEmulator, clientID: String, people: [String]) async throws -> [String] {
+    let workers = max(1, ProcessInfo.processInfo.activeProcessorCount)
+    let chunk = (people.count + workers - 1) / workers
+    return try await withThrowingTaskGroup(of: (Int, [String]).self) { group in
+        for worker in 0..<workers {
+            let slice = Array(people[min(people.count, worker * chunk)..<min(people.count, (worker + 1) * chunk)])
+            group.addTask { (worker, try slice.map { try emulator.authorize(clientID: clientID, user: $0).idToken }) }
+        }
+        var parts = [Int: [String]]()
+        for try await (worker, tokens) in group { parts[worker] = tokens }
+        return (0..<workers).flatMap { parts[$0] ?? [] }
+    }
+}
+
+/// The SQL of `query` for a pgbench script: each bound sentinel value becomes an expression of `:n`.
+private func pgbenchSQL(_ query: PostgresQuery) -> String {
+    var sql = query.sql
+    for (index, binding) in query.bindings.enumerated().reversed() {
+        let value = binding.postgresValue().map { String(decoding: $0, as: UTF8.self) }
+        let expression: String
+        switch value {
+        case "\u{1}new": expression = "('new.' || :n)"
+        case "\u{1}old": expression = "('legacy.' || :n)"
+        case "\u{1}transfer": expression = "('transfer.' || :n)"
+        case "\u{1}email": expression = "('n' || :n || '@privaterelay.appleid.com')"
+        case "t": expression = "true"
+        case let text?: expression = "'\(text)'"
+        case nil: expression = "NULL"
+        }
+        sql = sql.replacingOccurrences(of: "$\(index + 1)", with: expression)
+    }
+    return sql.split(separator: "\n").map { $0.trimmingCharacters(in: .whitespaces) }.joined(separator: " ")
+}
+
+/// Runs pgbench with prepared statements, 8 clients on 2 threads, and returns its tps.
+private func runPgbench(script: String, url: String, seconds: Int) throws -> Double {
+    let path = FileManager.default.temporaryDirectory.appendingPathComponent("baton-bench-\(UUID().uuidString).sql").path
+    try script.write(toFile: path, atomically: true, encoding: .utf8)
+    defer { try? FileManager.default.removeItem(atPath: path) }
+    let child = try SpawnedProcess(["/usr/bin/env", "pgbench", "-n", "-M", "prepared", "-D", "i=0", "-f", path, "-c", "8", "-j", "2",
+                                    "-T", String(seconds), url], stderrToStdout: true)
+    let data = child.readToEnd()
+    let status = child.waitForExit()
+    let text = String(decoding: data, as: UTF8.self)
+    guard status == 0,
+          let line = text.split(separator: "\n").first(where: { $0.hasPrefix("tps = ") }),
+          let tps = Double(line.dropFirst(6).prefix { $0 != " " }) else {
+        throw CommandFailure.failed("bench signin: pgbench failed: \(text.suffix(500))")
+    }
+    return tps
+}
+
+private func percentile(_ sorted: [Double], _ fraction: Double) -> Double {
+    guard !sorted.isEmpty else { return 0 }
+    return sorted[min(sorted.count - 1, Int(Double(sorted.count) * fraction))]
+}
+
+/// Per-request latency from the load generator's own timing: each worker thread asks for its next request
+/// right after the previous answer arrived, so request i took the time between the calls for i and
+/// i + concurrency (the last request of each worker has no such pair and is left out).
+private final class LatencyRecorder: @unchecked Sendable {
+    // `@unchecked Sendable`: slot i is written only by the one worker thread that sends request i, and
+    // read only after every worker finished.
+    private let stamps: UnsafeMutableBufferPointer<UInt64>
+    private let concurrency: Int
+
+    init(count: Int, concurrency: Int) {
+        stamps = .allocate(capacity: count)
+        stamps.initialize(repeating: 0)
+        self.concurrency = concurrency
+    }
+
+    deinit { stamps.deallocate() }
+
+    func mark(_ index: Int) { stamps[index] = DispatchTime.now().uptimeNanoseconds }
+
+    /// Latencies in milliseconds, sorted.
+    func latencies() -> [Double] {
+        var result: [Double] = []
+        result.reserveCapacity(stamps.count)
+        for index in 0..<max(0, stamps.count - concurrency) where stamps[index] > 0 && stamps[index + concurrency] > 0 {
+            result.append(Double(stamps[index + concurrency] - stamps[index]) / 1e6)
+        }
+        return result.sorted()
+    }
+}
+
+/// `baton serve` as a child process of this binary, configured through a temporary file.
+private final class ServiceProcess: Sendable {
+    let child: SpawnedProcess
+    let port: Int
+    private let configPath: String
+
+    private init(child: SpawnedProcess, port: Int, configPath: String) {
+        self.child = child
+        self.port = port
+        self.configPath = configPath
+    }
+
+    static func start(databaseURL: String, appleBaseURL: URL, clientID: String) async throws -> ServiceProcess {
+        let configuration: JSONValue = [
+            "listen": "127.0.0.1:0",
+            "database": ["url": .string(databaseURL), "pool_size": 8],
+            "apple": ["base_url": .string(appleBaseURL.absoluteString), "client_ids": [.string(clientID)]],
+            "legacy": ["table": "public.users", "key_column": "id", "subject_column": "apple_sub", "email_column": "email"],
+        ]
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("baton-bench-\(UUID().uuidString).json").path
+        try JSON.serialize(configuration).write(toFile: path, atomically: true, encoding: .utf8)
+        let executable = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath().path
+        // The service logs one line per request; they go to /dev/null so the pipe never fills.
+        let child = try SpawnedProcess([executable, "serve", "--config", path], stderrToStdout: false)
+        let line = await withCheckedContinuation { (continuation: CheckedContinuation<String, Never>) in
+            DispatchQueue.global().async { continuation.resume(returning: child.readLine()) }
+        }
+        guard line.hasPrefix("baton listening on "), let portText = line.split(separator: ":").last, let port = Int(portText) else {
+            child.signal(SIGKILL)
+            _ = child.waitForExit()
+            throw CommandFailure.failed("bench signin: baton serve did not start")
+        }
+        return ServiceProcess(child: child, port: port, configPath: path)
+    }
+
+    /// The child's peak resident set (VmHWM), in MB.
+    func peakRSSMegabytes() -> Int {
+        guard let status = try? String(contentsOfFile: "/proc/\(child.pid)/status", encoding: .utf8),
+              let line = status.split(separator: "\n").first(where: { $0.hasPrefix("VmHWM:") }),
+              let kilobytes = Int(line.split(separator: " ", omittingEmptySubsequences: true).dropFirst().first ?? "") else { return -1 }
+        return (kilobytes + 1023) / 1024
+    }
+
+    /// SIGTERM (the service drains and exits), then waits for it.
+    func stop() async {
+        child.signal(SIGTERM)
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            DispatchQueue.global().async {
+                _ = self.child.waitForExit()
+                continuation.resume()
+            }
+        }
+        try? FileManager.default.removeItem(atPath: configPath)
+    }
+
+    func terminate() {
+        child.signal(SIGKILL)
+    }
+}
+
+/// A child started with `posix_spawn`: its standard output on a pipe, standard error either merged into
+/// it or sent to /dev/null. Reads and waits block: call them off Swift's cooperative pool.
+final class SpawnedProcess: Sendable {
+    /// The child's process ID.
+    let pid: pid_t
+    private let output: FileHandle
+
+    init(_ argv: [String], stderrToStdout: Bool) throws {
+        var pipeFDs: [Int32] = [0, 0]
+        guard pipe(&pipeFDs) == 0 else { throw CommandFailure.failed("pipe() failed") }
+        var actions = posix_spawn_file_actions_t()
+        posix_spawn_file_actions_init(&actions)
+        defer { posix_spawn_file_actions_destroy(&actions) }
+        posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
+        posix_spawn_file_actions_adddup2(&actions, pipeFDs[1], 1)
+        if stderrToStdout {
+            posix_spawn_file_actions_adddup2(&actions, pipeFDs[1], 2)
+        } else {
+            posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0)
+        }
+        posix_spawn_file_actions_addclose(&actions, pipeFDs[0])
+        posix_spawn_file_actions_addclose(&actions, pipeFDs[1])
+        // A clean signal state: the spawning thread may block signals (pgbench's -T needs SIGALRM).
+        var attributes = posix_spawnattr_t()
+        posix_spawnattr_init(&attributes)
+        defer { posix_spawnattr_destroy(&attributes) }
+        var noSignals = sigset_t(), allSignals = sigset_t()
+        sigemptyset(&noSignals)
+        sigfillset(&allSignals)
+        posix_spawnattr_setsigmask(&attributes, &noSignals)
+        posix_spawnattr_setsigdefault(&attributes, &allSignals)
+        posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF))
+        let cArguments = argv.map { strdup($0) } + [nil]
+        defer { cArguments.forEach { free($0) } }
+        var child: pid_t = 0
+        let spawned = posix_spawn(&child, argv[0], &actions, &attributes, cArguments, environ)
+        close(pipeFDs[1])
+        guard spawned == 0 else {
+            close(pipeFDs[0])
+            throw CommandFailure.failed("cannot start \(argv[0]): error \(spawned)")
+        }
+        pid = child
+        output = FileHandle(fileDescriptor: pipeFDs[0], closeOnDealloc: true)
+    }
+
+    /// Reads standard output up to the first newline (or its end).
+    func readLine() -> String {
+        var bytes: [UInt8] = []
+        var byte: UInt8 = 0
+        while read(output.fileDescriptor, &byte, 1) == 1 {
+            if byte == 10 { break }
+            bytes.append(byte)
+        }
+        return String(decoding: bytes, as: UTF8.self)
+    }
+
+    /// Reads standard output to its end.
+    func readToEnd() -> Data {
+        output.readDataToEndOfFile()
+    }
+
+    /// Sends `signal`.
+    func signal(_ signal: Int32) {
+        kill(pid, signal)
+    }
+
+    /// Waits for the child and returns its exit status (128 + the signal when killed).
+    func waitForExit() -> Int32 {
+        var status: Int32 = 0
+        while waitpid(pid, &status, 0) == -1 && errno == EINTR {}
+        let signal = status & 0x7F
+        return signal == 0 ? (status >> 8) & 0xFF : 128 + signal
+    }
+}
