@@ -32,6 +32,13 @@ public protocol BatonStore: Sendable {
     func applyMigration(oldSub: String, newSub: String, newEmail: String?, isPrivateEmail: Bool?,
                         transferSub: String?, method: MigrationMethod) async throws -> MigrationOutcome
 
+    /// Like ``applyMigration(oldSub:newSub:newEmail:isPrivateEmail:transferSub:method:)``, with the old identifier
+    /// found from `transferSub` (as ``oldSubject(forTransferSubject:)`` does) in the same atomic step; an
+    /// unknown `transferSub` is `.legacyRecordMissing`. See
+    /// ``LegacyStore/applyMigration(transferSub:newSub:newEmail:isPrivateEmail:method:)``.
+    func applyMigration(transferSub: String, newSub: String, newEmail: String?, isPrivateEmail: Bool?,
+                        method: MigrationMethod) async throws -> MigrationOutcome
+
     /// Replaces the email of the record `user` (matched by key and subject) and appends an `email_changed`
     /// event; returns the updated record, or nil when the record changed meanwhile.
     func updateEmail(of user: LegacyUser, to email: String) async throws -> LegacyUser?

@@ -129,10 +129,25 @@ public struct LegacyStore: BatonStore {
         if oldSub == newSub {
             return try await lookupBySubject(newSub).map { .alreadyMigrated($0) } ?? .legacyRecordMissing
         }
+        return try await runMigration(migrationQuery(from: .subject(oldSub), newSub: newSub, newEmail: newEmail,
+                                                     isPrivateEmail: isPrivateEmail, transferSub: transferSub, method: method), newSub: newSub)
+    }
+
+    /// ``applyMigration(oldSub:newSub:newEmail:isPrivateEmail:transferSub:method:)`` with the old identifier
+    /// found from `transferSub` inside the same statement (through `baton.transfers`, then the legacy table's
+    /// transfer column): the sign-in path, one round trip instead of two. Same rules, locks and outcomes;
+    /// an unknown `transferSub` is `.legacyRecordMissing` (or `.alreadyMigrated` when `newSub` has a record).
+    /// - Throws: ``PostgresError``; nothing is half-written.
+    public func applyMigration(transferSub: String, newSub: String, newEmail: String?, isPrivateEmail: Bool?,
+                               method: MigrationMethod) async throws -> MigrationOutcome {
+        try await runMigration(migrationQuery(from: .transfer(transferSub), newSub: newSub, newEmail: newEmail,
+                                              isPrivateEmail: isPrivateEmail, transferSub: transferSub, method: method), newSub: newSub)
+    }
+
+    private func runMigration(_ query: PostgresQuery, newSub: String) async throws -> MigrationOutcome {
         let rows: PostgresResult
         do {
-            rows = try await pool.query(migrationQuery(oldSub: oldSub, newSub: newSub, newEmail: newEmail,
-                                                       isPrivateEmail: isPrivateEmail, transferSub: transferSub, method: method))
+            rows = try await pool.query(query)
         } catch let error as PostgresError where error.code == .uniqueViolation {
             return .conflict
         }
@@ -149,17 +164,55 @@ public struct LegacyStore: BatonStore {
         return .legacyRecordMissing
     }
 
+    /// Where the migration statement finds the old identifier.
+    public enum OldSubjectSource: Sendable {
+        /// Given.
+        case subject(String)
+        /// Mapped from this transfer identifier (`baton.transfers`, then the legacy transfer column).
+        case transfer(String)
+    }
+
     /// The migration statement of ``applyMigration(oldSub:newSub:newEmail:isPrivateEmail:transferSub:method:)``
-    /// (also the SQL `baton bench signin` gives pgbench).
-    public func migrationQuery(oldSub: String, newSub: String, newEmail: String?, isPrivateEmail: Bool?,
+    /// and ``applyMigration(transferSub:newSub:newEmail:isPrivateEmail:method:)`` (also the SQL
+    /// `baton bench signin` gives pgbench).
+    public func migrationQuery(from source: OldSubjectSource, newSub: String, newEmail: String?, isPrivateEmail: Bool?,
                                transferSub: String?, method: MigrationMethod) -> PostgresQuery {
         let l = legacy
         let relay = "%" + LegacyStore.privateRelayDomain
-        return """
-            WITH old AS (
-                SELECT \(l.keyColumn) AS k, \(l.emailColumn)::text AS e FROM \(l.table)
-                WHERE \(l.subjectColumn) = \(oldSub) FOR UPDATE
-            ), taken AS (
+        let query: PostgresQuery
+        switch source {
+        case .subject(let oldSub):
+            query = """
+                WITH old AS (
+                    SELECT \(l.keyColumn) AS k, \(l.emailColumn)::text AS e, \(l.subjectColumn)::text AS s FROM \(l.table)
+                    WHERE \(l.subjectColumn) = \(oldSub) FOR UPDATE
+                ),
+                """
+        case .transfer(let transferSub):
+            if let column = l.transferColumn {
+                query = """
+                    WITH old AS (
+                        SELECT \(l.keyColumn) AS k, \(l.emailColumn)::text AS e, \(l.subjectColumn)::text AS s FROM \(l.table)
+                        WHERE \(l.subjectColumn) = (
+                            SELECT old_sub FROM baton.transfers WHERE transfer_sub = \(transferSub)
+                            UNION ALL
+                            SELECT \(l.subjectColumn)::text FROM \(l.table) WHERE \(column) = \(transferSub) AND \(l.subjectColumn) IS NOT NULL
+                            LIMIT 1)
+                        FOR UPDATE
+                    ),
+                    """
+            } else {
+                query = """
+                    WITH old AS (
+                        SELECT \(l.keyColumn) AS k, \(l.emailColumn)::text AS e, \(l.subjectColumn)::text AS s FROM \(l.table)
+                        WHERE \(l.subjectColumn) = (SELECT old_sub FROM baton.transfers WHERE transfer_sub = \(transferSub))
+                        FOR UPDATE
+                    ),
+                    """
+            }
+        }
+        let rest: PostgresQuery = """
+             taken AS (
                 SELECT \(l.keyColumn)::text AS k FROM \(l.table) WHERE \(l.subjectColumn) = \(newSub) LIMIT 1
             ), moved AS (
                 UPDATE \(l.table) AS u SET \(l.subjectColumn) = \(newSub),
@@ -170,8 +223,8 @@ public struct LegacyStore: BatonStore {
             ), transfer AS (
                 INSERT INTO baton.transfers AS t (old_sub, transfer_sub, new_sub, new_email, is_private_email,
                                                   state, method, migrated_at, updated_at)
-                SELECT \(oldSub)::text, \(transferSub)::text, \(newSub)::text, \(newEmail)::text, \(isPrivateEmail),
-                       'migrated', \(method.rawValue)::text, now(), now() FROM moved
+                SELECT old.s, \(transferSub)::text, \(newSub)::text, \(newEmail)::text, \(isPrivateEmail),
+                       'migrated', \(method.rawValue)::text, now(), now() FROM moved, old
                 ON CONFLICT (old_sub) DO UPDATE SET
                     transfer_sub = COALESCE(t.transfer_sub, EXCLUDED.transfer_sub), new_sub = EXCLUDED.new_sub,
                     new_email = EXCLUDED.new_email, is_private_email = EXCLUDED.is_private_email, state = 'migrated',
@@ -180,13 +233,37 @@ public struct LegacyStore: BatonStore {
                 RETURNING 1
             ), event AS (
                 INSERT INTO baton.events (kind, method, legacy_key, old_sub, new_sub, old_email, new_email, transfer_sub)
-                SELECT 'migrated', \(method.rawValue)::text, moved.k, \(oldSub)::text, \(newSub)::text, old.e, moved.e,
+                SELECT 'migrated', \(method.rawValue)::text, moved.k, old.s, \(newSub)::text, old.e, moved.e,
                        \(transferSub)::text
                 FROM moved, old
             )
             SELECT (SELECT k::text FROM old), (SELECT k FROM taken), moved.k, moved.e
             FROM (SELECT 1) AS one LEFT JOIN moved ON true
             """
+        return LegacyStore.concatenate(query, rest)
+    }
+
+    /// `first` followed by `second`, whose `$n` placeholders are renumbered after `first`'s bindings.
+    /// (Baton's statements contain no `$` other than placeholders.)
+    static func concatenate(_ first: PostgresQuery, _ second: PostgresQuery) -> PostgresQuery {
+        let offset = first.bindings.count
+        var sql = first.sql
+        var characters = second.sql.makeIterator()
+        var pending = characters.next()
+        while let character = pending {
+            pending = characters.next()
+            guard character == "$", let next = pending, next.isASCII, next.isNumber else {
+                sql.append(character)
+                continue
+            }
+            var digits = ""
+            while let digit = pending, digit.isASCII, digit.isNumber {
+                digits.append(digit)
+                pending = characters.next()
+            }
+            sql += "$\(Int(digits)! + offset)"
+        }
+        return PostgresQuery(unsafeSQL: sql, first.bindings + second.bindings)
     }
 
     // MARK: - Current users

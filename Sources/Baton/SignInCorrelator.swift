@@ -54,7 +54,7 @@ public struct SignInResult: Sendable, Equatable {
 ///
 /// 1. A record with the token's `sub` → `current` (a changed email is updated, a revoked consent restored).
 /// 2. Otherwise, `transfer_sub` present and mapped to an old identifier whose record exists → the record is
-///    rewritten exactly once (``BatonStore/applyMigration(oldSub:newSub:newEmail:isPrivateEmail:transferSub:method:)``)
+///    rewritten exactly once (``BatonStore/applyMigration(transferSub:newSub:newEmail:isPrivateEmail:method:)``)
 ///    → `migrated` for the caller that rewrote it, `current` for every concurrent one.
 /// 3. Otherwise → `new`, nothing written.
 public struct SignInCorrelator: Sendable {
@@ -72,12 +72,12 @@ public struct SignInCorrelator: Sendable {
         if let match = try await store.lookupForSignIn(subject: identity.sub) {
             return SignInResult(outcome: .current, user: try await refresh(match, identity), sub: identity.sub, transferSub: identity.transferSub)
         }
-        guard let transferSub = identity.transferSub,
-              let oldSub = try await store.oldSubject(forTransferSubject: transferSub) else {
-            return SignInResult(outcome: .new, user: nil, sub: identity.sub, transferSub: identity.transferSub)
+        guard let transferSub = identity.transferSub else {
+            return SignInResult(outcome: .new, user: nil, sub: identity.sub, transferSub: nil)
         }
-        let outcome = try await store.applyMigration(oldSub: oldSub, newSub: identity.sub, newEmail: identity.email,
-                                                     isPrivateEmail: identity.isPrivateEmail, transferSub: transferSub, method: .signin)
+        // Resolving the transfer identifier and rewriting the record is one atomic step of the store.
+        let outcome = try await store.applyMigration(transferSub: transferSub, newSub: identity.sub, newEmail: identity.email,
+                                                     isPrivateEmail: identity.isPrivateEmail, method: .signin)
         switch outcome {
         case .migrated(let user):
             return SignInResult(outcome: .migrated, user: user, sub: identity.sub, transferSub: transferSub)

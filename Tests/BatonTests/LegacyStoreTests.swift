@@ -108,6 +108,25 @@ struct LegacyStoreTests {
         await f.pool.close()
     }
 
+    @Test("migration by transfer identifier: through baton.transfers, through the legacy column, unknown")
+    func migrateByTransfer() async throws {
+        let f = try await StoreFixture("store_bytransfer")
+        let k1 = try await f.addUser(sub: "old.8", email: "a@privaterelay.appleid.com")
+        try await f.addTransfer(oldSub: "old.8", transferSub: "t.8")
+        let k2 = try await f.addUser(sub: "old.9", email: nil, transferSub: "t.9")
+        #expect(try await f.store.applyMigration(transferSub: "t.8", newSub: "new.8", newEmail: "b@privaterelay.appleid.com", isPrivateEmail: true, method: .signin)
+                == .migrated(LegacyUser(key: k1, subject: "new.8", email: "b@privaterelay.appleid.com")))
+        #expect(try await f.store.applyMigration(transferSub: "t.9", newSub: "new.9", newEmail: nil, isPrivateEmail: nil, method: .signin)
+                == .migrated(LegacyUser(key: k2, subject: "new.9", email: nil)))
+        #expect(try await f.store.applyMigration(transferSub: "t.8", newSub: "new.8", newEmail: nil, isPrivateEmail: nil, method: .signin)
+                == .alreadyMigrated(LegacyUser(key: k1, subject: "new.8", email: "b@privaterelay.appleid.com")))
+        #expect(try await f.store.applyMigration(transferSub: "t.none", newSub: "new.x", newEmail: nil, isPrivateEmail: nil, method: .signin)
+                == .legacyRecordMissing)
+        #expect(try TestDatabase.psql(f.url, "SELECT string_agg(old_sub || '>' || new_sub, ',' ORDER BY old_sub) FROM baton.events") == "old.8>new.8,old.9>new.9")
+        #expect(try TestDatabase.psql(f.url, "SELECT transfer_sub FROM baton.transfers WHERE old_sub = 'old.9'") == "t.9")
+        await f.pool.close()
+    }
+
     @Test("transfer lookups: baton.transfers first, then the legacy transfer column; unknown is nil")
     func transferLookup() async throws {
         let f = try await StoreFixture("store_lookup")

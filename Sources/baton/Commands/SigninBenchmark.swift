@@ -15,7 +15,7 @@ import Postgres
 ///    signed with the emulator's keys.
 /// 2. `baton serve` as a child process (pool of 8), Apple's keys from the emulator.
 /// 3. Keep-alive HTTP load, concurrency `--concurrency` (default 32): every migration token once
-///    (`migrated`), then `--current-requests` sign-ins of the now current users (`current`); latency per
+///    (`migrated`: a lookup, then the migration statement), then `--current-requests` sign-ins of the now current users (`current`); latency per
 ///    request from the load generator's send and receive times.
 /// 4. pgbench (`-M prepared -c 8 -j 2 -T --pgbench-seconds`) on the statements the service runs for each
 ///    outcome (values that the service binds become expressions of a pgbench counter).
@@ -96,9 +96,8 @@ func runSigninBenchmark(_ rawArguments: [String]) async throws -> Int32 {
         \\set i :i + 1
         \\set n \(firstSynthetic) + (:i - 1) * 8 + :client_id
         \(pgbenchSQL(store.lookupQuery(subject: "\u{1}new"))) ;
-        \(pgbenchSQL(store.transferLookupQuery(transferSub: "\u{1}transfer"))) ;
-        \(pgbenchSQL(store.migrationQuery(oldSub: "\u{1}old", newSub: "\u{1}new", newEmail: "\u{1}email", isPrivateEmail: true,
-                                          transferSub: "\u{1}transfer", method: .signin))) ;
+        \(pgbenchSQL(store.migrationQuery(from: .transfer("\u{1}transfer"), newSub: "\u{1}new", newEmail: "\u{1}email",
+                                          isPrivateEmail: true, transferSub: "\u{1}transfer", method: .signin))) ;
 
         """
     let currentScript = """

@@ -1,0 +1,83 @@
+import AppleEmulator
+import Foundation
+import FoundationNetworking
+import JOSE
+import TestSupport
+import Testing
+
+@Suite("baton serve (the built binary)")
+struct ServeCommandTests {
+    @Test("a missing legacy table is a clear start-up error naming it")
+    func missingTable() async throws {
+        let url = try TestDatabase.create("serve_missing")
+        _ = try runBaton(["db", "migrate", "--database-url", url])
+        let config = try writeConfig(databaseURL: url, appleBaseURL: "http://127.0.0.1:9", port: 0)
+        let result = try await offPool { try runBaton(["serve", "--config", config]) }
+        #expect(result.status == 1)
+        #expect(result.stderr.contains("legacy.table public.users does not exist"))
+    }
+
+    @Test("serves sign-ins, logs one line per request without the token, and drains on SIGTERM")
+    func servesAndStops() async throws {
+        let f = try await ServiceFixture(.inProcess, people: 1)
+        let port = try freePort()
+        let config = try writeConfig(databaseURL: f.url, appleBaseURL: f.emulator.baseURL.absoluteString, port: port)
+        let child = try runProcessAsync(batonBinaryPath, ["serve", "--config", config])
+        var healthy = false
+        for _ in 0..<200 where !healthy {
+            healthy = (try? await URLSession.shared.data(from: URL(string: "http://127.0.0.1:\(port)/healthz")!)) != nil
+            if !healthy { try await Task.sleep(for: .milliseconds(50)) }
+        }
+        #expect(healthy)
+        let token = try f.token(f.people[0])
+        var request = URLRequest(url: URL(string: "http://127.0.0.1:\(port)/v1/signin")!)
+        request.httpMethod = "POST"
+        request.setValue("application/json", forHTTPHeaderField: "Content-Type")
+        request.httpBody = Data(JSON.serializeBytes(.object(["id_token": .string(token)])))
+        let (data, response) = try await URLSession.shared.data(for: request)
+        #expect((response as? HTTPURLResponse)?.statusCode == 200)
+        #expect((try JSON.parse(Array(data)))["outcome"]?.stringValue == "migrated")
+        child.signal(SIGTERM)
+        let result = try await offPool { try child.wait(timeout: 30) }
+        #expect(result.status == 0)
+        #expect(result.stdout.contains("baton listening on http://127.0.0.1:\(port)"))
+        #expect(result.stderr.contains("route=signin status=200") || result.stderr.contains("outcome=migrated route=signin status=200"))
+        #expect(!result.stderr.contains(token))
+        #expect(!result.stderr.contains("@privaterelay"))
+        await f.close()
+    }
+
+    private func writeConfig(databaseURL: String, appleBaseURL: String, port: Int) throws -> String {
+        let config: JSONValue = [
+            "listen": .string("127.0.0.1:\(port)"),
+            "database": ["url": .string(databaseURL), "pool_size": 4],
+            "apple": ["base_url": .string(appleBaseURL), "client_ids": [.string(ServiceFixture.clientID)]],
+            "legacy": ["table": "public.users", "key_column": "id", "subject_column": "apple_sub", "email_column": "email"],
+        ]
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("baton-serve-\(UUID().uuidString).json").path
+        try JSON.serialize(config).write(toFile: path, atomically: true, encoding: .utf8)
+        return path
+    }
+
+    /// A port that was free a moment ago (bound to 0 and released).
+    private func freePort() throws -> Int {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        defer { close(fd) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let bound = withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) == 0 && getsockname(fd, $0, &length) == 0 }
+        }
+        guard bound else { throw TestSupportError("cannot find a free port") }
+        return Int(UInt16(bigEndian: address.sin_port))
+    }
+}
+
+/// Runs blocking work (child processes) on a dispatch queue, off Swift's cooperative pool.
+func offPool<T: Sendable>(_ work: @escaping @Sendable () throws -> T) async throws -> T {
+    try await withCheckedThrowingContinuation { continuation in
+        DispatchQueue.global().async { continuation.resume(with: Result { try work() }) }
+    }
+}
