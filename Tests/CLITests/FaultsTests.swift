@@ -35,7 +35,7 @@ struct FaultsTests {
                 load.log.mark("restarting\(round)")
                 try await offPool { try world.cluster.restart() }
                 load.log.mark("up\(round)")
-                try await pause(seconds: 5.5)
+                try await pause(seconds: 6)
             }
             let log = await load.stop()
             let statuses = Set(log.all.map(\.answer.status))

@@ -78,12 +78,12 @@ final class FaultWorld: @unchecked Sendable {
     /// Builds the world, runs `body`, and tears everything down (serve child, emulator, cluster, files)
     /// whether `body` succeeds or throws.
     /// - Parameters:
-    ///   - users: people in the app, each with a legacy row and (when `seedTransfers`) a pending transfer.
+    ///   - users: people in the app, each with a legacy row and a pending transfer (old `sub`, `transfer_sub`).
     ///   - privateCluster: whether the scenario needs a cluster of its own (it stops the server, or adds a
     ///     tablespace); otherwise the database is created in the shared test cluster.
-    ///   - tablespace: a directory for a tablespace that holds the whole `app` database (disk-full scenario;
+    ///   - tablespace: a directory for a tablespace that holds the whole application database (disk-full scenario;
     ///     needs `privateCluster`).
-    static func run(users: Int, privateCluster: Bool = false, seedTransfers: Bool = true, tablespace: String? = nil,
+    static func run(users: Int, privateCluster: Bool = false, tablespace: String? = nil,
                     _ body: (FaultWorld) async throws -> Void) async throws {
         let cluster = privateCluster ? try await offPool { try PrivateCluster() } : nil
         let directory = try KeyDirectory()
@@ -98,8 +98,7 @@ final class FaultWorld: @unchecked Sendable {
         }
         var world: FaultWorld?
         do {
-            world = try await build(cluster: cluster, directory: directory, emulator: emulator, users: users,
-                                    seedTransfers: seedTransfers, tablespace: tablespace)
+            world = try await build(cluster: cluster, directory: directory, emulator: emulator, users: users, tablespace: tablespace)
             try await body(world!)
         } catch {
             await teardown(world, cluster: cluster, directory: directory, emulator: emulator)
@@ -120,7 +119,7 @@ final class FaultWorld: @unchecked Sendable {
     }
 
     private static func build(cluster: PrivateCluster?, directory: KeyDirectory, emulator: AppleEmulator, users count: Int,
-                              seedTransfers: Bool, tablespace: String?) async throws -> FaultWorld {
+                              tablespace: String?) async throws -> FaultWorld {
         let sender = try emulator.createTeam()
         let recipient = try emulator.createTeam()
         try emulator.createApp(clientID: clientID, teamID: sender.teamID)
@@ -151,14 +150,12 @@ final class FaultWorld: @unchecked Sendable {
             _ = try TestDatabase.psql(databaseURL, """
                 CREATE TABLE public.users (id bigserial PRIMARY KEY, apple_sub text UNIQUE, email text);
                 INSERT INTO public.users (apple_sub, email)
-                SELECT s, 'legacy.' || ordinality || '@privaterelay.appleid.com' FROM unnest('{\(subs)}'::text[]) WITH ORDINALITY AS s;
+                SELECT s, 'legacy.' || n || '@privaterelay.appleid.com' FROM unnest('{\(subs)}'::text[]) WITH ORDINALITY AS t(s, n);
                 """)
-            if seedTransfers {
-                _ = try TestDatabase.psql(databaseURL, """
-                    INSERT INTO baton.transfers (old_sub, transfer_sub)
-                    SELECT * FROM unnest('{\(subs)}'::text[], '{\(people.map(\.transferSub).joined(separator: ","))}'::text[]);
-                    """)
-            }
+            _ = try TestDatabase.psql(databaseURL, """
+                INSERT INTO baton.transfers (old_sub, transfer_sub)
+                SELECT * FROM unnest('{\(subs)}'::text[], '{\(people.map(\.transferSub).joined(separator: ","))}'::text[]);
+                """)
         }
         let baseline = try await offPool { try LegacySnapshot.take(databaseURL) }
         return try FaultWorld(cluster: cluster, serverURL: serverURL, directory: directory, databaseName: databaseName, databaseURL: databaseURL,
