@@ -166,13 +166,10 @@ final class FaultWorld: @unchecked Sendable {
     // MARK: - Configuration
 
     /// Writes `baton.json` for this world and returns its path.
-    /// - Parameter statementTimeoutMilliseconds: when set, every connection of the service runs with
-    ///   `statement_timeout` and `lock_timeout` of this many milliseconds (libpq's `options` in the URL).
+    /// - Parameter statementTimeoutMilliseconds: the service's `database.statement_timeout_ms`, if any.
     func writeConfiguration(statementTimeoutMilliseconds: Int? = nil) throws -> String {
-        var url = databaseURL
-        if let timeout = statementTimeoutMilliseconds {
-            url += "&options=-c%20statement_timeout%3D\(timeout)%20-c%20lock_timeout%3D\(timeout)"
-        }
+        var database: [String: Any] = ["url": databaseURL, "pool_size": 4]
+        if let statementTimeoutMilliseconds { database["statement_timeout_ms"] = statementTimeoutMilliseconds }
         let transfer: [String: Any] = [
             "client_id": FaultWorld.clientID,
             "accepted_at": ISO8601DateFormatter().string(from: acceptedAt),
@@ -181,7 +178,7 @@ final class FaultWorld: @unchecked Sendable {
         ]
         let tree: [String: Any] = [
             "listen": "127.0.0.1:\(servePort)",
-            "database": ["url": url, "pool_size": 4],
+            "database": database,
             "apple": ["base_url": "http://127.0.0.1:\(emulatorPort)", "client_ids": [FaultWorld.clientID], "transfer": transfer],
             "legacy": ["table": "public.users", "key_column": "id", "subject_column": "apple_sub", "email_column": "email"],
         ]
