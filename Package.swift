@@ -28,7 +28,7 @@ let package = Package(
         .target(name: "Postgres", dependencies: ["CLibPQ", "Logging"], swiftSettings: swiftSettings),
         .target(name: "HTTPServer", dependencies: ["CMicroHTTPD", "Logging"], swiftSettings: swiftSettings),
         .target(name: "Baton", dependencies: ["AppleSignIn", "JOSE", "Postgres", "Logging"], resources: [.copy("Schema")], swiftSettings: swiftSettings),
-        .target(name: "BatonService", dependencies: ["Baton", "HTTPServer", "Logging"], swiftSettings: swiftSettings),
+        .target(name: "BatonService", dependencies: ["Baton", "HTTPServer", "JOSE", "Logging"], swiftSettings: swiftSettings),
         .target(name: "AppleEmulator", dependencies: ["JOSE", "HTTPServer", "Logging"], swiftSettings: swiftSettings),
         .executableTarget(
             name: "baton",

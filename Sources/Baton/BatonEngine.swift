@@ -33,6 +33,7 @@ public final class BatonEngine: Sendable {
     private let keys: any VerificationKeyProvider
     private let keysReady: @Sendable () -> Bool
     private let pool: PostgresPool?
+    private let reportBuilder: (@Sendable (Date) -> ReportBuilder)?
     private let now: @Sendable () -> Date
 
     /// Creates an engine from its parts (tests and embedders with their own pool and keys).
@@ -45,11 +46,12 @@ public final class BatonEngine: Sendable {
     ///   - linkMaxAge: freshness of re-link tokens in seconds (default 600).
     ///   - keysReady: whether a usable key set is held (readiness); default always true.
     ///   - pool: a pool the engine owns and closes at ``shutdown()``.
+    ///   - reportBuilder: makes the report's builder for an instant; nil disables ``migrationReport()``.
     ///   - now: the clock.
     public init(store: any BatonStore, keys: any VerificationKeyProvider, clientIDs: [String], legacyClientIDs: [String] = [],
                 issuer: String = IdentityTokenVerifier.appleIssuer, linkMaxAge: TimeInterval = 600,
                 keysReady: @escaping @Sendable () -> Bool = { true }, pool: PostgresPool? = nil,
-                now: @escaping @Sendable () -> Date = { Date() }) {
+                reportBuilder: (@Sendable (Date) -> ReportBuilder)? = nil, now: @escaping @Sendable () -> Date = { Date() }) {
         self.store = store
         self.keys = keys
         self.verifier = IdentityTokenVerifier(clientIDs: clientIDs, keys: keys, issuer: issuer, now: now)
@@ -59,6 +61,7 @@ public final class BatonEngine: Sendable {
         self.correlator = SignInCorrelator(store: store)
         self.keysReady = keysReady
         self.pool = pool
+        self.reportBuilder = reportBuilder
         self.now = now
     }
 
@@ -84,7 +87,8 @@ public final class BatonEngine: Sendable {
             }
             return BatonEngine(store: store, keys: cache, clientIDs: configuration.apple.clientIDs,
                                legacyClientIDs: configuration.apple.legacyClientIDs, issuer: configuration.apple.issuer,
-                               keysReady: { cache.isReady }, pool: pool)
+                               keysReady: { cache.isReady }, pool: pool,
+                               reportBuilder: { now in ReportBuilder(pool: pool, configuration: configuration, now: now) })
         } catch {
             await pool.close()
             throw error
@@ -267,10 +271,12 @@ public final class BatonEngine: Sendable {
         return PoolUsage(open: statistics.open, idle: statistics.idle, waiting: statistics.waiting, max: pool.maxConnections)
     }
 
-    /// Transfer counts by state and by method (the admin report's summary).
-    /// - Throws: ``BatonError`` `database_unavailable`.
-    public func transferSummary() async throws -> TransferSummary {
-        try await database { try await store.transferSummary() }
+    /// The correlation report (``MigrationReport``, rendered by `GET /v1/report`), with emails masked.
+    /// - Throws: ``BatonError`` `invalid_request` when the engine was built without a report source,
+    ///   `database_unavailable`.
+    public func migrationReport() async throws -> MigrationReport {
+        guard let reportBuilder else { throw BatonError(.invalidRequest, "no report source is configured") }
+        return try await database { try await reportBuilder(now()).build() }
     }
 
     // MARK: - Helpers

@@ -56,28 +56,6 @@ public protocol BatonStore: Sendable {
     /// (then with an event), false for a duplicate.
     func applyNotification(_ kind: NotificationKind, subject sub: String) async throws -> Bool
 
-    /// Counts of `baton.transfers` rows by state and of migrated rows by method.
-    func transferSummary() async throws -> TransferSummary
-
     /// Whether the database answers.
     func ping() async throws
-}
-
-/// Counts of `baton.transfers` rows.
-public struct TransferSummary: Sendable, Equatable, Codable {
-    /// Rows by state (`pending`, `migrated`, `failed`, `unresolvable`); absent states count 0.
-    public var byState: [String: Int]
-    /// Migrated rows by method (`signin`, `exchange`, `link`).
-    public var byMethod: [String: Int]
-
-    /// Creates a summary.
-    public init(byState: [String: Int], byMethod: [String: Int]) {
-        self.byState = byState
-        self.byMethod = byMethod
-    }
-
-    enum CodingKeys: String, CodingKey {
-        case byState = "by_state"
-        case byMethod = "by_method"
-    }
 }

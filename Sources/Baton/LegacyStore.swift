@@ -384,23 +384,6 @@ public struct LegacyStore: BatonStore {
         return rows.count == 1
     }
 
-    /// Counts of `baton.transfers` rows by state, and of migrated rows by method; one statement.
-    /// - Throws: ``PostgresError``.
-    public func transferSummary() async throws -> TransferSummary {
-        let rows = try await pool.query("""
-            SELECT 'state', state, count(*) FROM baton.transfers GROUP BY state
-            UNION ALL
-            SELECT 'method', method, count(*) FROM baton.transfers WHERE state = 'migrated' GROUP BY method
-            """)
-        var summary = TransferSummary(byState: ["pending": 0, "migrated": 0, "failed": 0, "unresolvable": 0],
-                                      byMethod: ["signin": 0, "exchange": 0, "link": 0])
-        for row in rows {
-            let name = try row.decode(String.self, at: 1), count = try row.decode(Int.self, at: 2)
-            if try row.decode(String.self, at: 0) == "state" { summary.byState[name] = count } else { summary.byMethod[name] = count }
-        }
-        return summary
-    }
-
     /// Runs `SELECT 1`.
     /// - Throws: ``PostgresError`` when the database does not answer.
     public func ping() async throws {

@@ -1,6 +1,7 @@
 import Baton
 import Foundation
 import HTTPServer
+import JOSE
 import Logging
 
 /// Baton's HTTP API over a ``BatonEngine``: the routes of `baton serve`, usable in-process too.
@@ -11,7 +12,7 @@ import Logging
 /// | `GET /v1/credential-state?user=ID` | `{"state"}` |
 /// | `POST /v1/link` | `{"outcome", "user", "sub", "transfer_sub"?}` |
 /// | `POST /v1/notifications` | `{"type", "changed"}` |
-/// | `GET /v1/report` | transfer counts (admin token) |
+/// | `GET /v1/report` | the correlation report as JSON (admin token) |
 /// | `GET /healthz`, `/readyz`, `/metrics` | liveness, readiness, Prometheus text |
 ///
 /// Errors are `{"error": code, "reason": text}` with the status of ``BatonError/httpStatus``; bad input is
@@ -52,19 +53,14 @@ public final class BatonService: Sendable {
 
     // MARK: - Routes
 
-    private struct SignInBody: Decodable {
-        var id_token: String?
-        var nonce: String?
-    }
-
     private func signIn(_ request: HTTPRequest) async throws -> (HTTPResponse, String?) {
         let token: String
         let nonce: String?
         switch request.mediaType {
         case "application/json":
-            let body = try decode(SignInBody.self, request)
-            token = try required(body.id_token, "id_token")
-            nonce = body.nonce
+            let body = try jsonObject(request)
+            token = try required(string(body, "id_token"), "id_token")
+            nonce = try string(body, "nonce")
         case "application/x-www-form-urlencoded":
             // Apple's web form_post: id_token, code, state, user; Baton needs only the token.
             let form = try request.formValues()
@@ -74,7 +70,7 @@ public final class BatonService: Sendable {
             throw unsupportedMediaType(["application/json", "application/x-www-form-urlencoded"])
         }
         let result = try await engine.signIn(idToken: token, nonce: nonce)
-        return (try HTTPResponse.json(SignInAnswer(result)), result.outcome.rawValue)
+        return (signInAnswer(result), result.outcome.rawValue)
     }
 
     private func credentialState(_ request: HTTPRequest) async throws -> (HTTPResponse, String?) {
@@ -83,21 +79,12 @@ public final class BatonService: Sendable {
         return (HTTPResponse.json(serialized: "{\"state\":\"\(state.rawValue)\"}"), state.rawValue)
     }
 
-    private struct LinkBody: Decodable {
-        var legacy_id_token: String?
-        var id_token: String?
-    }
-
     private func link(_ request: HTTPRequest) async throws -> (HTTPResponse, String?) {
         guard request.mediaType == "application/json" else { throw unsupportedMediaType(["application/json"]) }
-        let body = try decode(LinkBody.self, request)
-        let result = try await engine.link(legacyIDToken: try required(body.legacy_id_token, "legacy_id_token"),
-                                           idToken: try required(body.id_token, "id_token"))
-        return (try HTTPResponse.json(SignInAnswer(result)), result.outcome.rawValue)
-    }
-
-    private struct NotificationBody: Decodable {
-        var payload: String?
+        let body = try jsonObject(request)
+        let result = try await engine.link(legacyIDToken: try required(string(body, "legacy_id_token"), "legacy_id_token"),
+                                           idToken: try required(string(body, "id_token"), "id_token"))
+        return (signInAnswer(result), result.outcome.rawValue)
     }
 
     private struct NotificationAnswer: Encodable {
@@ -107,8 +94,8 @@ public final class BatonService: Sendable {
 
     private func notification(_ request: HTTPRequest) async throws -> (HTTPResponse, String?) {
         guard request.mediaType == "application/json" else { throw unsupportedMediaType(["application/json"]) }
-        let body = try decode(NotificationBody.self, request)
-        let result = try await engine.handleNotification(payload: try required(body.payload, "payload"))
+        let body = try jsonObject(request)
+        let result = try await engine.handleNotification(payload: try required(string(body, "payload"), "payload"))
         return (try HTTPResponse.json(NotificationAnswer(type: result.type, changed: result.changed)), result.changed ? "changed" : "unchanged")
     }
 
@@ -118,7 +105,7 @@ public final class BatonService: Sendable {
         guard header.hasPrefix("Bearer "), adminToken.matches(header.dropFirst(7)) else {
             throw HTTPError(401, code: "unauthorized", reason: "a valid admin bearer token is required", headers: ["WWW-Authenticate": "Bearer"])
         }
-        return (try HTTPResponse.json(try await engine.transferSummary()), nil)
+        return (HTTPResponse.json(serialized: try await engine.migrationReport().renderJSON()), nil)
     }
 
     private struct ReadinessAnswer: Encodable {
@@ -171,8 +158,35 @@ public final class BatonService: Sendable {
         }
     }
 
-    private func decode<T: Decodable>(_ type: T.Type, _ request: HTTPRequest) throws(HTTPError) -> T {
-        try request.decodeJSON(T.self)
+    /// The body as a JSON object (strict: no duplicate members).
+    private func jsonObject(_ request: HTTPRequest) throws(HTTPError) -> JSONObject {
+        do {
+            return try JSON.parseObject(request.body)
+        } catch {
+            throw HTTPError(400, code: "invalid_json", reason: "request body is not a JSON object")
+        }
+    }
+
+    /// Member `name` of `object` as a string; nil when absent or null.
+    private func string(_ object: JSONObject, _ name: String) throws(HTTPError) -> String? {
+        guard let value = object[name], !value.isNull else { return nil }
+        guard let text = value.stringValue else { throw HTTPError(400, code: "invalid_json", reason: "\(name) must be a string") }
+        return text
+    }
+
+    /// The JSON answer of a sign-in or a link: `{"outcome", "user": {"key", "sub", "email"?} | null, "sub", "transfer_sub"?}`.
+    private func signInAnswer(_ result: SignInResult) -> HTTPResponse {
+        var object: JSONObject = ["outcome": .string(result.outcome.rawValue)]
+        if let user = result.user {
+            var userObject: JSONObject = ["key": .string(user.key), "sub": .string(user.subject)]
+            if let email = user.email { userObject["email"] = .string(email) }
+            object["user"] = .object(userObject)
+        } else {
+            object["user"] = .null
+        }
+        object["sub"] = .string(result.sub)
+        if let transferSub = result.transferSub { object["transfer_sub"] = .string(transferSub) }
+        return HTTPResponse.json(bytes: JSON.serializeBytes(.object(object)))
     }
 
     private func required(_ value: String?, _ name: String) throws(HTTPError) -> String {
@@ -182,39 +196,5 @@ public final class BatonService: Sendable {
 
     private func unsupportedMediaType(_ accepted: [String]) -> HTTPError {
         HTTPError(415, code: "unsupported_media_type", reason: "Content-Type must be \(accepted.joined(separator: " or "))")
-    }
-}
-
-/// The JSON answer of a sign-in or a link.
-struct SignInAnswer: Encodable {
-    struct User: Encodable {
-        var key: String
-        var sub: String
-        var email: String?
-    }
-
-    var outcome: String
-    var user: User?
-    var sub: String
-    var transferSub: String?
-
-    init(_ result: SignInResult) {
-        outcome = result.outcome.rawValue
-        user = result.user.map { User(key: $0.key, sub: $0.subject, email: $0.email) }
-        sub = result.sub
-        transferSub = result.transferSub
-    }
-
-    enum CodingKeys: String, CodingKey {
-        case outcome, user, sub
-        case transferSub = "transfer_sub"
-    }
-
-    func encode(to encoder: any Encoder) throws {
-        var container = encoder.container(keyedBy: CodingKeys.self)
-        try container.encode(outcome, forKey: .outcome)
-        try container.encode(user, forKey: .user)
-        try container.encode(sub, forKey: .sub)
-        try container.encodeIfPresent(transferSub, forKey: .transferSub)
     }
 }

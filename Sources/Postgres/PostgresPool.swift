@@ -25,7 +25,9 @@ public actor PostgresPool {
     private let logger: Logger
     private var idle: [PostgresConnection] = []
     private var open = 0
-    private var waiters: [(id: Int, continuation: CheckedContinuation<PostgresConnection, any Error>)] = []
+    /// Callers waiting for a connection, each with the task that fails it after `acquireTimeout`; that task is
+    /// cancelled as soon as the caller is served, so a busy pool does not keep one sleeping task per wait.
+    private var waiters: [(id: Int, continuation: CheckedContinuation<PostgresConnection, any Error>, timer: Task<Void, Never>)] = []
     private var nextWaiterID = 0
     private var closed = false
 
@@ -95,6 +97,7 @@ public actor PostgresPool {
         let pending = waiters
         waiters.removeAll()
         for waiter in pending {
+            waiter.timer.cancel()
             waiter.continuation.resume(throwing: PostgresError(.poolClosed, message: "the connection pool is closed"))
         }
         open -= idle.count
@@ -120,11 +123,12 @@ public actor PostgresPool {
         let id = nextWaiterID
         let timeout = acquireTimeout
         return try await withCheckedThrowingContinuation { continuation in
-            waiters.append((id, continuation))
-            Task { [weak self] in
+            let timer = Task { [weak self] in
                 try? await Task.sleep(for: timeout)
+                guard !Task.isCancelled else { return }
                 await self?.expireWaiter(id)
             }
+            waiters.append((id, continuation, timer))
         }
     }
 
@@ -145,7 +149,9 @@ public actor PostgresPool {
             if waiters.isEmpty {
                 idle.append(connection)
             } else {
-                waiters.removeFirst().continuation.resume(returning: connection)
+                let waiter = waiters.removeFirst()
+                waiter.timer.cancel()
+                waiter.continuation.resume(returning: connection)
             }
             return
         }
@@ -154,6 +160,7 @@ public actor PostgresPool {
         // Replace the dropped connection for the first waiter.
         open += 1
         let waiter = waiters.removeFirst()
+        waiter.timer.cancel()
         do {
             waiter.continuation.resume(returning: try await PostgresConnection.connect(url: url, logger: logger))
         } catch {

@@ -4,7 +4,7 @@ import Foundation
 import TestSupport
 import Testing
 
-@Suite("BatonService across a database outage")
+@Suite("BatonService across a database outage", .serialized)
 struct OutageTests {
     @Test("the database stopped mid-test: 503 and nothing written; restarted: the service recovers by itself", arguments: Mode.allCases)
     func outage(mode: Mode) async throws {

@@ -65,7 +65,7 @@ final class ServiceFixture: @unchecked Sendable {
         people = users.map { Person(id: $0.id, oldSub: $0.userIdentifier, transferSub: transfers[$0.userIdentifier]!, email: $0.email) }
 
         url = try databaseURL ?? TestDatabase.create("service")
-        pool = PostgresPool(url: url, maxConnections: 8, acquireTimeout: .seconds(5))
+        pool = PostgresPool(url: url, maxConnections: 4, acquireTimeout: .seconds(30))
         _ = try await BatonSchema.migrator().migrate(pool)
         try await pool.withConnection { connection in
             try await connection.executeScript(unsafeSQL: """
@@ -81,11 +81,13 @@ final class ServiceFixture: @unchecked Sendable {
         notificationKey = try RSAPrivateKey.generate(bits: 2048)
         let local = JWK(key: .rsa(notificationKey.publicKey), kid: ServiceFixture.notificationKID, use: "sig", alg: "RS256")
         let keys = FixedKeySet(JWKSet(keys: emulator.jwks.keys + [local]))
-        let legacy = try BatonConfiguration.Legacy(table: "public.users", keyColumn: "id", subjectColumn: "apple_sub",
-                                                   emailColumn: "email", transferColumn: "transfer_sub").identifiers()
-        let store = LegacyStore(pool: pool, legacy: legacy)
+        let legacyTable = BatonConfiguration.Legacy(table: "public.users", keyColumn: "id", subjectColumn: "apple_sub",
+                                                    emailColumn: "email", transferColumn: "transfer_sub")
+        let store = LegacyStore(pool: pool, legacy: try legacyTable.identifiers())
         try await store.validateLegacyTable()
-        engine = BatonEngine(store: store, keys: keys, clientIDs: [ServiceFixture.clientID], legacyClientIDs: [ServiceFixture.clientID], pool: pool)
+        let pool = self.pool
+        engine = BatonEngine(store: store, keys: keys, clientIDs: [ServiceFixture.clientID], legacyClientIDs: [ServiceFixture.clientID], pool: pool,
+                             reportBuilder: { now in ReportBuilder(pool: pool, legacy: legacyTable, acceptedAt: nil, now: now) })
         switch mode {
         case .inProcess:
             service = BatonService(engine: engine, adminToken: AdminToken(ServiceFixture.adminToken))

@@ -4,7 +4,7 @@ import Postgres
 import TestSupport
 import Testing
 
-@Suite("LegacyStore: the migration rules on PostgreSQL")
+@Suite("LegacyStore: the migration rules on PostgreSQL", .serialized)
 struct LegacyStoreTests {
     @Test("a migration rewrites the subject, replaces a relay email, marks the transfer and appends one event")
     func migrates() async throws {

@@ -142,7 +142,9 @@ public final class BulkJob: Sendable {
         self.requireOpenWindow = requireOpenWindow
         self.now = now
         self.logger = logger
-        limiter = RateLimiter(rate: options.rate)
+        // A small burst (at most 1/20 s of requests, 10 at most) lets the workers catch up a slot lost to a slow
+        // answer without ever exceeding rate·t + burst over any interval.
+        limiter = RateLimiter(rate: options.rate, burst: max(1, min(10, options.rate / 20)))
     }
 
     /// Whether the window allows requests at `date`.
@@ -185,11 +187,19 @@ public final class BulkJob: Sendable {
     }
 
     private func work(_ feeder: Feeder) async {
+        var claimFailures = 0
         while stopReason == nil {
             let item: TransferQueue.Item?
             do {
                 item = try await feeder.next()
+                claimFailures = 0
             } catch {
+                // A lost connection or a restarting server: a few tries a second apart, then stop (a rerun resumes).
+                claimFailures += 1
+                if FailureKind.of(error) == .transient, claimFailures < 5 {
+                    try? await Task.sleep(for: .seconds(1))
+                    continue
+                }
                 stop(BulkJobError(.stopped, "the database failed while claiming work: \(FailureKind.reason(error))"))
                 return
             }
@@ -361,8 +371,14 @@ actor Feeder {
                 }
                 refill = task
             }
-            let more = try await task.value
-            if refill == task { refill = nil }
+            let more: Bool
+            do {
+                more = try await task.value
+                if refill == task { refill = nil }
+            } catch {
+                if refill == task { refill = nil }
+                throw error
+            }
             if !more { return nil }
         }
         return nil

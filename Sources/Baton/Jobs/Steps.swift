@@ -23,6 +23,8 @@ public struct ExchangeStep: BulkJobStep {
         self.applier = applier
     }
 
+    /// Exchanges the row's transfer identifier with Apple and applies the answer.
+    /// - Throws: ``AppleSignIn/AppleClientError``, ``Postgres/PostgresError``.
     public func perform(_ item: TransferQueue.Item) async throws -> BulkStepOutcome {
         guard let transferSub = item.transferSub else { return .alreadyDone }
         let user = try await client.exchange(transferIdentifier: transferSub)
@@ -51,6 +53,8 @@ public struct TransferIdentifierStep: BulkJobStep {
         self.queue = queue
     }
 
+    /// Asks Apple for the user's transfer identifier for the target team and stores it.
+    /// - Throws: ``AppleSignIn/AppleClientError``, ``Postgres/PostgresError``.
     public func perform(_ item: TransferQueue.Item) async throws -> BulkStepOutcome {
         let transferSub = try await client.transferIdentifier(forUser: item.oldSub, targetTeamID: targetTeamID)
         return try await queue.storeTransferIdentifier(item, transferSub: transferSub) ? .done : .alreadyDone

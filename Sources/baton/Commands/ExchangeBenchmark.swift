@@ -11,7 +11,7 @@ import Postgres
 ///
 /// Options: `--users N` (default 20,000) pending users to exchange; `--backlog N` (default 0) more pending rows
 /// that sort after them (so the queue holds N + backlog rows; they are not exchanged); `--limit R` (default 200)
-/// the emulator's limit and the job's `--rate`; `--latency-ms` (20); `--workers` (16); `--sequential-seconds` (5).
+/// the emulator's limit and the job's `--rate`; `--latency-ms` (20); `--workers` (32); `--sequential-seconds` (5).
 /// The database is `--database-url` or `BATON_DATABASE_URL`, and must hold no transfers yet.
 @Sendable
 func runExchangeBenchmark(_ rawArguments: [String]) async throws -> Int32 {
@@ -23,7 +23,7 @@ func runExchangeBenchmark(_ rawArguments: [String]) async throws -> Int32 {
     let backlog = try arguments.integer("backlog", default: 0, in: 0...10_000_000)
     let limit = try arguments.double("limit", default: 200, in: 1...100_000)
     let latency = try arguments.integer("latency-ms", default: 20, in: 0...10_000)
-    let workers = try arguments.integer("workers", default: 16, in: 1...256)
+    let workers = try arguments.integer("workers", default: 32, in: 1...256)
     let sequentialSeconds = try arguments.double("sequential-seconds", default: 5, in: 0.5...600)
     let sequentialUsers = Int(sequentialSeconds * 1000 / Double(max(1, latency))) + 50
 

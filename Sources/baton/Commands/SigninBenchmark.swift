@@ -13,7 +13,7 @@ import Postgres
 ///    and `--transfers` pending transfers (default 100,000), loaded by `generate_series` SQL; the first
 ///    `--migrations` of them (default 20,000) are people of an in-process Apple emulator, whose tokens are
 ///    signed with the emulator's keys.
-/// 2. `baton serve` as a child process (pool of 8), Apple's keys from the emulator.
+/// 2. `baton serve` as a child process (`--pool-size`, default 8), Apple's keys from the emulator.
 /// 3. Keep-alive HTTP load, concurrency `--concurrency` (default 32): every migration token once
 ///    (`migrated`: a lookup, then the migration statement), then `--current-requests` sign-ins of the now current users (`current`); latency per
 ///    request from the load generator's send and receive times.
@@ -24,7 +24,7 @@ import Postgres
 @Sendable
 func runSigninBenchmark(_ rawArguments: [String]) async throws -> Int32 {
     let arguments = try Arguments(rawArguments, options: ["database-url", "users", "transfers", "migrations", "current-requests",
-                                                           "concurrency", "pgbench-seconds"])
+                                                           "concurrency", "pgbench-seconds", "pool-size"])
     let environment = ProcessInfo.processInfo.environment
     guard let serverURL = arguments.value("database-url") ?? environment["BATON_TEST_DATABASE_URL"] ?? environment["BATON_DATABASE_URL"] else {
         throw CommandFailure.usage("needs --database-url (a server where it may create a database); or run it under 'scripts/pg.sh run'")
@@ -35,6 +35,7 @@ func runSigninBenchmark(_ rawArguments: [String]) async throws -> Int32 {
     let currentRequests = try arguments.integer("current-requests", default: 100_000, in: 100...100_000_000)
     let concurrency = try arguments.integer("concurrency", default: 32, in: 1...1024)
     let pgbenchSeconds = try arguments.integer("pgbench-seconds", default: 10, in: 1...600)
+    let poolSize = try arguments.integer("pool-size", default: 8, in: 1...256)
     let clientID = "com.example.bench"
 
     // 1. Apple: two teams, the app, its people, the transfer.
@@ -64,7 +65,7 @@ func runSigninBenchmark(_ rawArguments: [String]) async throws -> Int32 {
     say("signed \(tokens.count) identity tokens in \(seconds(since: tokenStart)) s")
 
     // 4. The service, as a child process.
-    let child = try await ServiceProcess.start(databaseURL: databaseURL, appleBaseURL: emulator.baseURL, clientID: clientID)
+    let child = try await ServiceProcess.start(databaseURL: databaseURL, appleBaseURL: emulator.baseURL, clientID: clientID, poolSize: poolSize)
     defer { child.terminate() }
 
     func load(_ bodies: [[UInt8]], total: Int) async -> (LoadReport, [Double]) {
@@ -294,10 +295,10 @@ private final class ServiceProcess: Sendable {
         self.configPath = configPath
     }
 
-    static func start(databaseURL: String, appleBaseURL: URL, clientID: String) async throws -> ServiceProcess {
+    static func start(databaseURL: String, appleBaseURL: URL, clientID: String, poolSize: Int) async throws -> ServiceProcess {
         let configuration: JSONValue = [
             "listen": "127.0.0.1:0",
-            "database": ["url": .string(databaseURL), "pool_size": 8],
+            "database": ["url": .string(databaseURL), "pool_size": .number(Double(poolSize))],
             "apple": ["base_url": .string(appleBaseURL.absoluteString), "client_ids": [.string(clientID)]],
             "legacy": ["table": "public.users", "key_column": "id", "subject_column": "apple_sub", "email_column": "email"],
         ]
