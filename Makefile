@@ -5,7 +5,7 @@ export PATH := $(PATH):/opt/swift/usr/bin
 SWIFT_BUILD_FLAGS ?=
 BATON := .build/debug/baton
 
-.PHONY: deps build test demo bench fuzz fuzz-http clean
+.PHONY: deps build test faults demo bench fuzz fuzz-http clean
 
 deps:
 	@scripts/install-deps.sh
@@ -19,6 +19,12 @@ build: deps
 test: build
 	swift build --build-tests $(SWIFT_BUILD_FLAGS)
 	scripts/pg.sh run swift test --skip-build --no-parallel $(SWIFT_BUILD_FLAGS)
+
+## The fault suite's long form (repeated kills, longer loads and outages); `make test` runs its short form.
+## Each scenario starts PostgreSQL clusters of its own; the disk-full scenario mounts a small tmpfs (root).
+faults: build
+	swift build --build-tests $(SWIFT_BUILD_FLAGS)
+	BATON_FAULTS=long scripts/pg.sh run swift test --skip-build --no-parallel --filter Faults $(SWIFT_BUILD_FLAGS)
 
 ## Migrates a fresh throwaway database and shows Baton's schema.
 demo: build

@@ -76,6 +76,7 @@ struct ConfigurationTests {
         let configuration = try load(try configJSON(), [
             "BATON_DATABASE_URL": "postgresql://other@db2/app",
             "BATON_DATABASE_POOL_SIZE": "3",
+            "BATON_DATABASE_STATEMENT_TIMEOUT_MS": "2500",
             "BATON_APPLE_BASE_URL": "http://127.0.0.1:9999",
             "BATON_APPLE_CLIENT_IDS": " com.a.app , com.a.web,",
             "BATON_APPLE_TRANSFER_ACCEPTED_AT": "2026-11-01T00:00:00Z",
@@ -85,6 +86,7 @@ struct ConfigurationTests {
         ])
         #expect(configuration.database.url == "postgresql://other@db2/app")
         #expect(configuration.database.poolSize == 3)
+        #expect(configuration.database.statementTimeoutMilliseconds == 2500)
         #expect(configuration.apple.keysURL.absoluteString == "http://127.0.0.1:9999/auth/keys")
         #expect(configuration.apple.clientIDs == ["com.a.app", "com.a.web"])
         #expect(configuration.apple.transfer?.acceptedAt == Date(timeIntervalSince1970: 1_793_491_200))
@@ -156,6 +158,8 @@ struct ConfigurationTests {
         ("database URL scheme", "database.url", "mysql://db/app", .invalidValue),
         ("pool size zero", "database.pool_size", 0, .invalidValue),
         ("pool size text", "database.pool_size", "eight", .invalidValue),
+        ("statement timeout zero", "database.statement_timeout_ms", 0, .invalidValue),
+        ("statement timeout over an hour", "database.statement_timeout_ms", 3_600_001, .invalidValue),
         ("listen without port", "listen", "127.0.0.1", .invalidValue),
         ("listen port range", "listen", "127.0.0.1:70000", .invalidValue),
         ("base URL scheme", "apple.base_url", "ftp://appleid.apple.com", .invalidValue),
