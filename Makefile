@@ -5,7 +5,7 @@ export PATH := $(PATH):/opt/swift/usr/bin
 SWIFT_BUILD_FLAGS ?=
 BATON := .build/debug/baton
 
-.PHONY: deps build test demo bench clean
+.PHONY: deps build test faults demo bench fuzz fuzz-http clean
 
 deps:
 	@scripts/install-deps.sh
@@ -20,6 +20,12 @@ test: build
 	swift build --build-tests $(SWIFT_BUILD_FLAGS)
 	scripts/pg.sh run swift test --skip-build --no-parallel $(SWIFT_BUILD_FLAGS)
 
+## The fault suite's long form (repeated kills, longer loads and outages); `make test` runs its short form.
+## Each scenario starts PostgreSQL clusters of its own; the disk-full scenario mounts a small tmpfs (root).
+faults: build
+	swift build --build-tests $(SWIFT_BUILD_FLAGS)
+	BATON_FAULTS=long scripts/pg.sh run swift test --skip-build --no-parallel --filter Faults $(SWIFT_BUILD_FLAGS)
+
 ## The one-command demo: builds (debug: the fastest to produce on a fresh machine), starts a throwaway
 ## PostgreSQL, runs `baton demo` (the emulator, the service and the jobs in-process on 127.0.0.1), writes
 ## report.html here, and deletes the database; Ctrl-C cleans up too. DEMO_FLAGS passes options (--users N, …).
@@ -31,6 +37,14 @@ demo: build
 bench: deps
 	swift build -c release
 	scripts/bench.sh
+
+## Fuzzes the token verifier and the JSON reader with libFuzzer, FUZZ_SECONDS (default 60) each.
+fuzz: deps
+	scripts/fuzz.sh run
+
+## Sends FUZZ_REQUESTS (default 100,000) random and mutated requests to `baton emulator`, then checks it.
+fuzz-http: build
+	scripts/fuzz-http.sh
 
 clean:
 	rm -rf .build

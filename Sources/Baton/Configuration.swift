@@ -127,16 +127,22 @@ public struct BatonConfiguration: Sendable, Equatable, Codable {
         public var url: String
         /// Connections in the pool; default 8, 1...1000.
         public var poolSize: Int
+        /// The `statement_timeout` of the service's connections, in milliseconds (it also bounds waiting for
+        /// locks), so a request facing a slow or locked database fails with a 503 instead of hanging; default
+        /// none (the server's setting). 1...3,600,000.
+        public var statementTimeoutMilliseconds: Int?
 
         /// Creates the section.
-        public init(url: String, poolSize: Int = 8) {
+        public init(url: String, poolSize: Int = 8, statementTimeoutMilliseconds: Int? = nil) {
             self.url = url
             self.poolSize = poolSize
+            self.statementTimeoutMilliseconds = statementTimeoutMilliseconds
         }
 
         enum CodingKeys: String, CodingKey {
             case url
             case poolSize = "pool_size"
+            case statementTimeoutMilliseconds = "statement_timeout_ms"
         }
 
         /// Decodes, defaulting `pool_size` to 8.
@@ -144,6 +150,7 @@ public struct BatonConfiguration: Sendable, Equatable, Codable {
             let container = try decoder.container(keyedBy: CodingKeys.self)
             url = try container.decode(String.self, forKey: .url)
             poolSize = try container.decodeIfPresent(Int.self, forKey: .poolSize) ?? 8
+            statementTimeoutMilliseconds = try container.decodeIfPresent(Int.self, forKey: .statementTimeoutMilliseconds)
         }
     }
 

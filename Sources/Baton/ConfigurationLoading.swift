@@ -37,6 +37,7 @@ extension BatonConfiguration {
         Key(path: "listen", kind: .string),
         Key(path: "database.url", kind: .string, required: true),
         Key(path: "database.pool_size", kind: .integer),
+        Key(path: "database.statement_timeout_ms", kind: .integer),
         Key(path: "apple.base_url", kind: .string),
         Key(path: "apple.keys_url", kind: .string),
         Key(path: "apple.issuer", kind: .string),

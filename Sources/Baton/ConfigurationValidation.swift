@@ -6,7 +6,7 @@ extension BatonConfiguration {
     /// configuration by hand.
     ///
     /// Checks: `listen` port range; URLs parse (`http`/`https` for Apple, `postgres`/`postgresql` for the
-    /// database); `pool_size` 1...1000; client IDs non-empty, made of letters, digits, `.` and `-`, listed
+    /// database); `pool_size` 1...1000; `statement_timeout_ms` 1...3,600,000; client IDs non-empty, made of letters, digits, `.` and `-`, listed
     /// once, and not prefixed by a team ID; team IDs 10 upper-case letters or digits, different for the two
     /// sides; key IDs 10 letters or digits; key paths non-empty; SQL identifiers valid and the subject, email and
     /// transfer columns distinct. Files are not opened here (`baton doctor` does that).
@@ -18,6 +18,9 @@ extension BatonConfiguration {
         try Self.checkURL(database.url, key: "database.url", schemes: ["postgres", "postgresql"], requireHost: false)
         guard (1...1000).contains(database.poolSize) else {
             throw ConfigurationError(.invalidValue, key: "database.pool_size", reason: "must be from 1 to 1000")
+        }
+        if let timeout = database.statementTimeoutMilliseconds, !(1...3_600_000).contains(timeout) {
+            throw ConfigurationError(.invalidValue, key: "database.statement_timeout_ms", reason: "must be from 1 to 3600000 (milliseconds)")
         }
         try Self.checkURL(apple.baseURL.absoluteString, key: "apple.base_url", schemes: ["http", "https"], requireHost: true)
         try Self.checkURL(apple.keysURL.absoluteString, key: "apple.keys_url", schemes: ["http", "https"], requireHost: true)

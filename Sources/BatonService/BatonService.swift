@@ -13,6 +13,7 @@ import Logging
 /// | `POST /v1/link` | `{"outcome", "user", "sub", "transfer_sub"?}` |
 /// | `POST /v1/notifications` | `{"type", "changed"}` |
 /// | `GET /v1/report` | the correlation report as JSON (admin token) |
+/// | `GET /report` | the same report as an HTML page (admin token) |
 /// | `GET /healthz`, `/readyz`, `/metrics` | liveness, readiness, Prometheus text |
 ///
 /// Errors are `{"error": code, "reason": text}` with the status of ``BatonError/httpStatus``; bad input is
@@ -45,6 +46,7 @@ public final class BatonService: Sendable {
         router.post("/v1/link", instrumented("link", link))
         router.post("/v1/notifications", instrumented("notifications", notification))
         router.get("/v1/report", instrumented("report", report))
+        router.get("/report", instrumented("report_page", reportPage))
         router.get("/healthz", instrumented("healthz") { _ in (HTTPResponse.json(serialized: #"{"status":"ok"}"#), nil) })
         router.get("/readyz", instrumented("readyz", readiness))
         router.get("/metrics", instrumented("metrics", renderMetrics))
@@ -100,12 +102,24 @@ public final class BatonService: Sendable {
     }
 
     private func report(_ request: HTTPRequest) async throws -> (HTTPResponse, String?) {
+        try requireAdmin(request)
+        return (HTTPResponse.json(serialized: try await engine.migrationReport().renderJSON()), nil)
+    }
+
+    /// `GET /report`: the same report as one self-contained HTML page (inline CSS and SVG, no scripts).
+    private func reportPage(_ request: HTTPRequest) async throws -> (HTTPResponse, String?) {
+        try requireAdmin(request)
+        let page = try await engine.migrationReport().renderHTML()
+        return (HTTPResponse.text(page, contentType: "text/html; charset=utf-8"), nil)
+    }
+
+    /// Admin routes need `Authorization: Bearer <admin token>`, compared in constant time.
+    private func requireAdmin(_ request: HTTPRequest) throws {
         guard let adminToken else { throw HTTPError(403, code: "forbidden", reason: "admin routes are disabled: no admin token is configured") }
         let header = request.headers["Authorization"] ?? ""
         guard header.hasPrefix("Bearer "), adminToken.matches(header.dropFirst(7)) else {
             throw HTTPError(401, code: "unauthorized", reason: "a valid admin bearer token is required", headers: ["WWW-Authenticate": "Bearer"])
         }
-        return (HTTPResponse.json(serialized: try await engine.migrationReport().renderJSON()), nil)
     }
 
     private struct ReadinessAnswer: Encodable {

@@ -26,6 +26,13 @@ public struct Router: Sendable {
     /// Adds a `POST` route.
     public mutating func post(_ path: String, _ handler: @escaping HTTPHandler) { on("POST", path, handler) }
 
+    /// Every route, as method and path, sorted by path then method (`HEAD`, served by `GET`, is not listed):
+    /// for documentation, and for the test that compares a service with its OpenAPI description.
+    public var routeTable: [(method: String, path: String)] {
+        routes.flatMap { path, byMethod in byMethod.keys.map { (method: $0, path: path) } }
+            .sorted { ($0.path, $0.method) < ($1.path, $1.method) }
+    }
+
     /// Answers `request`: runs the matching handler and maps errors to responses. Never throws.
     public func respond(to request: HTTPRequest, logger: Logger = .disabled()) async -> HTTPResponse {
         guard let byMethod = routes[request.path] else { return HTTPError.notFound.response }

@@ -40,20 +40,30 @@ public final class PostgresConnection: @unchecked Sendable {
     }
 
     /// Opens a connection from a `postgresql://` URL (Unix socket or TCP), through `PQconnectdbParams`.
+    /// - Parameter statementTimeoutMilliseconds: when set, the session's `statement_timeout` (which also bounds
+    ///   waiting for locks): a statement running longer fails with `queryCanceled`. It is passed as libpq's
+    ///   `options`, so it survives reconnects, and replaces any `options` given in the URL.
     /// - Throws: ``PostgresError`` with code `connectionFailure`.
-    public static func connect(url: String, logger: Logger = .disabled()) async throws -> PostgresConnection {
+    public static func connect(url: String, statementTimeoutMilliseconds: Int? = nil, logger: Logger = .disabled()) async throws -> PostgresConnection {
         let queue = DispatchQueue(label: "baton.postgres.connection")
         return try await withCheckedThrowingContinuation { continuation in
             queue.async {
-                continuation.resume(with: Result { try openConnection(url: url, queue: queue, logger: logger) })
+                continuation.resume(with: Result {
+                    try openConnection(url: url, statementTimeoutMilliseconds: statementTimeoutMilliseconds, queue: queue, logger: logger)
+                })
             }
         }
     }
 
-    private static func openConnection(url: String, queue: DispatchQueue, logger: Logger) throws -> PostgresConnection {
-        // Defaults first: with expand_dbname, settings in the URL override earlier keywords.
-        let keywords = ["connect_timeout", "fallback_application_name", "dbname"]
-        let values = ["5", "baton", url]
+    private static func openConnection(url: String, statementTimeoutMilliseconds: Int?, queue: DispatchQueue, logger: Logger) throws -> PostgresConnection {
+        // Defaults first: with expand_dbname, settings in the URL override earlier keywords, and keywords after
+        // the URL override it.
+        var keywords = ["connect_timeout", "fallback_application_name", "dbname"]
+        var values = ["5", "baton", url]
+        if let statementTimeoutMilliseconds {
+            keywords.append("options")
+            values.append("-c statement_timeout=\(statementTimeoutMilliseconds)")
+        }
         let pointer = withCStringArray(keywords) { keywordPointers in
             withCStringArray(values) { valuePointers in
                 PQconnectdbParams(keywordPointers, valuePointers, 1)

@@ -21,6 +21,7 @@ public actor PostgresPool {
     /// The most connections the pool opens at once.
     public nonisolated let maxConnections: Int
     private let acquireTimeout: Duration
+    private let statementTimeoutMilliseconds: Int?
     private let logger: Logger
     private var idle: [PostgresConnection] = []
     private var open = 0
@@ -35,10 +36,14 @@ public actor PostgresPool {
     ///   - url: a `postgresql://` URL (Unix socket or TCP).
     ///   - maxConnections: at least 1; default 8.
     ///   - acquireTimeout: the longest a caller waits for a free connection; default 10 s.
-    public init(url: String, maxConnections: Int = 8, acquireTimeout: Duration = .seconds(10), logger: Logger = .disabled()) {
+    ///   - statementTimeoutMilliseconds: each connection's `statement_timeout` (see
+    ///     ``PostgresConnection/connect(url:statementTimeoutMilliseconds:logger:)``); default none (the server's).
+    public init(url: String, maxConnections: Int = 8, acquireTimeout: Duration = .seconds(10), statementTimeoutMilliseconds: Int? = nil,
+                logger: Logger = .disabled()) {
         self.url = url
         self.maxConnections = max(1, maxConnections)
         self.acquireTimeout = acquireTimeout
+        self.statementTimeoutMilliseconds = statementTimeoutMilliseconds
         self.logger = logger
     }
 
@@ -103,7 +108,7 @@ public actor PostgresPool {
         if open < maxConnections {
             open += 1
             do {
-                return try await PostgresConnection.connect(url: url, logger: logger)
+                return try await PostgresConnection.connect(url: url, statementTimeoutMilliseconds: statementTimeoutMilliseconds, logger: logger)
             } catch {
                 open -= 1
                 throw error

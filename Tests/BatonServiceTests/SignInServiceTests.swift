@@ -186,6 +186,7 @@ struct SignInServiceTests {
             ("GET", "/v1/nothing", nil, [], 404, "not_found"),
             ("POST", "/v1/notifications", "application/json", Array(#"{"payload":"x"}"#.utf8), 400, "invalid_notification"),
             ("GET", "/v1/report", nil, [], 401, "unauthorized"),
+            ("GET", "/report", nil, [], 401, "unauthorized"),
         ]
         for (method, path, type, body, status, error) in cases {
             let reply = try await f.send(method, path, contentType: type, body: body)
@@ -199,6 +200,12 @@ struct SignInServiceTests {
         let report = try await f.send("GET", "/v1/report", headers: ["Authorization": "Bearer \(ServiceFixture.adminToken)"])
         #expect(report.status == 200)
         #expect(report.json["totals"]?["pending"]?.intValue == 1)
+        let page = try await f.send("GET", "/report", headers: ["Authorization": "Bearer \(ServiceFixture.adminToken)"])
+        #expect(page.status == 200)
+        #expect(page.text.hasPrefix("<!DOCTYPE html>") || page.text.hasPrefix("<!doctype html>"))
+        #expect(!page.text.contains("<script"))
+        let wrongToken = try await f.send("GET", "/report", headers: ["Authorization": "Bearer not-the-token"])
+        #expect(wrongToken.status == 401)
         await f.close()
     }
 

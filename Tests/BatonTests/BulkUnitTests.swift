@@ -127,6 +127,18 @@ struct ProgressTests {
         #expect(ProgressFormatter(total: 22).logLine(counts, elapsed: 2) == "progress done=11 total=22 rate_per_s=5.5 errors=1 rate_limited=4 eta_s=2")
     }
 
+    @Test("a run has failures only when it stopped or a user was not finished", arguments: [
+        (JobCounters.Snapshot(succeeded: 10), nil, false),
+        (JobCounters.Snapshot(succeeded: 10, failed: 3), nil, false),  // deferred, then finished later in the run
+        (JobCounters.Snapshot(succeeded: 9, failed: 3, failedForGood: 1), nil, true),
+        (JobCounters.Snapshot(succeeded: 9, unresolvable: 1), nil, true),
+        (JobCounters.Snapshot(succeeded: 3), BulkJobError(.stopped, "stopped"), true),
+    ] as [(JobCounters.Snapshot, BulkJobError?, Bool)])
+    func hasFailures(counts: JobCounters.Snapshot, stop: BulkJobError?, expected: Bool) {
+        let summary = BulkJobSummary(counts: counts, remaining: 0, stopReason: stop, elapsed: 1, finalRate: 10)
+        #expect(summary.hasFailures == expected)
+    }
+
     @Test("nothing done yet: time left unknown")
     func unknown() {
         #expect(ProgressFormatter(total: 5).logLine(JobCounters.Snapshot(), elapsed: 1).hasSuffix("eta_s=unknown"))

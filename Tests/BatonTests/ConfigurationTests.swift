@@ -76,6 +76,7 @@ struct ConfigurationTests {
         let configuration = try load(try configJSON(), [
             "BATON_DATABASE_URL": "postgresql://other@db2/app",
             "BATON_DATABASE_POOL_SIZE": "3",
+            "BATON_DATABASE_STATEMENT_TIMEOUT_MS": "2500",
             "BATON_APPLE_BASE_URL": "http://127.0.0.1:9999",
             "BATON_APPLE_CLIENT_IDS": " com.a.app , com.a.web,",
             "BATON_APPLE_TRANSFER_ACCEPTED_AT": "2026-11-01T00:00:00Z",
@@ -85,6 +86,7 @@ struct ConfigurationTests {
         ])
         #expect(configuration.database.url == "postgresql://other@db2/app")
         #expect(configuration.database.poolSize == 3)
+        #expect(configuration.database.statementTimeoutMilliseconds == 2500)
         #expect(configuration.apple.keysURL.absoluteString == "http://127.0.0.1:9999/auth/keys")
         #expect(configuration.apple.clientIDs == ["com.a.app", "com.a.web"])
         #expect(configuration.apple.transfer?.acceptedAt == Date(timeIntervalSince1970: 1_793_491_200))
@@ -156,6 +158,8 @@ struct ConfigurationTests {
         ("database URL scheme", "database.url", "mysql://db/app", .invalidValue),
         ("pool size zero", "database.pool_size", 0, .invalidValue),
         ("pool size text", "database.pool_size", "eight", .invalidValue),
+        ("statement timeout zero", "database.statement_timeout_ms", 0, .invalidValue),
+        ("statement timeout over an hour", "database.statement_timeout_ms", 3_600_001, .invalidValue),
         ("listen without port", "listen", "127.0.0.1", .invalidValue),
         ("listen port range", "listen", "127.0.0.1:70000", .invalidValue),
         ("base URL scheme", "apple.base_url", "ftp://appleid.apple.com", .invalidValue),
@@ -240,7 +244,7 @@ struct ConfigurationTests {
         #expect(error?.code == .fileUnreadable)
     }
 
-    @Test("the sample configuration loads, and its README lists every key and variable")
+    @Test("the sample configuration loads, and docs/configuration.md lists every key and variable")
     func sample() async throws {
         let path = packageRoot.appendingPathComponent("sample-config/baton.json").path
         let configuration = try BatonConfiguration.load(path: path, environment: ["BATON_ADMIN_TOKEN": "sample-admin-token-123"])
@@ -250,7 +254,7 @@ struct ConfigurationTests {
         #expect(configuration.apple.transfer?.sender?.privateKeyPath == packageRoot.appendingPathComponent("sample-config/keys/sender.p8").path)
         #expect(try configuration.legacy.quotedTable() == "\"public\".\"users\"")
 
-        let readme = try String(contentsOf: packageRoot.appendingPathComponent("sample-config/README.md"), encoding: .utf8)
+        let readme = try String(contentsOf: packageRoot.appendingPathComponent("docs/configuration.md"), encoding: .utf8)
         for key in BatonConfiguration.keys {
             #expect(readme.contains("| `\(key.path)` | `\(key.environmentVariable)` |"), "README misses \(key.path)")
         }

@@ -61,8 +61,9 @@ public struct BulkJobSummary: Sendable, Equatable {
     /// The rate in force at the end (lower than asked after 429s).
     public var finalRate: Double
 
-    /// Whether anything failed: a stop, or a user not finished.
-    public var hasFailures: Bool { stopReason != nil || counts.errors > 0 }
+    /// Whether anything failed: a stop, or a user not finished (unresolvable, or failed after the last attempt).
+    /// A user whose attempt failed transiently and who was finished later in the run is not a failure.
+    public var hasFailures: Bool { stopReason != nil || counts.unresolvable > 0 || counts.failedForGood > 0 }
 }
 
 /// How an error from a step is handled.
@@ -302,13 +303,17 @@ public final class BulkJob: Sendable {
 
     /// Defers the row (or fails it after its last attempt) and counts a failure.
     private func recordFailure(_ item: TransferQueue.Item, reason: String) async {
+        let final: Bool
         do {
-            try await queue.postpone(item, reason: reason)
+            final = try await queue.postpone(item, reason: reason)
         } catch {
             stop(BulkJobError(.stopped, "the database failed: \(FailureKind.reason(error))"))
             return
         }
-        counters.update { $0.failed += 1 }
+        counters.update {
+            $0.failed += 1
+            if final { $0.failedForGood += 1 }
+        }
         logger.info("attempt failed", ["reason": reason])
         noteFailure(reason)
     }

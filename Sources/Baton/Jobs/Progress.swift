@@ -11,6 +11,8 @@ public final class JobCounters: Sendable {
         public var unresolvable = 0
         /// Users whose attempt failed in this run (deferred for a retry, or failed for good).
         public var failed = 0
+        /// Of ``failed``, the users whose last attempt failed, so their row is now `failed` for good.
+        public var failedForGood = 0
         /// Users another worker or process had already finished when this one applied its answer.
         public var alreadyDone = 0
         /// Requests Apple answered with 429.

@@ -12,4 +12,5 @@ let commands: [Command] = [
     benchCommand,
     reportCommand,
     demoCommand,
+    fuzzCommand,
 ]
