@@ -80,7 +80,8 @@ struct DemoScenario {
               docs/runbook.md   a real transfer, step by step: which team's key each call needs, what to run when, rollback
               docs/report.md   what each figure means, and a re-sign-in campaign from the CSV
               docs/bulk-migration.md   baton transfer-ids and baton exchange: rates, resuming, several processes
-              sample-config/README.md   every configuration key and its environment variable
+              docs/configuration.md   every configuration key, its environment variable and its default
+              docs/troubleshooting.md   every Apple error Baton can meet, its cause, what to do
 
             """)
         return ok
@@ -234,7 +235,7 @@ struct DemoScenario {
         )
         let server = try await BatonServer.start(configuration: configuration, port: 0)
         let serviceURL = URL(string: "http://127.0.0.1:\(server.port)")!
-        output.line("listening on \(serviceURL.absoluteString): POST /v1/signin, GET /v1/credential-state, POST /v1/link, GET /v1/report (admin token), GET /metrics")
+        output.line("listening on \(serviceURL.absoluteString): POST /v1/signin, GET /v1/credential-state, POST /v1/link, GET /v1/report and GET /report (admin token), GET /metrics")
         output.line("it verifies identity tokens against the emulator's /auth/keys (RS256, iss, aud \(clientID), exp)")
         output.line("a team runs: baton serve --config baton.json (listen, database.url, apple.base_url, apple.client_ids, apple.transfer.accepted_at, legacy.*)")
 
