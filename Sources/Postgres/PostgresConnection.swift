@@ -152,9 +152,12 @@ public final class PostgresConnection: @unchecked Sendable {
     var isIdleOutsideTransaction: Bool { idleOutsideTransaction.withLock { $0 } }
 
     /// Reads whatever the server sent since the last statement without blocking (libpq's socket is
-    /// non-blocking): a terminated backend leaves an error and then end-of-file, which turn the
+    /// non-blocking), when the socket has anything to read: a terminated backend leaves an error and then end-of-file, which turn the
     /// connection's status bad.
     private func isAliveWhileIdle() -> Bool {
+        // Usually the server sent nothing: one non-blocking poll says so without two reads that find nothing.
+        var descriptor = pollfd(fd: PQsocket(connection), events: Int16(POLLIN), revents: 0)
+        if PQstatus(connection) == CONNECTION_OK, descriptor.fd >= 0, poll(&descriptor, 1, 0) == 0 { return true }
         for _ in 0..<2 {
             guard PQstatus(connection) == CONNECTION_OK, PQconsumeInput(connection) == 1 else { return false }
             _ = PQisBusy(connection)  // parses what was read

@@ -25,10 +25,11 @@ public actor PostgresPool {
     private let logger: Logger
     private var idle: [PostgresConnection] = []
     private var open = 0
-    /// Callers waiting for a connection, each with the task that fails it after `acquireTimeout`; that task is
-    /// cancelled as soon as the caller is served, so a busy pool does not keep one sleeping task per wait.
-    private var waiters: [(id: Int, continuation: CheckedContinuation<PostgresConnection, any Error>, timer: Task<Void, Never>)] = []
-    private var nextWaiterID = 0
+    /// Callers waiting for a connection, oldest first, each with the instant it fails with `poolTimeout`.
+    private var waiters: [(deadline: ContinuousClock.Instant, continuation: CheckedContinuation<PostgresConnection, any Error>)] = []
+    /// The one task that fails waiters whose deadline passed; it runs while anyone waits. (A task per wait
+    /// cost a task, a timer and a cancellation for every request once the pool was busy.)
+    private var expiry: Task<Void, Never>?
     private var closed = false
 
     /// Creates a pool; no connection is opened until the first use.
@@ -89,10 +90,10 @@ public actor PostgresPool {
     /// Closes idle connections, fails waiting callers, and refuses new work. Lent connections close on return.
     public func close() {
         closed = true
+        expiry?.cancel()
         let pending = waiters
         waiters.removeAll()
         for waiter in pending {
-            waiter.timer.cancel()
             waiter.continuation.resume(throwing: PostgresError(.poolClosed, message: "the connection pool is closed"))
         }
         open -= idle.count
@@ -114,23 +115,31 @@ public actor PostgresPool {
                 throw error
             }
         }
-        nextWaiterID += 1
-        let id = nextWaiterID
-        let timeout = acquireTimeout
+        let deadline = ContinuousClock.now + acquireTimeout
         return try await withCheckedThrowingContinuation { continuation in
-            let timer = Task { [weak self] in
-                try? await Task.sleep(for: timeout)
-                guard !Task.isCancelled else { return }
-                await self?.expireWaiter(id)
+            waiters.append((deadline, continuation))
+            if expiry == nil {
+                expiry = Task { [weak self] in
+                    while let deadline = await self?.expireDueWaiters() {
+                        try? await Task.sleep(until: deadline, clock: .continuous)
+                    }
+                }
             }
-            waiters.append((id, continuation, timer))
         }
     }
 
-    private func expireWaiter(_ id: Int) {
-        guard let index = waiters.firstIndex(where: { $0.id == id }) else { return }
-        let waiter = waiters.remove(at: index)
-        waiter.continuation.resume(throwing: PostgresError(.poolTimeout, message: "no database connection became free in time"))
+    /// Fails the waiters whose deadline passed and returns the oldest remaining one's deadline; nil (and the
+    /// expiry task ends) when no one waits.
+    private func expireDueWaiters() -> ContinuousClock.Instant? {
+        let now = ContinuousClock.now
+        while let oldest = waiters.first, oldest.deadline <= now {
+            waiters.removeFirst().continuation.resume(throwing: PostgresError(.poolTimeout, message: "no database connection became free in time"))
+        }
+        guard let oldest = waiters.first else {
+            expiry = nil
+            return nil
+        }
+        return oldest.deadline
     }
 
     private func release(_ connection: PostgresConnection) async {
@@ -144,9 +153,7 @@ public actor PostgresPool {
             if waiters.isEmpty {
                 idle.append(connection)
             } else {
-                let waiter = waiters.removeFirst()
-                waiter.timer.cancel()
-                waiter.continuation.resume(returning: connection)
+                waiters.removeFirst().continuation.resume(returning: connection)
             }
             return
         }
@@ -155,7 +162,6 @@ public actor PostgresPool {
         // Replace the dropped connection for the first waiter.
         open += 1
         let waiter = waiters.removeFirst()
-        waiter.timer.cancel()
         do {
             waiter.continuation.resume(returning: try await PostgresConnection.connect(url: url, logger: logger))
         } catch {

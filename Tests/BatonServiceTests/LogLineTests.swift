@@ -1,0 +1,28 @@
+@testable import BatonService
+import Foundation
+@testable import Logging
+import Testing
+
+/// The hand-built parts of a request's log line print what Foundation's formatters printed.
+@Suite("Log line fields")
+struct LogLineTests {
+    @Test("durations print as %.2f milliseconds", arguments: [0.0, 0.000_004, 0.000_005_1, 0.001, 0.012_345, 0.099_999, 1.5, 12.345_678])
+    func milliseconds(seconds: Double) {
+        #expect(BatonService.milliseconds(seconds) == String(format: "%.2f", seconds * 1000))
+    }
+
+    @Test("timestamps print as ISO 8601 UTC with milliseconds, no zone",
+          arguments: [(0, 0), (1_000_000_000, 7), (1_795_892_329, 412), (951_782_400, 999), (4_102_444_799, 50)])
+    func timestamp(seconds: Int, milliseconds: Int) {
+        let date = Date(timeIntervalSince1970: Double(seconds) + Double(milliseconds) / 1000 + 0.000_1)
+        let expected = date.formatted(.iso8601.year().month().day().time(includingFractionalSeconds: true))
+        #expect(Logger.timestamp(seconds: seconds, milliseconds: milliseconds) == expected)
+    }
+
+    @Test("a log line starts with the current timestamp")
+    func lineStartsWithTimestamp() {
+        let line = Logger.format(level: .info, label: "test", message: "m", metadata: [:])
+        let stamp = line.dropFirst(3).prefix { $0 != " " }
+        #expect(line.hasPrefix("ts=") && stamp.count == 23 && stamp.dropFirst(10).first == "T")
+    }
+}
