@@ -2,7 +2,8 @@
 # A throwaway PostgreSQL cluster on a private Unix socket.
 #
 #   scripts/pg.sh run CMD [ARGS…]   start a cluster, run CMD with BATON_TEST_DATABASE_URL (and
-#                                   BATON_TEST_PG_DIR) set, stop and delete the cluster, exit with CMD's status
+#                                   BATON_TEST_PG_DIR) set and TMPDIR private, stop and delete the
+#                                   cluster and TMPDIR, exit with CMD's status
 #   scripts/pg.sh start DIR         start a cluster in the empty directory DIR; prints its URL
 #   scripts/pg.sh stop DIR          stop it (the data stays, for a restart)
 #   scripts/pg.sh restart DIR       start it again after a stop
@@ -66,12 +67,14 @@ case "${1:-}" in
     run)
         shift
         dir=$(mktemp -d /tmp/baton-pg.XXXXXX)
-        trap 'destroy "$dir"' EXIT
+        # The command's temporary files (TMPDIR) go in a directory of their own, deleted with the cluster.
+        scratch=$(mktemp -d /tmp/baton-tmp.XXXXXX)
+        trap 'destroy "$dir"; rm -rf "$scratch"' EXIT
         trap 'exit 130' INT TERM
         url=$(start "$dir")
         echo "PostgreSQL running at $url" >&2
         status=0
-        BATON_TEST_DATABASE_URL="$url" BATON_TEST_PG_DIR="$dir" "$@" || status=$?
+        TMPDIR="$scratch" BATON_TEST_DATABASE_URL="$url" BATON_TEST_PG_DIR="$dir" "$@" || status=$?
         exit $status
         ;;
     start) start "$2" ;;
