@@ -16,8 +16,12 @@ build: deps
 ## Builds, starts a throwaway PostgreSQL, runs every test against it, removes it.
 ## Tests run one at a time: on a 2-core machine Swift's cooperative pool has two threads, and tests that
 ## wait on child processes would starve the in-process servers other tests talk to.
-test: build
-	swift build --build-tests $(SWIFT_BUILD_FLAGS)
+## The build's own temporary files go in a directory removed afterwards, like the tests' (scripts/pg.sh).
+test: deps
+	@scratch=$$(mktemp -d /tmp/baton-build.XXXXXX); trap 'rm -rf "$$scratch"' EXIT; \
+	set -e; export TMPDIR="$$scratch"; \
+	swift build $(SWIFT_BUILD_FLAGS); \
+	swift build --build-tests $(SWIFT_BUILD_FLAGS); \
 	scripts/pg.sh run swift test --skip-build --no-parallel $(SWIFT_BUILD_FLAGS)
 
 ## The fault suite's long form (repeated kills, longer loads and outages); `make test` runs its short form.
