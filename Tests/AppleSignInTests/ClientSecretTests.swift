@@ -3,61 +3,11 @@ import Foundation
 import TestSupport
 import Testing
 
-/// Keys made by the `openssl` command, independently of the code under test, in a temporary directory.
-struct OpenSSLKeys {
-    let directory: URL
-
-    init() throws {
-        directory = FileManager.default.temporaryDirectory.appendingPathComponent("baton-secret-\(UUID().uuidString)")
-        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
-    }
-
-    func path(_ name: String) -> String { directory.appendingPathComponent(name).path }
-
-    /// Runs `openssl` with `arguments`; fails the test on a non-zero status.
-    @discardableResult
-    func openssl(_ arguments: [String], input: Data? = nil) throws -> ProcessResult {
-        let result = try runProcess("/usr/bin/openssl", arguments, input: input)
-        guard result.status == 0 else { throw TestSupportError("openssl \(arguments.joined(separator: " ")) failed: \(result.stderr)") }
-        return result
-    }
-
-    /// A fresh P-256 key as PKCS#8 PEM (an Apple `.p8`), and its public key PEM.
-    func p256() throws -> (privatePEM: String, publicPath: String) {
-        let name = UUID().uuidString
-        try openssl(["genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", path("\(name).p8")])
-        try openssl(["pkey", "-in", path("\(name).p8"), "-pubout", "-out", path("\(name).pub.pem")])
-        return (try String(contentsOfFile: path("\(name).p8"), encoding: .utf8), path("\(name).pub.pem"))
-    }
-
-    func remove() { try? FileManager.default.removeItem(at: directory) }
-}
-
-/// Strict base64url decoding written for the tests (no padding).
-func base64URLDecode(_ text: some StringProtocol) -> Data? {
-    var base64 = text.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
-    guard !base64.contains("=") else { return nil }
-    base64 += String(repeating: "=", count: (4 - base64.count % 4) % 4)
-    return Data(base64Encoded: base64)
-}
-
-/// DER `ECDSA-Sig-Value` from a raw `r||s` signature, as `openssl dgst -verify` wants.
-func derSignature(raw: Data) -> Data {
-    func integer(_ bytes: Data) -> Data {
-        var value = Data(bytes.drop(while: { $0 == 0 }))
-        if value.isEmpty { value = Data([0]) }
-        if value[value.startIndex] & 0x80 != 0 { value.insert(0, at: 0) }
-        return Data([0x02, UInt8(value.count)]) + value
-    }
-    let body = integer(raw.prefix(32)) + integer(raw.suffix(32))
-    return Data([0x30, UInt8(body.count)]) + body
-}
-
 @Suite("ClientSecret")
 struct ClientSecretTests {
     @Test("the secret is an ES256 JWT with Apple's claims, verified by openssl from the public key")
     func verifiedByOpenSSL() throws {
-        let keys = try OpenSSLKeys()
+        let keys = try KeyDirectory()
         defer { keys.remove() }
         let (pem, publicPath) = try keys.p256()
         let signer = try ClientSecret(teamID: "AAAAAAAAAA", keyID: "KEYA000001", clientID: "com.example.app", pem: pem)
@@ -66,11 +16,11 @@ struct ClientSecretTests {
 
         let parts = token.split(separator: ".", omittingEmptySubsequences: false)
         try #require(parts.count == 3)
-        let headerBytes = try #require(base64URLDecode(parts[0]))
+        let headerBytes = try #require(decodeBase64URL(parts[0]))
         let header = try #require(try JSONSerialization.jsonObject(with: headerBytes) as? [String: Any])
         #expect(header["alg"] as? String == "ES256")
         #expect(header["kid"] as? String == "KEYA000001")
-        let claimBytes = try #require(base64URLDecode(parts[1]))
+        let claimBytes = try #require(decodeBase64URL(parts[1]))
         let claims = try #require(try JSONSerialization.jsonObject(with: claimBytes) as? [String: Any])
         #expect(claims["iss"] as? String == "AAAAAAAAAA")
         #expect(claims["sub"] as? String == "com.example.app")
@@ -79,10 +29,10 @@ struct ClientSecretTests {
         #expect((claims["exp"] as? NSNumber)?.int64Value == 1_800_003_600)
         #expect(Set(claims.keys) == ["iss", "iat", "exp", "aud", "sub"])
 
-        let signature = try #require(base64URLDecode(parts[2]))
+        let signature = try #require(decodeBase64URL(parts[2]))
         #expect(signature.count == 64)
         try Data("\(parts[0]).\(parts[1])".utf8).write(to: URL(fileURLWithPath: keys.path("input")))
-        try derSignature(raw: signature).write(to: URL(fileURLWithPath: keys.path("sig.der")))
+        try derFromRaw(signature).write(to: URL(fileURLWithPath: keys.path("sig.der")))
         let verified = try runProcess("/usr/bin/openssl", ["dgst", "-sha256", "-verify", publicPath, "-signature", keys.path("sig.der"), keys.path("input")])
         #expect(verified.status == 0)
         #expect(verified.stdout.contains("Verified OK"))
@@ -95,7 +45,7 @@ struct ClientSecretTests {
 
     @Test("the lifetime is at most 15,777,000 seconds")
     func lifetimeLimit() throws {
-        let keys = try OpenSSLKeys()
+        let keys = try KeyDirectory()
         defer { keys.remove() }
         let signer = try ClientSecret(teamID: "AAAAAAAAAA", keyID: "KEYA000001", clientID: "com.example.app", pem: try keys.p256().privatePEM)
         let now = Date(timeIntervalSince1970: 1_800_000_000)
@@ -120,7 +70,7 @@ struct ClientSecretTests {
     @Test("anything but an EC P-256 PKCS#8 key is refused with a clear error", arguments: refusedKeys.indices)
     func refusedKey(_ index: Int) async throws {
         let (name, commands) = Self.refusedKeys[index]
-        let keys = try OpenSSLKeys()
+        let keys = try KeyDirectory()
         defer { keys.remove() }
         for command in commands {
             try keys.openssl(command.map { $0.hasSuffix(".pem") ? keys.path($0) : $0 })
@@ -156,7 +106,7 @@ struct ClientSecretTests {
         ("AAAAAAAAAA", "KEYA000001", "com.example\"app"),
     ])
     func malformedIdentifiers(_ teamID: String, _ keyID: String, _ clientID: String) throws {
-        let keys = try OpenSSLKeys()
+        let keys = try KeyDirectory()
         defer { keys.remove() }
         let pem = try keys.p256().privatePEM
         #expect(throws: AppleClientError(.invalidParameter)) {
@@ -166,7 +116,7 @@ struct ClientSecretTests {
 
     @Test("the signer's description shows no key material")
     func noKeyInDescription() throws {
-        let keys = try OpenSSLKeys()
+        let keys = try KeyDirectory()
         defer { keys.remove() }
         let pem = try keys.p256().privatePEM
         let signer = try ClientSecret(teamID: "AAAAAAAAAA", keyID: "KEYA000001", clientID: "com.example.app", pem: pem)

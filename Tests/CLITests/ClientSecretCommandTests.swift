@@ -2,57 +2,6 @@ import Foundation
 import TestSupport
 import Testing
 
-/// A temporary directory with keys made by the `openssl` command.
-struct KeyDirectory {
-    let url: URL
-
-    init() throws {
-        url = FileManager.default.temporaryDirectory.appendingPathComponent("baton-cli-\(UUID().uuidString)")
-        try FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
-    }
-
-    func path(_ name: String) -> String { url.appendingPathComponent(name).path }
-
-    @discardableResult
-    func openssl(_ arguments: [String]) throws -> ProcessResult {
-        let result = try runProcess("/usr/bin/openssl", arguments)
-        guard result.status == 0 else { throw TestSupportError("openssl failed: \(result.stderr)") }
-        return result
-    }
-
-    /// Writes a P-256 PKCS#8 key (`name`) and its public key (`name.pub`).
-    func p256(_ name: String) throws {
-        try openssl(["genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", path(name)])
-        try openssl(["pkey", "-in", path(name), "-pubout", "-out", path("\(name).pub")])
-    }
-
-    func write(_ name: String, _ text: String, mode: Int = 0o600) throws {
-        try Data(text.utf8).write(to: url.appendingPathComponent(name))
-        try FileManager.default.setAttributes([.posixPermissions: mode], ofItemAtPath: path(name))
-    }
-
-    func remove() { try? FileManager.default.removeItem(at: url) }
-}
-
-/// Base64url without padding, decoded by the tests themselves.
-func decodeBase64URL(_ text: some StringProtocol) -> Data? {
-    var base64 = text.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
-    base64 += String(repeating: "=", count: (4 - base64.count % 4) % 4)
-    return Data(base64Encoded: base64)
-}
-
-/// DER `ECDSA-Sig-Value` from raw `r||s`.
-func derFromRaw(_ raw: Data) -> Data {
-    func integer(_ bytes: Data) -> Data {
-        var value = Data(bytes.drop(while: { $0 == 0 }))
-        if value.isEmpty { value = Data([0]) }
-        if value[value.startIndex] & 0x80 != 0 { value.insert(0, at: 0) }
-        return Data([0x02, UInt8(value.count)]) + value
-    }
-    let body = integer(raw.prefix(32)) + integer(raw.suffix(32))
-    return Data([0x30, UInt8(body.count)]) + body
-}
-
 @Suite("baton client-secret")
 struct ClientSecretCommandTests {
     func arguments(_ keys: KeyDirectory, key: String = "key.p8", days: String? = nil, teamID: String = "AAAAAAAAAA", clientID: String = "com.example.app") -> [String] {
