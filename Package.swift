@@ -41,7 +41,7 @@ let package = Package(
         .testTarget(name: "JOSETests", dependencies: ["JOSE"], swiftSettings: swiftSettings),
         .testTarget(name: "AppleSignInTests", dependencies: ["AppleSignIn", "JOSE", "AppleEmulator", "HTTPServer", "TestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "PostgresTests", dependencies: ["Postgres", "TestSupport"], swiftSettings: swiftSettings),
-        .testTarget(name: "HTTPServerTests", dependencies: ["HTTPServer"], swiftSettings: swiftSettings),
+        .testTarget(name: "HTTPServerTests", dependencies: ["HTTPServer", "TestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "BatonTests", dependencies: ["Baton", "AppleSignIn", "TestSupport", "AppleEmulator"], swiftSettings: swiftSettings),
         .testTarget(name: "BatonServiceTests", dependencies: ["BatonService", "TestSupport", "Baton", "AppleEmulator", "AppleSignIn", "HTTPServer", "JOSE", "Postgres"], swiftSettings: swiftSettings),
         .testTarget(name: "AppleEmulatorTests", dependencies: ["AppleEmulator", "AppleSignIn", "TestSupport"], swiftSettings: swiftSettings),
