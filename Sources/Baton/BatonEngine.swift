@@ -1,8 +1,8 @@
-import AppleSignIn
+import BatonAppleSignIn
 import Foundation
-import JOSE
-import Logging
-import Postgres
+import BatonJOSE
+import BatonLogging
+import BatonPostgres
 
 /// Baton's public library API: sign-in correlation, credential state, re-linking and Apple's
 /// server-to-server notifications, for the HTTP service and for Swift servers that embed Baton.

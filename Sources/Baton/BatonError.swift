@@ -1,5 +1,5 @@
-import AppleSignIn
-import Postgres
+import BatonAppleSignIn
+import BatonPostgres
 
 /// The one error type of the `Baton` library: a stable ``Code``, an HTTP status the service answers with,
 /// and a reason safe to show (never a token, an email, a secret or an SQL value).

@@ -1,5 +1,5 @@
 import Foundation
-import Postgres
+import BatonPostgres
 
 /// Baton's own tables (schema `baton`), from the numbered SQL files in `schema/`.
 public enum BatonSchema {

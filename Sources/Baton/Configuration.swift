@@ -1,5 +1,5 @@
 import Foundation
-import Postgres
+import BatonPostgres
 
 /// Baton's configuration: a JSON file (default `baton.json`) overridden by `BATON_*` environment variables.
 ///

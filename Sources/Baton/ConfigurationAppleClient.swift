@@ -1,6 +1,6 @@
-import AppleSignIn
+import BatonAppleSignIn
 import Foundation
-import Logging
+import BatonLogging
 
 extension BatonConfiguration {
     /// A side of the transfer, whose credentials sign the calls.

@@ -1,4 +1,4 @@
-import AppleSignIn
+import BatonAppleSignIn
 import Foundation
 
 extension BatonConfiguration {

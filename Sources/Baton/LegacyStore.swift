@@ -1,5 +1,5 @@
 import Foundation
-import Postgres
+import BatonPostgres
 import Synchronization
 
 /// Baton's PostgreSQL store: the application's legacy user table (named by the configuration, every

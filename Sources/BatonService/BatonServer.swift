@@ -1,7 +1,7 @@
 import Baton
 import Foundation
-import HTTPServer
-import Logging
+import BatonHTTPServer
+import BatonLogging
 
 /// `baton serve` as a library: the engine from the configuration, the routes on an ``HTTPServer``.
 ///
@@ -12,12 +12,12 @@ import Logging
 /// ```
 public final class BatonServer: Sendable {
     /// The service behind the server.
-    public let service: BatonService
+    public let service: BatonAPI
     /// The bound port.
     public let port: Int
     private let server: HTTPServer
 
-    private init(service: BatonService, server: HTTPServer, port: Int) {
+    private init(service: BatonAPI, server: HTTPServer, port: Int) {
         self.service = service
         self.server = server
         self.port = port
@@ -39,7 +39,7 @@ public final class BatonServer: Sendable {
     /// - Throws: `HTTPServerError` when the address cannot be bound.
     public static func start(engine: BatonEngine, host: String = "127.0.0.1", port: Int = 0, adminToken: AdminToken? = nil,
                              logger: Logger = .disabled()) async throws -> BatonServer {
-        let service = BatonService(engine: engine, adminToken: adminToken, logger: logger)
+        let service = BatonAPI(engine: engine, adminToken: adminToken, logger: logger)
         var configuration = HTTPServerConfiguration()
         configuration.maxBodySize = maxBodySize
         let server = HTTPServer(router: service.router(), configuration: configuration, logger: logger)

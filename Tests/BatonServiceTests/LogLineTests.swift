@@ -1,6 +1,6 @@
 @testable import BatonService
 import Foundation
-@testable import Logging
+@testable import BatonLogging
 import Testing
 
 /// The hand-built parts of a request's log line print what Foundation's formatters printed.
@@ -8,7 +8,7 @@ import Testing
 struct LogLineTests {
     @Test("durations print as %.2f milliseconds", arguments: [0.0, 0.000_004, 0.000_005_1, 0.001, 0.012_345, 0.099_999, 1.5, 12.345_678])
     func milliseconds(seconds: Double) {
-        #expect(BatonService.milliseconds(seconds) == String(format: "%.2f", seconds * 1000))
+        #expect(BatonAPI.milliseconds(seconds) == String(format: "%.2f", seconds * 1000))
     }
 
     @Test("timestamps print as ISO 8601 UTC with milliseconds, no zone",

@@ -1,10 +1,10 @@
-import AppleSignIn
+import BatonAppleSignIn
 import Baton
 import BatonService
 import Foundation
-import HTTPServer
-import JOSE
-import Postgres
+import BatonHTTPServer
+import BatonJOSE
+import BatonPostgres
 import TestSupport
 import Testing
 
@@ -109,7 +109,7 @@ struct OpenAPISpecTests {
         let legacy = try BatonConfiguration.Legacy(table: "public.users", keyColumn: "id", subjectColumn: "apple_sub", emailColumn: "email").identifiers()
         let engine = BatonEngine(store: LegacyStore(pool: pool, legacy: legacy), keys: FixedKeySet(JWKSet(keys: [])),
                                  clientIDs: ["com.example.app"], legacyClientIDs: ["com.example.app"], pool: pool)
-        let service = BatonService(engine: engine, adminToken: AdminToken("openapi-spec-test-admin-token"))
+        let service = BatonAPI(engine: engine, adminToken: AdminToken("openapi-spec-test-admin-token"))
         return (service.router(), engine)
     }
 }

@@ -1,7 +1,7 @@
-import AppleEmulator
+import BatonEmulator
 import Foundation
 import FoundationNetworking
-import JOSE
+import BatonJOSE
 import TestSupport
 import Testing
 

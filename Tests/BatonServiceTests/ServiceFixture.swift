@@ -1,12 +1,12 @@
-import AppleEmulator
-import AppleSignIn
+import BatonEmulator
+import BatonAppleSignIn
 import Baton
 import BatonService
 import Foundation
 import FoundationNetworking
-import HTTPServer
-import JOSE
-import Postgres
+import BatonHTTPServer
+import BatonJOSE
+import BatonPostgres
 import TestSupport
 
 /// How a test reaches the service: the router called in-process, or a live server on loopback.
@@ -45,7 +45,7 @@ final class ServiceFixture: @unchecked Sendable {
     let url: String
     let pool: PostgresPool
     let engine: BatonEngine
-    let service: BatonService
+    let service: BatonAPI
     let router: Router
     let server: BatonServer?
     let people: [Person]
@@ -90,7 +90,7 @@ final class ServiceFixture: @unchecked Sendable {
                              reportBuilder: { now in ReportBuilder(pool: pool, legacy: legacyTable, acceptedAt: nil, now: now) })
         switch mode {
         case .inProcess:
-            service = BatonService(engine: engine, adminToken: AdminToken(ServiceFixture.adminToken))
+            service = BatonAPI(engine: engine, adminToken: AdminToken(ServiceFixture.adminToken))
             router = service.router()
             server = nil
         case .live:

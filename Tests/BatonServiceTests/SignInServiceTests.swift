@@ -1,8 +1,8 @@
-import AppleEmulator
+import BatonEmulator
 import Baton
 import BatonService
 import Foundation
-import JOSE
+import BatonJOSE
 import TestSupport
 import Testing
 

@@ -1,8 +1,8 @@
-import AppleEmulator
-import AppleSignIn
+import BatonEmulator
+import BatonAppleSignIn
 import Baton
 import Foundation
-import Postgres
+import BatonPostgres
 import TestSupport
 
 /// A transfer on a live emulator with `count` users, the legacy table holding them under the sending team's

@@ -1,8 +1,8 @@
-import AppleEmulator
-import AppleSignIn
+import BatonEmulator
+import BatonAppleSignIn
 @testable import Baton
 import Foundation
-import Postgres
+import BatonPostgres
 import Synchronization
 import TestSupport
 import Testing

@@ -1,7 +1,7 @@
-import AppleSignIn
+import BatonAppleSignIn
 @testable import Baton
 import Foundation
-import Postgres
+import BatonPostgres
 import Synchronization
 import Testing
 

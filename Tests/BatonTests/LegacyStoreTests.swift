@@ -1,6 +1,6 @@
 import Baton
 import Foundation
-import Postgres
+import BatonPostgres
 import TestSupport
 import Testing
 

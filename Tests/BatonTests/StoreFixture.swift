@@ -1,6 +1,6 @@
 import Baton
 import Foundation
-import Postgres
+import BatonPostgres
 import TestSupport
 
 /// A fresh database with Baton's schema and an application table `public.users`

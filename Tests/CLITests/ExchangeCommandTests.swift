@@ -1,4 +1,4 @@
-import AppleEmulator
+import BatonEmulator
 import Foundation
 import TestSupport
 import Testing

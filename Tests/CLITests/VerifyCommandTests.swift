@@ -1,5 +1,5 @@
 import Foundation
-import JOSE
+import BatonJOSE
 import Testing
 import TestSupport
 

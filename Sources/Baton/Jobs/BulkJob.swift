@@ -1,7 +1,7 @@
-import AppleSignIn
+import BatonAppleSignIn
 import Foundation
-import Logging
-import Postgres
+import BatonLogging
+import BatonPostgres
 import Synchronization
 
 /// What one attempt for one user did.

@@ -1,5 +1,5 @@
 import Foundation
-import Postgres
+import BatonPostgres
 
 /// Walks the application's legacy user table in key order, a page at a time (keyset pagination: never
 /// OFFSET, never all rows at once), and gives every user with an Apple subject a row in `baton.transfers`.

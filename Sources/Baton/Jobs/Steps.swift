@@ -1,4 +1,4 @@
-import AppleSignIn
+import BatonAppleSignIn
 import Foundation
 
 /// Applies an exchanged user to the legacy record exactly as a sign-in migration does (same rules, same audit

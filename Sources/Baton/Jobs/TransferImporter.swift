@@ -1,6 +1,6 @@
 import Foundation
-import Logging
-import Postgres
+import BatonLogging
+import BatonPostgres
 
 /// Reads a file line by line on a dedicated queue (never on Swift's cooperative threads), a batch of lines
 /// per call, so a file of any size needs the memory of one batch.

@@ -1,5 +1,5 @@
 import Foundation
-import Postgres
+import BatonPostgres
 
 /// The lease-based work queue of the bulk jobs, over `baton.transfers`, coordinated only through PostgreSQL.
 ///

@@ -1,5 +1,5 @@
 import Foundation
-import Postgres
+import BatonPostgres
 
 /// Computes a ``MigrationReport`` from `baton.transfers` (and the application's table for the unresolved
 /// users' keys and emails) with aggregate queries: the totals, days and reasons are counted by PostgreSQL,

@@ -1,5 +1,5 @@
 import Foundation
-import Logging
+import BatonLogging
 
 /// Number, date and email formatting shared by the report's renderings: fixed, locale-independent output
 /// (UTC, `,` between thousands), so tests and scripts can rely on it.

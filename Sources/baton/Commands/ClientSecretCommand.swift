@@ -1,4 +1,4 @@
-import AppleSignIn
+import BatonAppleSignIn
 import Foundation
 
 /// `baton client-secret`: prints an ES256 client secret for Apple's REST API.

@@ -1,7 +1,7 @@
 import Baton
 import Foundation
-import Logging
-import Postgres
+import BatonLogging
+import BatonPostgres
 
 /// `baton db migrate [--database-url URL]`: applies Baton's pending schema migrations.
 let dbCommand = Command(

@@ -1,6 +1,6 @@
 import Dispatch
 import Foundation
-import Postgres
+import BatonPostgres
 
 /// `baton demo`: the end-to-end scenario on a throwaway PostgreSQL and the Apple emulator.
 let demoCommand = Command(

@@ -1,8 +1,8 @@
-import AppleSignIn
+import BatonAppleSignIn
 import Baton
 import Foundation
-import JOSE
-import Postgres
+import BatonJOSE
+import BatonPostgres
 
 /// `baton doctor`: checks a configuration end to end, one line per check, with a fix for each failure.
 let doctorCommand = Command(

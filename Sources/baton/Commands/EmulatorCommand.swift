@@ -1,10 +1,10 @@
-import AppleEmulator
+import BatonEmulator
 import Dispatch
 import Foundation
 import FoundationNetworking
-import JOSE
-import HTTPServer
-import Logging
+import BatonJOSE
+import BatonHTTPServer
+import BatonLogging
 
 /// `baton emulator`: runs the Apple stand-in until SIGINT or SIGTERM.
 let emulatorCommand = Command(

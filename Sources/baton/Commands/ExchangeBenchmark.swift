@@ -1,10 +1,10 @@
-import AppleEmulator
-import AppleSignIn
+import BatonEmulator
+import BatonAppleSignIn
 import Baton
 import Foundation
-import JOSE
-import Logging
-import Postgres
+import BatonJOSE
+import BatonLogging
+import BatonPostgres
 
 /// `baton bench exchange`: the exchange job against the in-process emulator (20 ms latency, a 200/s limit) on a
 /// throwaway database, then the same work one request at a time as the public scripts do it.

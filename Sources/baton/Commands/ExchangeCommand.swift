@@ -1,8 +1,8 @@
-import AppleSignIn
+import BatonAppleSignIn
 import Baton
 import Foundation
-import Logging
-import Postgres
+import BatonLogging
+import BatonPostgres
 
 /// `baton exchange`: the recipient side, exchanging every pending transfer identifier.
 let exchangeCommand = Command(

@@ -1,5 +1,5 @@
 import Foundation
-import JOSE
+import BatonJOSE
 
 /// `baton fuzz http`: random and mutated raw HTTP requests against a server on loopback, then checks
 /// that it is still up, answers its probes as before, and kept its memory bounded.

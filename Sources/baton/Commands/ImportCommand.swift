@@ -1,6 +1,6 @@
 import Baton
 import Foundation
-import Postgres
+import BatonPostgres
 
 /// `baton import transfers FILE.csv`: loads `old_sub,transfer_sub` pairs made elsewhere.
 let importCommand = Command(

@@ -1,6 +1,6 @@
 import Baton
 import Foundation
-import Postgres
+import BatonPostgres
 
 /// `baton report`: the correlation report as a table, CSV, JSON or a self-contained HTML page.
 let reportCommand = Command(

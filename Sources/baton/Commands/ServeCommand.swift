@@ -1,8 +1,8 @@
 import Baton
 import BatonService
 import Foundation
-import HTTPServer
-import Logging
+import BatonHTTPServer
+import BatonLogging
 
 /// `baton serve`: the HTTP service, until SIGTERM or SIGINT (which drain in-flight requests).
 let serveCommand = Command(

@@ -1,10 +1,10 @@
-import AppleEmulator
+import BatonEmulator
 import Baton
 import Dispatch
 import Foundation
-import HTTPServer
-import JOSE
-import Postgres
+import BatonHTTPServer
+import BatonJOSE
+import BatonPostgres
 
 /// `baton bench signin`: sign-in throughput and latency through `baton serve`, against PostgreSQL's own
 /// ceiling on the same SQL measured by pgbench in the same run.

@@ -1,6 +1,6 @@
-import AppleSignIn
+import BatonAppleSignIn
 import Foundation
-@_spi(Benchmark) import JOSE
+@_spi(Benchmark) import BatonJOSE
 
 /// `baton bench verify [--seconds S]`: full identity-token verification against the bare OpenSSL RS256
 /// verification of the same signature with the same key (`EVP_DigestVerifyInit` + `EVP_DigestVerify`).

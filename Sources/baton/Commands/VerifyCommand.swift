@@ -1,6 +1,6 @@
-import AppleSignIn
+import BatonAppleSignIn
 import Foundation
-import JOSE
+import BatonJOSE
 
 /// `baton verify`: verifies one identity token and prints its claims.
 let verifyCommand = Command(

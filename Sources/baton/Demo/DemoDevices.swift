@@ -1,5 +1,5 @@
 import Foundation
-import JOSE
+import BatonJOSE
 #if canImport(FoundationNetworking)
 import FoundationNetworking
 #endif

@@ -1,11 +1,11 @@
-import AppleEmulator
-import AppleSignIn
+import BatonEmulator
+import BatonAppleSignIn
 import Baton
 import BatonService
 import Foundation
-import HTTPServer
-import Logging
-import Postgres
+import BatonHTTPServer
+import BatonLogging
+import BatonPostgres
 import Synchronization
 
 /// What `baton demo` runs with.

@@ -1,5 +1,5 @@
 import Foundation
-import JOSE
+import BatonJOSE
 
 /// The JSON fuzz target: ``JSON/parse(_:maxDepth:)`` and the parsers built on it, with three oracles
 /// besides "no crash, no hang":

@@ -1,5 +1,5 @@
-import AppleSignIn
-import JOSE
+import BatonAppleSignIn
+import BatonJOSE
 
 /// The verifier's seed corpus: valid tokens, tokens signed correctly but carrying claims the policy
 /// refuses, and forgeries (refused algorithms, swapped or unknown keys, altered payloads, malformed parts).

@@ -1,6 +1,6 @@
-import AppleSignIn
+import BatonAppleSignIn
 import Foundation
-import JOSE
+import BatonJOSE
 
 /// The verifier fuzz target: feeds inputs to ``IdentityTokenVerifier`` and stops the process (so libFuzzer
 /// records the input) when a token is accepted that the harness did not legitimately sign, or that

@@ -1,0 +1,225 @@
+import Foundation
+import BatonJOSE
+
+/// Where a verifier finds the key for a token's `kid`.
+///
+/// ``KeySetCache`` (Apple's published keys, refreshed) and ``FixedKeySet`` conform.
+public protocol VerificationKeyProvider: Sendable {
+    /// The key published under `kid`.
+    /// - Throws: ``VerificationError`` `.unknownKey` when there is none (never a fallback to another key),
+    ///   `.keysUnavailable` when no key set can be had.
+    func key(withID kid: String) async throws -> JWK
+}
+
+/// A fixed key set as a ``VerificationKeyProvider`` (tests, `baton verify --jwks FILE`, pinned keys).
+public struct FixedKeySet: VerificationKeyProvider {
+    /// The keys.
+    public let keySet: JWKSet
+
+    /// Wraps `keySet`.
+    public init(_ keySet: JWKSet) { self.keySet = keySet }
+
+    /// The key published under `kid`.
+    /// - Throws: ``VerificationError`` `.unknownKey` when the set has none.
+    public func key(withID kid: String) async throws -> JWK {
+        try requireKey(keySet, kid)
+    }
+}
+
+/// The key of `keySet` published under `kid`, or `.unknownKey`.
+func requireKey(_ keySet: JWKSet, _ kid: String) throws -> JWK {
+    guard let key = keySet.key(withID: kid) else { throw VerificationError(.unknownKey, "no published key has this 'kid'") }
+    return key
+}
+
+/// The nonce a caller expects in a token.
+public enum ExpectedNonce: Sendable, Equatable {
+    /// Native flow: the app sent SHA-256(raw nonce) as hex to Apple; the claim must equal that hash of `raw`.
+    case native(raw: String)
+    /// Web flow: the nonce was sent as is; the claim must equal `value`.
+    case web(String)
+}
+
+/// Verifies Sign in with Apple identity tokens strictly, in a fixed order.
+///
+/// 1. size (16 KiB by default, before decoding) and shape: three strict base64url parts;
+/// 2. header: a JSON object without duplicate members, no `crit`, `typ` absent or `JWT`;
+/// 3. `alg` is exactly `RS256`;
+/// 4. the key by `kid` from the key provider: an unknown `kid` is an error, never a fallback; the key must be
+///    published for RS256;
+/// 5. the signature (length equal to the modulus);
+/// 6. claims: a JSON object without duplicates; `iss` exactly the issuer; `aud` (a string, or an array)
+///    naming a configured client ID; `exp` not passed and `iat` not in the future (with `leeway`, against
+///    the injected clock); `nbf` if present; `sub` a non-empty string of at most 255 characters; the
+///    nonce when one is expected; then the optional claims' types.
+///
+/// Every rejection is a ``VerificationError`` with a stable reason code.
+public struct IdentityTokenVerifier: Sendable {
+    /// Apple's issuer, `https://appleid.apple.com`.
+    public static let appleIssuer = "https://appleid.apple.com"
+
+    /// The client IDs (Services IDs and bundle IDs) a token's `aud` may name.
+    public let clientIDs: [String]
+    /// The exact `iss` required.
+    public let issuer: String
+    /// Clock skew tolerated on `exp`, `iat` and `nbf`, in seconds (default 60).
+    public let leeway: TimeInterval
+    /// The longest token accepted, in bytes (default 16 KiB).
+    public let maxTokenLength: Int
+    /// Where keys come from.
+    public let keys: any VerificationKeyProvider
+    /// The clock.
+    public let now: @Sendable () -> Date
+
+    /// Creates a verifier.
+    /// - Parameters:
+    ///   - clientIDs: the accepted audiences; must not be empty.
+    ///   - keys: the key provider, usually a ``KeySetCache`` of Apple's keys.
+    ///   - issuer: the required `iss` (default ``appleIssuer``).
+    ///   - leeway: tolerated clock skew in seconds (default 60).
+    ///   - maxTokenLength: the longest token accepted in bytes (default 16 384).
+    ///   - now: the clock (default the system clock); inject one in tests.
+    public init(
+        clientIDs: [String],
+        keys: any VerificationKeyProvider,
+        issuer: String = IdentityTokenVerifier.appleIssuer,
+        leeway: TimeInterval = 60,
+        maxTokenLength: Int = CompactJWS.defaultMaxLength,
+        now: @escaping @Sendable () -> Date = { Date() }
+    ) {
+        precondition(!clientIDs.isEmpty, "IdentityTokenVerifier needs at least one client ID")
+        self.clientIDs = clientIDs
+        self.keys = keys
+        self.issuer = issuer
+        self.leeway = leeway
+        self.maxTokenLength = maxTokenLength
+        self.now = now
+    }
+
+    /// Verifies `token` and returns its claims.
+    /// - Parameter nonce: the nonce to require, or `nil` when the caller has none.
+    /// - Throws: ``VerificationError`` with the reason of the first failed check.
+    public func verify(_ token: some StringProtocol, nonce: ExpectedNonce? = nil) async throws -> AppleIDToken {
+        let (jws, kid) = try parse(token)
+        let key = try await keys.key(withID: kid)
+        return try check(jws, kid: kid, key: key, nonce: nonce)
+    }
+
+    /// Verifies `token` and returns its claims: the `String` form of the generic ``verify(_:nonce:)``.
+    /// - Throws: ``VerificationError`` with the reason of the first failed check.
+    public func verify(_ token: String, nonce: ExpectedNonce? = nil) async throws -> AppleIDToken {
+        let (jws, kid) = try parse(token)
+        let key = try await keys.key(withID: kid)
+        return try check(jws, kid: kid, key: key, nonce: nonce)
+    }
+
+    /// Verifies `token` against a fixed key set, synchronously (no fetching).
+    /// - Throws: ``VerificationError`` with the reason of the first failed check.
+    public func verify(_ token: some StringProtocol, nonce: ExpectedNonce? = nil, keySet: JWKSet) throws -> AppleIDToken {
+        let (jws, kid) = try parse(token)
+        return try check(jws, kid: kid, key: requireKey(keySet, kid), nonce: nonce)
+    }
+
+    /// Steps 1–3 and the presence of `kid`.
+    private func parse(_ token: some StringProtocol) throws -> (CompactJWS, String) {
+        let jws: CompactJWS
+        do {
+            jws = try CompactJWS.parse(String(token), maxLength: maxTokenLength)
+        } catch let error as JOSEError {
+            switch error.code {
+            case .tooLarge: throw VerificationError(.tooLarge, "token longer than \(maxTokenLength) bytes")
+            case .criticalExtension, .unsupportedType: throw VerificationError(.unsupportedHeader, error.context)
+            default: throw VerificationError(.malformed, error.description)
+            }
+        }
+        guard jws.header.alg == "RS256" else { throw VerificationError(.algorithmNotAllowed, "only RS256 is accepted") }
+        guard let kid = jws.header.kid else { throw VerificationError(.unknownKey, "the header has no 'kid'") }
+        return (jws, kid)
+    }
+
+    /// Steps 4 (key kind) to 6.
+    private func check(_ jws: CompactJWS, kid: String, key: JWK, nonce: ExpectedNonce?) throws -> AppleIDToken {
+        guard key.allowedAlgorithm == "RS256", case .rsa(let rsa) = key.key else {
+            throw VerificationError(.badSignature, "the key for this 'kid' is not published for RS256")
+        }
+        guard rsa.verifyRS256(signature: jws.signature, message: jws.signingInput) else {
+            throw VerificationError(.badSignature, "the signature does not verify")
+        }
+        let claims: JSONObject
+        do {
+            claims = try jws.claims()
+        } catch let error as JOSEError {
+            throw VerificationError(.malformed, "payload: \(error.description)")
+        }
+
+        let fields = ClaimFields(claims)
+
+        guard let iss = fields[.iss] else { throw VerificationError(.missingClaim, "no 'iss'") }
+        guard case .string(issuer) = iss else { throw VerificationError(.wrongIssuer, "'iss' is not \(issuer)") }
+
+        switch fields[.aud] {
+        case nil:
+            throw VerificationError(.missingClaim, "no 'aud'")
+        case .string(let single)?:
+            guard clientIDs.contains(single) else { throw VerificationError(.wrongAudience, "'aud' names no configured client ID") }
+        case .array(let elements)?:
+            var named = false
+            for element in elements {
+                guard case .string(let value) = element else { throw VerificationError(.invalidClaim, "'aud' must hold strings") }
+                named = named || clientIDs.contains(value)
+            }
+            guard named else { throw VerificationError(.wrongAudience, "'aud' names no configured client ID") }
+        default:
+            throw VerificationError(.invalidClaim, "'aud' must be a string or an array of strings")
+        }
+
+        let current = now().timeIntervalSince1970
+        let exp = try numericDate(fields[.exp], "exp", required: true)!
+        let iat = try numericDate(fields[.iat], "iat", required: true)!
+        guard current < exp + leeway else { throw VerificationError(.expired, "'exp' has passed") }
+        guard iat <= current + leeway else { throw VerificationError(.notYetValid, "'iat' is in the future") }
+        let nbf = try numericDate(fields[.nbf], "nbf", required: false)
+        if let nbf, nbf > current + leeway { throw VerificationError(.notYetValid, "'nbf' is in the future") }
+
+        guard let subValue = fields[.sub] else { throw VerificationError(.missingClaim, "no 'sub'") }
+        // Counting bytes first spares the grapheme walk for every ordinary (ASCII) subject.
+        guard case .string(let sub) = subValue, !sub.isEmpty, sub.utf8.count <= 255 || sub.count <= 255 else {
+            throw VerificationError(.invalidClaim, "'sub' must be a non-empty string of at most 255 characters")
+        }
+
+        if let nonce {
+            guard let claim = fields[.nonce] else { throw VerificationError(.missingClaim, "a nonce is expected but the token has none") }
+            guard case .string(let value) = claim else { throw VerificationError(.invalidClaim, "'nonce' must be a string") }
+            let expected: String
+            switch nonce {
+            case .native(let raw): expected = Digest.sha256Hex(Array(raw.utf8))
+            case .web(let raw): expected = raw
+            }
+            guard constantTimeEqual(value, expected) else { throw VerificationError(.nonceMismatch, "'nonce' does not match") }
+        }
+
+        return try AppleIDToken(claims: claims, fields: fields, keyID: kid)
+    }
+
+    /// A NumericDate claim in seconds; `nil` when absent and not required.
+    private func numericDate(_ value: JSONValue?, _ name: String, required: Bool) throws -> Double? {
+        switch value {
+        case nil:
+            if required { throw VerificationError(.missingClaim, "no '\(name)'") }
+            return nil
+        case .number(let seconds)? where seconds >= 0:
+            return seconds
+        default:
+            throw VerificationError(.invalidClaim, "'\(name)' must be a non-negative NumericDate")
+        }
+    }
+}
+
+/// Compares two strings in time that depends only on their lengths.
+private func constantTimeEqual(_ lhs: String, _ rhs: String) -> Bool {
+    let a = Array(lhs.utf8), b = Array(rhs.utf8)
+    guard a.count == b.count else { return false }
+    var difference: UInt8 = 0
+    for index in a.indices { difference |= a[index] ^ b[index] }
+    return difference == 0
+}

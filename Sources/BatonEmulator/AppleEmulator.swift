@@ -1,0 +1,191 @@
+import Foundation
+import BatonHTTPServer
+import BatonJOSE
+import BatonLogging
+
+/// A stand-in for `appleid.apple.com` on loopback, for tests, benchmarks, the demo and rehearsals.
+///
+/// ## Apple's endpoints
+/// - `GET /auth/keys`: the published RS256 keys (at least two, 10-character kids).
+/// - `POST /auth/token`: `client_credentials` (scope `user.migration`), `authorization_code`
+///   (codes from `/emulator/authorize`) and `refresh_token`; the client secret is validated fully
+///   (ES256 with a raw 64-byte signature, a `kid` registered to the team named by `iss`, `sub` the client ID, `aud` Apple, not expired, `exp - iat` at most 15,777,000 s, `iat` at most 60 s ahead). Errors are Apple's: 400 with
+///   `{"error": "invalid_client" | "invalid_request" | "invalid_grant" | "unsupported_grant_type" | "invalid_scope"}`.
+/// - `POST /auth/usermigrationinfo`: the sender side (`sub`, `target`) and the recipient side
+///   (`transfer_sub`), with a bearer token from `/auth/token`.
+///
+/// ## The 60-day window
+/// The window runs from the transfer's acceptance to 60 days (5,184,000 s) later, inclusive, on
+/// the emulator's clock. Inside it identity tokens of users who have a transfer identifier carry
+/// `transfer_sub`, and `/auth/usermigrationinfo` works on both sides. After it, tokens no longer
+/// carry `transfer_sub` and the endpoint is inactive: it answers the recipient (which owns the app
+/// and authenticates fine) 400 `{"error":"invalid_request"}`; the sender, which no longer owns the
+/// app once the window has closed, gets `invalid_client` like any team that does not. We chose `invalid_request` over `invalid_client` because the
+/// caller's credentials are still valid (its secret verifies and its access token is good), so
+/// `invalid_client` would send an operator chasing keys that are fine; what is no longer valid is
+/// the request for a transfer identifier, which is what `invalid_request` says. A client that
+/// knows the acceptance date (Baton's `accepted_at`) can tell a closed window from a bad identifier.
+///
+/// ## Faults
+/// `POST /emulator/faults` applies to `/auth/*` only: a token bucket (429 with `Retry-After`),
+/// latency, and a share of injected 5xx answers (`{"error":"server_error"}`).
+///
+/// ## State
+/// With a state file the whole state (teams and their keys, apps, people, transfers, signing keys,
+/// the clock offset, live tokens and codes) is loaded at start, written in the background after
+/// every scenario change (a failure is logged), and written once more at ``stop()``.
+///
+/// ## In-process use
+/// ```swift
+/// let emulator = try await AppleEmulator.start()
+/// let sender = try emulator.createTeam()
+/// try emulator.createApp(clientID: "com.example.app", teamID: sender.teamID)
+/// let users = try emulator.createUsers(clientID: "com.example.app", count: 3)
+/// // … emulator.baseURL is http://127.0.0.1:<port>
+/// await emulator.stop()
+/// ```
+public final class AppleEmulator: Sendable {
+    private let emulator: Emulator
+    private let server: HTTPServer
+    /// The port the emulator listens on.
+    public let port: Int
+    /// `http://HOST:PORT`, the value for Baton's `apple.base_url`.
+    public let baseURL: URL
+
+    private init(emulator: Emulator, server: HTTPServer, host: String, port: Int) {
+        self.emulator = emulator
+        self.server = server
+        self.port = port
+        self.baseURL = URL(string: "http://\(host.contains(":") ? "[\(host)]" : host):\(port)")!
+    }
+
+    /// Starts an emulator on `host:port` (port 0: a free port).
+    ///
+    /// - Parameters:
+    ///   - statePath: a JSON state file, loaded when it exists and written after each scenario change.
+    ///   - configuration: HTTP limits (the server defaults unless given).
+    /// - Throws: ``EmulatorError`` `state_file`, or `HTTPServerError` when the port cannot be bound.
+    public static func start(
+        host: String = "127.0.0.1",
+        port: Int = 0,
+        statePath: String? = nil,
+        configuration: HTTPServerConfiguration = HTTPServerConfiguration(),
+        logger: Logger = .disabled()
+    ) async throws -> AppleEmulator {
+        let emulator = try await offPool { () throws(EmulatorError) in try Emulator(statePath: statePath, logger: logger) }
+        let server = HTTPServer(router: emulator.router(), configuration: configuration, logger: logger)
+        let bound = try await server.start(host: host, port: port)
+        try await emulator.flush()
+        return AppleEmulator(emulator: emulator, server: server, host: host, port: bound)
+    }
+
+    /// Stops the server (letting in-flight requests finish) and writes the state file.
+    public func stop() async {
+        await server.stop()
+        do { try await emulator.flush() } catch { emulator.logger.error("cannot save emulator state", ["error": error.description]) }
+    }
+
+    /// The emulator's clock.
+    public var now: Date { emulator.now }
+
+    /// Registers a team (a random 10-character ID when nil) with a new ES256 key.
+    /// - Returns: the team ID, key ID and PKCS#8 PEM of the private key (as Apple's `.p8`).
+    /// - Throws: ``EmulatorError`` `bad_input` (ID format), `conflict` (team exists).
+    @discardableResult
+    public func createTeam(_ teamID: String? = nil) throws(EmulatorError) -> TeamCredentials {
+        let team = try emulator.createTeam(teamID)
+        return TeamCredentials(teamID: team.teamID, keyID: team.keyID, privateKeyPEM: team.privateKeyPEM)
+    }
+
+    /// Registers an app (client ID) owned by `teamID`.
+    /// - Throws: ``EmulatorError`` `unknown_team`, `conflict`, `bad_input`.
+    public func createApp(clientID: String, teamID: String) throws(EmulatorError) {
+        try emulator.createApp(clientID: clientID, teamID: teamID)
+    }
+
+    /// Creates `count` people who use `clientID` under its current team.
+    ///
+    /// - Parameter privateEmail: whether they hide their address behind a relay; nil alternates,
+    ///   starting with a private one.
+    /// - Throws: ``EmulatorError`` `unknown_app`, `bad_input`.
+    public func createUsers(clientID: String, count: Int, privateEmail: Bool? = nil) throws(EmulatorError) -> [EmulatedUser] {
+        try emulator.createUsers(clientID: clientID, count: count, privateEmail: privateEmail)
+    }
+
+    /// Initiates the transfer of `clientID` to `toTeamID` (App Store Connect's "Transfer App").
+    /// - Throws: ``EmulatorError`` `unknown_app`, `unknown_team`, `conflict` (same team, or one pending).
+    public func initiateTransfer(clientID: String, toTeamID: String) throws(EmulatorError) {
+        try emulator.initiateTransfer(clientID: clientID, toTeamID: toTeamID)
+    }
+
+    /// The recipient accepts the pending transfer: the app changes team now, and the 60-day window opens.
+    /// - Returns: the acceptance time (emulator clock).
+    /// - Throws: ``EmulatorError`` `unknown_app`, `conflict` (nothing pending).
+    @discardableResult
+    public func acceptTransfer(clientID: String) throws(EmulatorError) -> Date {
+        try emulator.acceptTransfer(clientID: clientID)
+    }
+
+    /// The user behind `userIdentifier` revokes `clientID` (Settings › Sign in with Apple › Stop using).
+    /// - Throws: ``EmulatorError`` `unknown_app`, `unknown_user`.
+    public func revoke(clientID: String, userIdentifier: String) throws(EmulatorError) {
+        try emulator.revoke(clientID: clientID, userIdentifier: userIdentifier)
+    }
+
+    /// Moves the emulator's clock by `seconds` (negative goes back); returns the new time.
+    @discardableResult
+    public func advanceClock(by seconds: Double) throws(EmulatorError) -> Date { try emulator.advanceClock(by: seconds) }
+
+    /// Sets the emulator's clock.
+    @discardableResult
+    public func setClock(to date: Date) throws(EmulatorError) -> Date { try emulator.setClock(to: date) }
+
+    /// Adds a new signing key, which signs from now on; returns its kid. The two previous keys stay published.
+    @discardableResult
+    public func rotateKeys() async throws(EmulatorError) -> String { try await emulator.rotateKeys() }
+
+    /// The published key set, as `GET /auth/keys` serves it.
+    public var jwks: JWKSet { emulator.jwks }
+
+    /// Sets the faults for `/auth/*`.
+    /// - Throws: ``EmulatorError`` `bad_input` for out-of-range values.
+    public func setFaults(_ faults: EmulatorFaults) throws(EmulatorError) {
+        try faults.validate()
+        emulator.faults.set(faults)
+    }
+
+    /// Calls, answers and rate-limited requests per endpoint since start (or the last reset).
+    public func stats() -> EmulatorStats { emulator.faults.snapshot() }
+
+    /// Clears the statistics.
+    public func resetStats() { emulator.faults.resetStats() }
+
+    /// Signs in as a device would: `user` is a person's ID or any team-scoped identifier of theirs.
+    /// - Throws: ``EmulatorError`` `unknown_app`, `unknown_user`.
+    public func authorize(clientID: String, user: String, nonce: String? = nil) throws(EmulatorError) -> Authorization {
+        try emulator.authorize(clientID: clientID, user: user, nonce: nonce)
+    }
+
+    /// What `getCredentialState(forUserID:)` answers on a device.
+    public func credentialState(clientID: String, userIdentifier: String) -> CredentialState {
+        emulator.credentialState(clientID: clientID, userIdentifier: userIdentifier)
+    }
+
+    /// Shortcut for tests: the sender-side transfer identifier of every current user of `clientID`
+    /// (old `sub` → `transfer_sub`), generated as `/auth/usermigrationinfo` would for the
+    /// transfer's recipient. The transfer must have been initiated.
+    /// - Throws: ``EmulatorError`` `unknown_app`, `conflict` (no transfer), `invalid_request` (window closed).
+    public func transferIdentifiers(clientID: String) throws(EmulatorError) -> [String: String] {
+        try emulator.transferIdentifiers(clientID: clientID)
+    }
+}
+
+/// A team's credentials as `POST /emulator/teams` returns them.
+public struct TeamCredentials: Sendable, Equatable {
+    /// The 10-character team ID (`iss` of its client secrets).
+    public var teamID: String
+    /// The 10-character key ID (`kid` of its client secrets).
+    public var keyID: String
+    /// The ES256 private key, PKCS#8 PEM (Apple's `.p8`).
+    public var privateKeyPEM: String
+}

@@ -1,0 +1,292 @@
+import Foundation
+import BatonHTTPServer
+import BatonJOSE
+
+/// The emulator's HTTP routes: Apple's endpoints, the simulated device, and scenario control.
+extension Emulator {
+    /// Builds the router.
+    func router() -> Router {
+        var router = Router()
+        router.get("/auth/keys", apple("/auth/keys") { emulator, _ in
+            HTTPResponse.json(bytes: emulator.jwksBody)
+        })
+        router.post("/auth/token", apple("/auth/token") { emulator, request in try emulator.token(request) })
+        router.post("/auth/usermigrationinfo", apple("/auth/usermigrationinfo") { emulator, request in try emulator.userMigrationInfo(request) })
+
+        router.post("/emulator/authorize", control("/emulator/authorize") { emulator, request in
+            let body = try JSONBody(request)
+            let authorization = try emulator.authorize(clientID: try body.string("client_id"), user: try body.string("user"), nonce: try body.optionalString("nonce"))
+            return reply(["id_token": .string(authorization.idToken), "code": .string(authorization.code), "user_identifier": .string(authorization.userIdentifier)])
+        })
+        router.get("/emulator/credential-state", control("/emulator/credential-state") { emulator, request in
+            guard let clientID = request.query["client_id"], let identifier = request.query["user_identifier"] else {
+                throw EmulatorError(.badInput, "client_id and user_identifier are required")
+            }
+            return reply(["state": .string(emulator.credentialState(clientID: clientID, userIdentifier: identifier).rawValue)])
+        })
+        router.post("/emulator/teams", control("/emulator/teams") { emulator, request in
+            let body = try JSONBody(request, allowEmpty: true)
+            let team = try emulator.createTeam(try body.optionalString("team_id"))
+            return reply(["team_id": .string(team.teamID), "key_id": .string(team.keyID), "private_key_pem": .string(team.privateKeyPEM)], status: 201)
+        })
+        router.post("/emulator/apps", control("/emulator/apps") { emulator, request in
+            let body = try JSONBody(request)
+            let clientID = try body.string("client_id"), teamID = try body.string("team_id")
+            try emulator.createApp(clientID: clientID, teamID: teamID)
+            return reply(["client_id": .string(clientID), "team_id": .string(teamID)], status: 201)
+        })
+        router.post("/emulator/users", control("/emulator/users") { emulator, request in
+            let body = try JSONBody(request)
+            let users = try emulator.createUsers(clientID: try body.string("client_id"), count: try body.int("count"), privateEmail: try body.optionalBool("private_email"))
+            return reply(["users": .array(users.map { user in
+                .object(["id": .string(user.id), "user_identifier": .string(user.userIdentifier), "email": .string(user.email), "is_private_email": .bool(user.isPrivateEmail)])
+            })], status: 201)
+        })
+        router.post("/emulator/transfers", control("/emulator/transfers") { emulator, request in
+            let body = try JSONBody(request)
+            let clientID = try body.string("client_id"), toTeamID = try body.string("to_team_id")
+            try emulator.initiateTransfer(clientID: clientID, toTeamID: toTeamID)
+            return reply(["client_id": .string(clientID), "to_team_id": .string(toTeamID), "state": "initiated"], status: 201)
+        })
+        router.post("/emulator/transfers/accept", control("/emulator/transfers/accept") { emulator, request in
+            let body = try JSONBody(request)
+            let clientID = try body.string("client_id")
+            let accepted = try emulator.acceptTransfer(clientID: clientID)
+            return reply(["client_id": .string(clientID), "state": "accepted", "accepted_at": .number(accepted.timeIntervalSince1970.rounded(.down))])
+        })
+        router.post("/emulator/revoke", control("/emulator/revoke") { emulator, request in
+            let body = try JSONBody(request)
+            try emulator.revoke(clientID: try body.string("client_id"), userIdentifier: try body.string("user_identifier"))
+            return reply(["state": "revoked"])
+        })
+        router.get("/emulator/clock", control("/emulator/clock") { emulator, _ in clockResponse(emulator.now) })
+        router.post("/emulator/clock", control("/emulator/clock") { emulator, request in
+            let body = try JSONBody(request)
+            if let seconds = try body.optionalDouble("advance_seconds") {
+                return clockResponse(try emulator.advanceClock(by: seconds))
+            }
+            if case .number(let unix)? = body.object["now"] {
+                return clockResponse(try emulator.setClock(to: Date(timeIntervalSince1970: unix)))
+            }
+            if case .string(let text)? = body.object["now"] {
+                guard let date = try? Date(text, strategy: .iso8601) else { throw EmulatorError(.badInput, "now must be Unix seconds or ISO 8601") }
+                return clockResponse(try emulator.setClock(to: date))
+            }
+            throw EmulatorError(.badInput, "give advance_seconds or now")
+        })
+        router.post("/emulator/rotate-keys", control("/emulator/rotate-keys") { emulator, _ in
+            let kid = try await emulator.rotateKeys()
+            return reply(["kid": .string(kid), "published": .array(emulator.jwks.keys.compactMap { $0.kid }.map(JSONValue.string))])
+        })
+        router.get("/emulator/faults", control("/emulator/faults") { emulator, _ in try HTTPResponse.json(emulator.faults.faults) })
+        router.post("/emulator/faults", control("/emulator/faults") { emulator, request in
+            let faults: EmulatorFaults
+            do { faults = try JSONDecoder().decode(EmulatorFaults.self, from: Data(request.body)) } catch {
+                throw EmulatorError(.badInput, "faults must be a JSON object of rate_limit_per_s, latency_ms, error_rate, error_status")
+            }
+            try faults.validate()
+            emulator.faults.set(faults)
+            return try HTTPResponse.json(faults)
+        })
+        router.get("/emulator/stats", control(nil) { emulator, _ in try HTTPResponse.json(emulator.faults.snapshot()) })
+        router.post("/emulator/stats/reset", control(nil) { emulator, _ in
+            emulator.faults.resetStats()
+            return reply(["reset": true])
+        })
+        router.get("/emulator/transfer-identifiers", control("/emulator/transfer-identifiers") { emulator, request in
+            guard let clientID = request.query["client_id"] else { throw EmulatorError(.badInput, "client_id is required") }
+            let identifiers = try emulator.transferIdentifiers(clientID: clientID)
+            var object = JSONObject()
+            for key in identifiers.keys.sorted() { object[key] = .string(identifiers[key]!) }
+            return reply(["transfer_subs": .object(object)])
+        })
+        return router
+    }
+
+    // MARK: - Wrappers: faults and statistics
+
+    /// Wraps one of Apple's endpoints: the rate limit (429 + `Retry-After`), latency, injected
+    /// 5xx, Apple's error format `{"error": code}` with 400, and statistics.
+    private func apple(_ path: String, _ handler: @escaping @Sendable (Emulator, HTTPRequest) async throws -> HTTPResponse) -> HTTPHandler {
+        { [self] request in
+            if let retryAfter = faults.admit() {
+                faults.record(path: path, status: 429, error: "rate_limited", rateLimited: true)
+                return HTTPResponse.json(serialized: #"{"error":"rate_limited"}"#, status: 429).with("Retry-After", String(retryAfter))
+            }
+            let latency = faults.faults.latencyMilliseconds
+            if latency > 0 { try await Task.sleep(for: .milliseconds(latency)) }
+            if let status = faults.injectError() {
+                faults.record(path: path, status: status, error: "server_error", rateLimited: false)
+                return HTTPResponse.json(serialized: #"{"error":"server_error"}"#, status: status)
+            }
+            do {
+                let response = try await handler(self, request)
+                faults.record(path: path, status: response.status, error: nil, rateLimited: false)
+                return response
+            } catch let error as EmulatorError {
+                faults.record(path: path, status: 400, error: error.code.rawValue, rateLimited: false)
+                logger.debug("apple endpoint refused", ["path": path, "error": error.description])
+                return HTTPResponse.json(serialized: "{\"error\":\"\(error.code.rawValue)\"}", status: 400).noStore()
+            }
+        }
+    }
+
+    /// Wraps a device or control endpoint: emulator errors as `{"error","reason"}`, and statistics
+    /// (unless `path` is nil).
+    private func control(_ path: String?, _ handler: @escaping @Sendable (Emulator, HTTPRequest) async throws -> HTTPResponse) -> HTTPHandler {
+        { [self] request in
+            do {
+                let response = try await handler(self, request)
+                if let path { faults.record(path: path, status: response.status, error: nil, rateLimited: false) }
+                return response
+            } catch let error as EmulatorError {
+                let httpError = error.httpError
+                if let path { faults.record(path: path, status: httpError.status, error: httpError.code, rateLimited: false) }
+                return httpError.response
+            }
+        }
+    }
+
+    // MARK: - /auth/token and /auth/usermigrationinfo
+
+    private func form(_ request: HTTPRequest) throws(EmulatorError) -> [String: String] {
+        guard request.mediaType == "application/x-www-form-urlencoded" else {
+            throw EmulatorError(.invalidRequest, "the body must be application/x-www-form-urlencoded")
+        }
+        do { return try request.formValues() } catch { throw EmulatorError(.invalidRequest, "malformed form body") }
+    }
+
+    private func token(_ request: HTTPRequest) throws(EmulatorError) -> HTTPResponse {
+        let form = try form(request)
+        guard let grantType = form["grant_type"], !grantType.isEmpty else { throw EmulatorError(.invalidRequest, "grant_type missing") }
+        guard ["client_credentials", "authorization_code", "refresh_token"].contains(grantType) else {
+            throw EmulatorError(.unsupportedGrantType, "grant_type \(grantType)")
+        }
+        if grantType == "client_credentials" {
+            guard let scope = form["scope"], !scope.isEmpty else { throw EmulatorError(.invalidRequest, "scope missing") }
+            guard scope == "user.migration" else { throw EmulatorError(.invalidScope, "scope must be user.migration") }
+        }
+        guard let clientID = form["client_id"], !clientID.isEmpty, let secret = form["client_secret"], !secret.isEmpty else {
+            throw EmulatorError(.invalidRequest, "client_id and client_secret are required")
+        }
+        let now = self.now
+        let teamID = try authenticate(clientSecret: secret, clientID: clientID, now: now)
+        var body: JSONObject
+        switch grantType {
+        case "client_credentials":
+            let token = try issueAccessToken(clientID: clientID, teamID: teamID, now: now)
+            body = ["access_token": .string(token), "token_type": "Bearer", "expires_in": .number(EmulatorState.accessTokenLifetime)]
+        case "authorization_code":
+            guard let code = form["code"], !code.isEmpty else { throw EmulatorError(.invalidRequest, "code missing") }
+            let redeemed = try redeem(code: code, clientID: clientID, teamID: teamID, now: now)
+            body = ["access_token": .string(redeemed.accessToken), "token_type": "Bearer", "expires_in": .number(EmulatorState.accessTokenLifetime),
+                    "refresh_token": .string(redeemed.refreshToken), "id_token": .string(redeemed.idToken)]
+        default:
+            guard let refreshToken = form["refresh_token"], !refreshToken.isEmpty else { throw EmulatorError(.invalidRequest, "refresh_token missing") }
+            let refreshed = try refresh(token: refreshToken, clientID: clientID, teamID: teamID, now: now)
+            body = ["access_token": .string(refreshed.accessToken), "token_type": "Bearer", "expires_in": .number(EmulatorState.accessTokenLifetime),
+                    "id_token": .string(refreshed.idToken)]
+        }
+        return reply(body).noStore()
+    }
+
+    private func userMigrationInfo(_ request: HTTPRequest) throws(EmulatorError) -> HTTPResponse {
+        let form = try form(request)
+        guard let clientID = form["client_id"], !clientID.isEmpty, let secret = form["client_secret"], !secret.isEmpty else {
+            throw EmulatorError(.invalidRequest, "client_id and client_secret are required")
+        }
+        let sub = form["sub"], target = form["target"], transferSub = form["transfer_sub"]
+        let sender = sub != nil || target != nil
+        guard sender ? (transferSub == nil && !(sub ?? "").isEmpty && !(target ?? "").isEmpty) : !(transferSub ?? "").isEmpty else {
+            throw EmulatorError(.invalidRequest, "give sub and target, or transfer_sub")
+        }
+        guard let authorization = request.headers["Authorization"], authorization.hasPrefix("Bearer "),
+              case let token = String(authorization.dropFirst(7)), !token.isEmpty else {
+            throw EmulatorError(.invalidRequest, "Authorization: Bearer required")
+        }
+        let now = self.now
+        let teamID = try authenticate(clientSecret: secret, clientID: clientID, now: now)
+        try checkTeamActs(for: clientID, teamID: teamID, now: now)
+        try checkAccessToken(token, clientID: clientID, teamID: teamID, now: now)
+        if sender {
+            let value = try senderTransferIdentifier(clientID: clientID, teamID: teamID, sub: sub!, target: target!, now: now)
+            return reply(["transfer_sub": .string(value)]).noStore()
+        }
+        let identity = try exchange(clientID: clientID, teamID: teamID, transferSub: transferSub!, now: now)
+        var body: JSONObject = ["sub": .string(identity.sub)]
+        if let email = identity.email { body["email"] = .string(email) }
+        body["is_private_email"] = .bool(identity.isPrivate)
+        return reply(body).noStore()
+    }
+}
+
+// MARK: - Small helpers
+
+private func reply(_ object: JSONObject, status: Int = 200) -> HTTPResponse { reply(value: .object(object), status: status) }
+
+private func reply(value: JSONValue, status: Int = 200) -> HTTPResponse {
+    HTTPResponse.json(bytes: JSON.serializeBytes(value), status: status)
+}
+
+private func clockResponse(_ date: Date) -> HTTPResponse {
+    reply(["now": .number(date.timeIntervalSince1970.rounded(.down)), "iso": .string(date.formatted(.iso8601))])
+}
+
+extension HTTPResponse {
+    /// The response with one more header.
+    func with(_ name: String, _ value: String) -> HTTPResponse {
+        var copy = self
+        copy.headers.add(name, value)
+        return copy
+    }
+
+    /// The response with `Cache-Control: no-store` and `Pragma: no-cache`, as Apple's token answers carry.
+    func noStore() -> HTTPResponse { with("Cache-Control", "no-store").with("Pragma", "no-cache") }
+}
+
+/// A JSON request body read strictly (JOSE's reader), with typed member access.
+struct JSONBody {
+    let object: JSONObject
+
+    init(_ request: HTTPRequest, allowEmpty: Bool = false) throws(EmulatorError) {
+        if allowEmpty && request.body.allSatisfy({ $0 == 0x20 || $0 == 0x0A || $0 == 0x0D || $0 == 0x09 }) {
+            object = [:]
+            return
+        }
+        do { object = try JSON.parseObject(request.body) } catch { throw EmulatorError(.badInput, "the body must be a JSON object") }
+    }
+
+    func string(_ name: String) throws(EmulatorError) -> String {
+        guard let value = try optionalString(name), !value.isEmpty else { throw EmulatorError(.badInput, "\(name) is required") }
+        return value
+    }
+
+    func optionalString(_ name: String) throws(EmulatorError) -> String? {
+        switch object[name] {
+        case nil, .null?: return nil
+        case .string(let value)?: return value
+        default: throw EmulatorError(.badInput, "\(name) must be a string")
+        }
+    }
+
+    func int(_ name: String) throws(EmulatorError) -> Int {
+        guard let value = object[name]?.intValue, let int = Int(exactly: value) else { throw EmulatorError(.badInput, "\(name) must be a whole number") }
+        return int
+    }
+
+    func optionalDouble(_ name: String) throws(EmulatorError) -> Double? {
+        switch object[name] {
+        case nil, .null?: return nil
+        case .number(let value)?: return value
+        default: throw EmulatorError(.badInput, "\(name) must be a number")
+        }
+    }
+
+    func optionalBool(_ name: String) throws(EmulatorError) -> Bool? {
+        switch object[name] {
+        case nil, .null?: return nil
+        case .bool(let value)?: return value
+        default: throw EmulatorError(.badInput, "\(name) must be true or false")
+        }
+    }
+}

@@ -1,0 +1,218 @@
+import Foundation
+import BatonLogging
+import Synchronization
+internal import CBatonMicroHTTPD
+
+/// What the libmicrohttpd callbacks share: the router, the limits and the request counters.
+final class ServerCore: Sendable {
+    let router: Router
+    let configuration: HTTPServerConfiguration
+    let logger: Logger
+    private let state = Mutex(Counters())
+
+    private struct Counters {
+        /// Requests begun and not yet completed (sent or aborted).
+        var active = 0
+        /// Handlers running on Swift tasks (their connections are suspended).
+        var running = 0
+        var stopping = false
+    }
+
+    init(router: Router, configuration: HTTPServerConfiguration, logger: Logger) {
+        self.router = router
+        self.configuration = configuration
+        self.logger = logger
+    }
+
+    func requestBegan() { state.withLock { $0.active += 1 } }
+    func requestEnded() { state.withLock { $0.active -= 1 } }
+    func handlerBegan() { state.withLock { $0.running += 1 } }
+    func handlerEnded() { state.withLock { $0.running -= 1 } }
+    func beginStopping() { state.withLock { $0.stopping = true } }
+    var isStopping: Bool { state.withLock { $0.stopping } }
+    func counts() -> (active: Int, running: Int) { state.withLock { ($0.active, $0.running) } }
+}
+
+/// Per-request state, owned by libmicrohttpd's `con_cls` slot from the first callback until
+/// the completion callback releases it.
+final class RequestContext: Sendable {
+    /// The body received so far and whether it overflowed; only touched on the polling thread
+    /// that owns the connection, but kept in a mutex so the type is plainly `Sendable`.
+    private let upload = Mutex<(body: [UInt8], tooLarge: Bool)>(([], false))
+    /// Set by the handler's task just before it resumes the connection.
+    private let answer = Mutex<HTTPResponse?>(nil)
+    /// Whether a response has been queued (the early 413).
+    let queuedEarly = Atomic<Bool>(false)
+
+    /// Appends a chunk unless that would pass `limit`, in which case the body is dropped.
+    func append(_ chunk: UnsafeRawBufferPointer, limit: Int) {
+        upload.withLock { upload in
+            guard !upload.tooLarge else { return }
+            if upload.body.count + chunk.count > limit {
+                upload.tooLarge = true
+                upload.body = []
+            } else {
+                upload.body.append(contentsOf: chunk)
+            }
+        }
+    }
+
+    /// The complete body, or nil when it exceeded the limit; leaves the buffer empty.
+    func takeBody() -> [UInt8]? {
+        upload.withLock { upload in
+            if upload.tooLarge { return nil }
+            let body = upload.body
+            upload.body = []
+            return body
+        }
+    }
+
+    func setResponse(_ response: HTTPResponse) { answer.withLock { $0 = response } }
+    func takeResponse() -> HTTPResponse? { answer.withLock { $0.take() } }
+}
+
+/// A connection pointer carried to the handler's task, which only passes it to
+/// `MHD_resume_connection` (documented thread-safe) once, while the connection is suspended.
+private struct SuspendedConnection: @unchecked Sendable {
+    let pointer: OpaquePointer
+}
+
+/// Owns a libmicrohttpd response; `deinit` releases our reference (the library keeps its own while sending).
+private final class MHDResponse {
+    let pointer: OpaquePointer
+
+    init?(_ response: HTTPResponse, closeConnection: Bool) {
+        let created: OpaquePointer? = response.body.withUnsafeBytes { bytes in
+            MHD_create_response_from_buffer(bytes.count, UnsafeMutableRawPointer(mutating: bytes.baseAddress), .RESPMEM_MUST_COPY)
+        }
+        guard let created else { return nil }
+        pointer = created
+        for field in response.headers {
+            // A header with CR/LF or an empty name is refused by the library: it is simply not sent.
+            _ = MHD_add_response_header(created, field.name, field.value)
+        }
+        if closeConnection { _ = MHD_add_response_header(created, "Connection", "close") }
+    }
+
+    deinit { MHD_destroy_response(pointer) }
+}
+
+private func queue(_ response: HTTPResponse, on connection: OpaquePointer, core: ServerCore) -> MHD_Result {
+    guard let mhd = MHDResponse(response, closeConnection: core.isStopping) else { return CMicroHTTPD_no() }
+    return MHD_queue_response(connection, UInt32(clamping: response.status), mhd.pointer)
+}
+
+/// libmicrohttpd's access handler: collects the body, then suspends the connection and runs the
+/// router on a task; called again after resumption, it queues the stored response.
+func batonAccessHandler(
+    _ cls: UnsafeMutableRawPointer?,
+    _ connection: OpaquePointer?,
+    _ url: UnsafePointer<CChar>?,
+    _ method: UnsafePointer<CChar>?,
+    _ version: UnsafePointer<CChar>?,
+    _ uploadData: UnsafePointer<CChar>?,
+    _ uploadDataSize: UnsafeMutablePointer<Int>?,
+    _ contextSlot: UnsafeMutablePointer<UnsafeMutableRawPointer?>?
+) -> MHD_Result {
+    guard let cls, let connection, let url, let method, let uploadDataSize, let contextSlot else { return CMicroHTTPD_no() }
+    let core = Unmanaged<ServerCore>.fromOpaque(cls).takeUnretainedValue()
+    let limit = core.configuration.maxBodySize
+
+    guard let slot = contextSlot.pointee else {
+        // First call: the head is parsed. Refuse an announced oversized body before reading it.
+        let context = RequestContext()
+        contextSlot.pointee = Unmanaged.passRetained(context).toOpaque()
+        core.requestBegan()
+        if let length = MHD_lookup_connection_value(connection, .HEADER_KIND, "Content-Length"),
+           let announced = UInt64(String(cString: length)), announced > UInt64(limit) {
+            context.queuedEarly.store(true, ordering: .relaxed)
+            return queue(HTTPError.payloadTooLarge(limit: limit).response, on: connection, core: core)
+        }
+        return CMicroHTTPD_yes()
+    }
+    let context = Unmanaged<RequestContext>.fromOpaque(slot).takeUnretainedValue()
+
+    if uploadDataSize.pointee > 0 {
+        if let uploadData, !context.queuedEarly.load(ordering: .relaxed) {
+            context.append(UnsafeRawBufferPointer(start: uploadData, count: uploadDataSize.pointee), limit: limit)
+        }
+        uploadDataSize.pointee = 0
+        return CMicroHTTPD_yes()
+    }
+    if context.queuedEarly.load(ordering: .relaxed) { return CMicroHTTPD_yes() }
+    if let response = context.takeResponse() {
+        return queue(response, on: connection, core: core)
+    }
+    guard let body = context.takeBody() else {
+        return queue(HTTPError.payloadTooLarge(limit: limit).response, on: connection, core: core)
+    }
+
+    let request = HTTPRequest(
+        method: String(cString: method),
+        path: String(cString: url),
+        query: queryParameters(connection),
+        headers: requestHeaders(connection),
+        body: body,
+        remoteAddress: CMicroHTTPD_client_address(connection).flatMap(numericHost)
+    )
+    core.handlerBegan()
+    MHD_suspend_connection(connection)
+    let suspended = SuspendedConnection(pointer: connection)
+    Task {
+        let response = await core.router.respond(to: request, logger: core.logger)
+        context.setResponse(response)
+        MHD_resume_connection(suspended.pointer)
+        core.handlerEnded()
+    }
+    return CMicroHTTPD_yes()
+}
+
+/// libmicrohttpd's completion callback: releases the request's context.
+func batonRequestCompleted(
+    _ cls: UnsafeMutableRawPointer?,
+    _ connection: OpaquePointer?,
+    _ contextSlot: UnsafeMutablePointer<UnsafeMutableRawPointer?>?,
+    _ termination: MHD_RequestTerminationCode
+) {
+    guard let cls, let contextSlot, let slot = contextSlot.pointee else { return }
+    Unmanaged<RequestContext>.fromOpaque(slot).release()
+    contextSlot.pointee = nil
+    Unmanaged<ServerCore>.fromOpaque(cls).takeUnretainedValue().requestEnded()
+}
+
+private typealias Fields = [(String, String)]
+
+/// Appends one key/value pair to the `Fields` array `cls` points to.
+private func batonCollectValue(
+    _ cls: UnsafeMutableRawPointer?,
+    _ kind: MHD_ValueKind,
+    _ key: UnsafePointer<CChar>?,
+    _ value: UnsafePointer<CChar>?
+) -> MHD_Result {
+    guard let cls, let key else { return CMicroHTTPD_yes() }
+    let fields = cls.assumingMemoryBound(to: Fields.self)
+    fields.pointee.append((String(cString: key), value.map { String(cString: $0) } ?? ""))
+    return CMicroHTTPD_yes()
+}
+
+private func requestHeaders(_ connection: OpaquePointer) -> HTTPHeaders {
+    var fields: Fields = []
+    fields.reserveCapacity(8)
+    _ = withUnsafeMutablePointer(to: &fields) { MHD_get_connection_values(connection, .HEADER_KIND, batonCollectValue, $0) }
+    return HTTPHeaders(fields)
+}
+
+private func queryParameters(_ connection: OpaquePointer) -> [String: String] {
+    var fields: Fields = []
+    _ = withUnsafeMutablePointer(to: &fields) { MHD_get_connection_values(connection, .GET_ARGUMENT_KIND, batonCollectValue, $0) }
+    var query: [String: String] = [:]
+    for (name, value) in fields where query[name] == nil { query[name] = value }
+    return query
+}
+
+private func numericHost(_ address: UnsafePointer<sockaddr>) -> String? {
+    let length = socklen_t(address.pointee.sa_family == sa_family_t(AF_INET6) ? MemoryLayout<sockaddr_in6>.size : MemoryLayout<sockaddr_in>.size)
+    var buffer = [CChar](repeating: 0, count: Int(NI_MAXHOST))
+    guard getnameinfo(address, length, &buffer, socklen_t(buffer.count), nil, 0, NI_NUMERICHOST) == 0 else { return nil }
+    return String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+}

@@ -1,0 +1,176 @@
+import Foundation
+import BatonLogging
+internal import CBatonMicroHTTPD
+
+/// Limits and tuning of an ``HTTPServer``.
+public struct HTTPServerConfiguration: Sendable {
+    /// Largest accepted request body in bytes; larger bodies get 413 `payload_too_large`. Default 64 KiB.
+    public var maxBodySize: Int = 64 * 1024
+    /// Largest request head (request line and headers) in bytes; larger heads are refused by
+    /// libmicrohttpd with 431 (or the connection is closed). Default 16 KiB.
+    public var maxHeaderSize: Int = 16 * 1024
+    /// Seconds of inactivity after which a connection is closed (slow clients are cut off). Default 30.
+    public var connectionTimeout: Int = 30
+    /// Most connections open at once; further connections wait in the listen backlog until one closes. Default 1,024.
+    public var connectionLimit: Int = 1024
+    /// Threads polling sockets (libmicrohttpd's thread pool); handlers run on Swift tasks. Default 1.
+    public var pollingThreads: Int = 1
+    /// How long ``HTTPServer/stop()`` waits for in-flight requests before closing connections. Default 10 s.
+    public var shutdownTimeout: Duration = .seconds(10)
+
+    /// The defaults above.
+    public init() {}
+}
+
+/// What went wrong starting a server.
+public struct HTTPServerError: Error, Sendable, Equatable, CustomStringConvertible {
+    /// Stable codes.
+    public enum Code: String, Sendable, Equatable {
+        /// The host is not a numeric IPv4/IPv6 address or `localhost`.
+        case invalidAddress = "invalid_address"
+        /// libmicrohttpd could not start (port in use, no permission, bad limits).
+        case startFailed = "start_failed"
+        /// ``HTTPServer/start(host:port:)`` was called twice.
+        case alreadyStarted = "already_started"
+    }
+
+    /// The stable code.
+    public var code: Code
+    /// Context: the address or port involved.
+    public var context: String
+
+    /// `code: context`.
+    public var description: String { "\(code.rawValue): \(context)" }
+}
+
+/// An HTTP/1.1 server on libmicrohttpd answering through a ``Router``.
+///
+/// libmicrohttpd owns the sockets and parses HTTP on its own polling thread (epoll); when a
+/// request's body is complete the connection is suspended, the handler runs on a Swift task,
+/// and the connection is resumed with the response, so no library thread ever waits on Swift
+/// code. Keep-alive is on. Usage:
+///
+/// ```swift
+/// var router = Router()
+/// router.get("/healthz") { _ in .text("ok") }
+/// let server = HTTPServer(router: router)
+/// let port = try await server.start(host: "127.0.0.1", port: 0)
+/// …
+/// await server.stop()
+/// ```
+public actor HTTPServer {
+    private let core: ServerCore
+    private var daemon: Daemon?
+    private var stopped = false
+
+    /// Creates a stopped server.
+    public init(router: Router, configuration: HTTPServerConfiguration = HTTPServerConfiguration(), logger: Logger = .disabled()) {
+        core = ServerCore(router: router, configuration: configuration, logger: logger)
+    }
+
+    /// The bound port while running, else nil.
+    public var port: Int? { daemon.map { Int($0.port) } }
+
+    /// Binds `host:port` and starts serving; returns the port bound (a free one when `port` is 0).
+    ///
+    /// - Parameter host: a numeric IPv4 or IPv6 address, or `localhost` (127.0.0.1). Default loopback.
+    /// - Throws: ``HTTPServerError`` `invalid_address`, `start_failed`, `already_started`.
+    @discardableResult
+    public func start(host: String = "127.0.0.1", port: Int = 0) throws -> Int {
+        guard daemon == nil, !stopped else { throw HTTPServerError(code: .alreadyStarted, context: "\(host):\(port)") }
+        guard (0...65535).contains(port) else { throw HTTPServerError(code: .invalidAddress, context: "port \(port)") }
+        let daemon = try Daemon(core: core, host: host == "localhost" ? "127.0.0.1" : host, port: UInt16(port))
+        self.daemon = daemon
+        core.logger.info("http server listening", ["host": host, "port": String(daemon.port)])
+        return Int(daemon.port)
+    }
+
+    /// Stops gracefully: stops accepting connections, lets in-flight requests finish (up to the
+    /// configured shutdown timeout; running handlers are always awaited), then closes every connection.
+    public func stop() async {
+        guard let daemon, !stopped else { return }
+        stopped = true
+        core.beginStopping()
+        daemon.quiesce()
+        let deadline = ContinuousClock.now + core.configuration.shutdownTimeout
+        while true {
+            let (active, running) = core.counts()
+            if running == 0 && (active == 0 || ContinuousClock.now >= deadline) { break }
+            try? await Task.sleep(for: .milliseconds(5))
+        }
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            DispatchQueue.global().async {
+                daemon.stop()
+                continuation.resume()
+            }
+        }
+        self.daemon = nil
+        core.logger.info("http server stopped")
+    }
+}
+
+/// Owns the libmicrohttpd daemon; `deinit` stops it if ``stop()`` was not called.
+final class Daemon: @unchecked Sendable {
+    // Safe to share: `pointer` is only handed to libmicrohttpd's thread-safe calls
+    // (quiesce, stop), and `stop()` runs once, serialized by the owning actor.
+    private var pointer: OpaquePointer?
+    private let retainedCore: Unmanaged<ServerCore>
+    let port: UInt16
+
+    init(core: ServerCore, host: String, port: UInt16) throws {
+        retainedCore = Unmanaged.passRetained(core)
+        let context = retainedCore.toOpaque()
+        let configuration = core.configuration
+        let started: OpaquePointer? = try withSocketAddress(host: host, port: port) { address, ipv6 in
+            CMicroHTTPD_start_daemon(
+                port, address, ipv6 ? 1 : 0,
+                batonAccessHandler, context,
+                batonRequestCompleted, context,
+                UInt32(clamping: configuration.connectionLimit),
+                UInt32(clamping: configuration.connectionTimeout),
+                configuration.maxHeaderSize + 8 * 1024,
+                UInt32(clamping: configuration.pollingThreads),
+                1024)
+        }
+        guard let started else {
+            retainedCore.release()
+            throw HTTPServerError(code: .startFailed, context: "\(host):\(port)")
+        }
+        pointer = started
+        self.port = CMicroHTTPD_bound_port(started)
+    }
+
+    /// Stops accepting new connections; existing ones continue.
+    func quiesce() {
+        guard let pointer else { return }
+        let socket = MHD_quiesce_daemon(pointer)
+        if socket >= 0 { close(socket) }
+    }
+
+    /// Closes every connection and joins libmicrohttpd's threads.
+    func stop() {
+        guard let pointer else { return }
+        self.pointer = nil
+        MHD_stop_daemon(pointer)
+        retainedCore.release()
+    }
+
+    deinit { stop() }
+}
+
+/// Calls `body` with a `sockaddr` for `host:port`.
+private func withSocketAddress<T>(host: String, port: UInt16, _ body: (UnsafePointer<sockaddr>, Bool) -> T) throws -> T {
+    var v4 = sockaddr_in()
+    if inet_pton(AF_INET, host, &v4.sin_addr) == 1 {
+        v4.sin_family = sa_family_t(AF_INET)
+        v4.sin_port = port.bigEndian
+        return withUnsafePointer(to: &v4) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { body($0, false) } }
+    }
+    var v6 = sockaddr_in6()
+    if inet_pton(AF_INET6, host, &v6.sin6_addr) == 1 {
+        v6.sin6_family = sa_family_t(AF_INET6)
+        v6.sin6_port = port.bigEndian
+        return withUnsafePointer(to: &v6) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { body($0, true) } }
+    }
+    throw HTTPServerError(code: .invalidAddress, context: host)
+}

@@ -1,0 +1,222 @@
+import Baton
+import Foundation
+import BatonHTTPServer
+import BatonJOSE
+import BatonLogging
+
+/// Baton's HTTP API over a ``BatonEngine``: the routes of `baton serve`, usable in-process too.
+///
+/// | route | answer |
+/// | --- | --- |
+/// | `POST /v1/signin` | `{"outcome", "user", "sub", "transfer_sub"?}` |
+/// | `GET /v1/credential-state?user=ID` | `{"state"}` |
+/// | `POST /v1/link` | `{"outcome", "user", "sub", "transfer_sub"?}` |
+/// | `POST /v1/notifications` | `{"type", "changed"}` |
+/// | `GET /v1/report` | the correlation report as JSON (admin token) |
+/// | `GET /report` | the same report as an HTML page (admin token) |
+/// | `GET /healthz`, `/readyz`, `/metrics` | liveness, readiness, Prometheus text |
+///
+/// Errors are `{"error": code, "reason": text}` with the status of ``BatonError/httpStatus``; bad input is
+/// 4xx, an unreachable database 503. Each request logs one line (route, status, duration, outcome or
+/// error), never tokens, secrets or emails.
+public final class BatonAPI: Sendable {
+    /// The engine.
+    public let engine: BatonEngine
+    /// The counters `/metrics` renders.
+    public let metrics = ServiceMetrics()
+    private let adminToken: AdminToken?
+    private let logger: Logger
+
+    /// Creates the service.
+    /// - Parameters:
+    ///   - engine: the library engine.
+    ///   - adminToken: guards admin routes (`/v1/report`); nil disables them (403).
+    ///   - logger: receives one line per request.
+    public init(engine: BatonEngine, adminToken: AdminToken?, logger: Logger = .disabled()) {
+        self.engine = engine
+        self.adminToken = adminToken
+        self.logger = logger
+    }
+
+    /// The routes, for an ``HTTPServer``.
+    public func router() -> Router {
+        var router = Router()
+        router.post("/v1/signin", instrumented("signin", signIn))
+        router.get("/v1/credential-state", instrumented("credential_state", credentialState))
+        router.post("/v1/link", instrumented("link", link))
+        router.post("/v1/notifications", instrumented("notifications", notification))
+        router.get("/v1/report", instrumented("report", report))
+        router.get("/report", instrumented("report_page", reportPage))
+        router.get("/healthz", instrumented("healthz") { _ in (HTTPResponse.json(serialized: #"{"status":"ok"}"#), nil) })
+        router.get("/readyz", instrumented("readyz", readiness))
+        router.get("/metrics", instrumented("metrics", renderMetrics))
+        return router
+    }
+
+    // MARK: - Routes
+
+    private func signIn(_ request: HTTPRequest) async throws -> (HTTPResponse, String?) {
+        let token: String
+        let nonce: String?
+        switch request.mediaType {
+        case "application/json":
+            let body = try jsonObject(request)
+            token = try required(string(body, "id_token"), "id_token")
+            nonce = try string(body, "nonce")
+        case "application/x-www-form-urlencoded":
+            // Apple's web form_post: id_token, code, state, user; Baton needs only the token.
+            let form = try request.formValues()
+            token = try required(form["id_token"], "id_token")
+            nonce = form["nonce"]
+        default:
+            throw unsupportedMediaType(["application/json", "application/x-www-form-urlencoded"])
+        }
+        let result = try await engine.signIn(idToken: token, nonce: nonce)
+        return (signInAnswer(result), result.outcome.rawValue)
+    }
+
+    private func credentialState(_ request: HTTPRequest) async throws -> (HTTPResponse, String?) {
+        let user = try required(request.query["user"], "user")
+        let state = try await engine.credentialState(user: user)
+        return (HTTPResponse.json(serialized: "{\"state\":\"\(state.rawValue)\"}"), state.rawValue)
+    }
+
+    private func link(_ request: HTTPRequest) async throws -> (HTTPResponse, String?) {
+        guard request.mediaType == "application/json" else { throw unsupportedMediaType(["application/json"]) }
+        let body = try jsonObject(request)
+        let result = try await engine.link(legacyIDToken: try required(string(body, "legacy_id_token"), "legacy_id_token"),
+                                           idToken: try required(string(body, "id_token"), "id_token"))
+        return (signInAnswer(result), result.outcome.rawValue)
+    }
+
+    private struct NotificationAnswer: Encodable {
+        var type: String
+        var changed: Bool
+    }
+
+    private func notification(_ request: HTTPRequest) async throws -> (HTTPResponse, String?) {
+        guard request.mediaType == "application/json" else { throw unsupportedMediaType(["application/json"]) }
+        let body = try jsonObject(request)
+        let result = try await engine.handleNotification(payload: try required(string(body, "payload"), "payload"))
+        return (try HTTPResponse.json(NotificationAnswer(type: result.type, changed: result.changed)), result.changed ? "changed" : "unchanged")
+    }
+
+    private func report(_ request: HTTPRequest) async throws -> (HTTPResponse, String?) {
+        try requireAdmin(request)
+        return (HTTPResponse.json(serialized: try await engine.migrationReport().renderJSON()), nil)
+    }
+
+    /// `GET /report`: the same report as one self-contained HTML page (inline CSS and SVG, no scripts).
+    private func reportPage(_ request: HTTPRequest) async throws -> (HTTPResponse, String?) {
+        try requireAdmin(request)
+        let page = try await engine.migrationReport().renderHTML()
+        return (HTTPResponse.text(page, contentType: "text/html; charset=utf-8"), nil)
+    }
+
+    /// Admin routes need `Authorization: Bearer <admin token>`, compared in constant time.
+    private func requireAdmin(_ request: HTTPRequest) throws {
+        guard let adminToken else { throw HTTPError(403, code: "forbidden", reason: "admin routes are disabled: no admin token is configured") }
+        let header = request.headers["Authorization"] ?? ""
+        guard header.hasPrefix("Bearer "), adminToken.matches(header.dropFirst(7)) else {
+            throw HTTPError(401, code: "unauthorized", reason: "a valid admin bearer token is required", headers: ["WWW-Authenticate": "Bearer"])
+        }
+    }
+
+    private struct ReadinessAnswer: Encodable {
+        var ready: Bool
+        var database: Bool
+        var keys: Bool
+    }
+
+    private func readiness(_ request: HTTPRequest) async throws -> (HTTPResponse, String?) {
+        let state = await engine.readiness()
+        let answer = ReadinessAnswer(ready: state.ready, database: state.database, keys: state.keys)
+        return (try HTTPResponse.json(answer, status: state.ready ? 200 : 503), nil)
+    }
+
+    private func renderMetrics(_ request: HTTPRequest) async throws -> (HTTPResponse, String?) {
+        let pool = await engine.poolUsage().map { (open: $0.open, idle: $0.idle, waiting: $0.waiting, max: $0.max) }
+        return (HTTPResponse.text(metrics.render(pool: pool), contentType: "text/plain; version=0.0.4; charset=utf-8"), nil)
+    }
+
+    // MARK: - Plumbing
+
+    /// Wraps a route: maps errors to `{"error","reason"}` answers, counts it, and logs one line.
+    private func instrumented(_ route: String, _ handler: @escaping @Sendable (HTTPRequest) async throws -> (HTTPResponse, String?)) -> HTTPHandler {
+        { [metrics, logger] request in
+            let start = ContinuousClock.now
+            var response: HTTPResponse
+            var outcome: String?
+            var rejection: String?
+            do {
+                (response, outcome) = try await handler(request)
+            } catch let error as BatonError {
+                response = HTTPError(error.httpStatus, code: error.code.rawValue, reason: error.reason).response
+                rejection = error.code == .invalidToken || error.code == .invalidNotification ? error.reason : error.code.rawValue
+            } catch let error as HTTPError {
+                response = error.response
+                rejection = error.code
+            } catch {
+                logger.error("request failed", ["route": route, "error": String(describing: error)])
+                response = HTTPError.internalError.response
+                rejection = HTTPError.internalError.code
+            }
+            let elapsed = ContinuousClock.now - start
+            let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+            metrics.record(route: route, status: response.status, seconds: seconds, outcome: route == "signin" ? outcome : nil, rejection: rejection)
+            var fields = ["route": route, "status": String(response.status), "duration_ms": BatonAPI.milliseconds(seconds)]
+            if let outcome { fields["outcome"] = outcome }
+            if let rejection { fields["error"] = rejection }
+            logger.info("request", fields)
+            return response
+        }
+    }
+
+    /// `seconds` as milliseconds with two decimals (`0.25` → `250.00`), without Foundation's `String(format:)`,
+    /// which cost more than the rest of the request's log line.
+    static func milliseconds(_ seconds: Double) -> String {
+        let hundredths = Int((max(0, seconds) * 100_000).rounded())
+        let fraction = hundredths % 100
+        return String(hundredths / 100) + (fraction < 10 ? ".0" : ".") + String(fraction)
+    }
+
+    /// The body as a JSON object (strict: no duplicate members).
+    private func jsonObject(_ request: HTTPRequest) throws(HTTPError) -> JSONObject {
+        do {
+            return try JSON.parseObject(request.body)
+        } catch {
+            throw HTTPError(400, code: "invalid_json", reason: "request body is not a JSON object")
+        }
+    }
+
+    /// Member `name` of `object` as a string; nil when absent or null.
+    private func string(_ object: JSONObject, _ name: String) throws(HTTPError) -> String? {
+        guard let value = object[name], !value.isNull else { return nil }
+        guard let text = value.stringValue else { throw HTTPError(400, code: "invalid_json", reason: "\(name) must be a string") }
+        return text
+    }
+
+    /// The JSON answer of a sign-in or a link: `{"outcome", "user": {"key", "sub", "email"?} | null, "sub", "transfer_sub"?}`.
+    private func signInAnswer(_ result: SignInResult) -> HTTPResponse {
+        var object: JSONObject = ["outcome": .string(result.outcome.rawValue)]
+        if let user = result.user {
+            var userObject: JSONObject = ["key": .string(user.key), "sub": .string(user.subject)]
+            if let email = user.email { userObject["email"] = .string(email) }
+            object["user"] = .object(userObject)
+        } else {
+            object["user"] = .null
+        }
+        object["sub"] = .string(result.sub)
+        if let transferSub = result.transferSub { object["transfer_sub"] = .string(transferSub) }
+        return HTTPResponse.json(bytes: JSON.serializeBytes(.object(object)))
+    }
+
+    private func required(_ value: String?, _ name: String) throws(HTTPError) -> String {
+        guard let value, !value.isEmpty else { throw HTTPError(400, code: "missing_field", reason: "\(name) is required") }
+        return value
+    }
+
+    private func unsupportedMediaType(_ accepted: [String]) -> HTTPError {
+        HTTPError(415, code: "unsupported_media_type", reason: "Content-Type must be \(accepted.joined(separator: " or "))")
+    }
+}

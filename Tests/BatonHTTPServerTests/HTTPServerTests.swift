@@ -1,0 +1,323 @@
+import Foundation
+import FoundationNetworking
+import TestSupport
+import Testing
+@testable import BatonHTTPServer
+
+/// Starts a server with `router` on a free loopback port, runs `body`, then stops it.
+func withServer<T>(
+    _ router: Router,
+    configuration: HTTPServerConfiguration = HTTPServerConfiguration(),
+    _ body: (HTTPServer, Int) async throws -> T
+) async throws -> T {
+    let server = HTTPServer(router: router, configuration: configuration)
+    let port = try await server.start(host: "127.0.0.1", port: 0)
+    do {
+        let result = try await body(server, port)
+        await server.stop()
+        return result
+    } catch {
+        await server.stop()
+        throw error
+    }
+}
+
+/// Sends one request with URLSession and returns status, headers and body text.
+func fetch(_ port: Int, _ path: String, method: String = "GET", headers: [String: String] = [:], body: Data? = nil) async throws -> (Int, HTTPURLResponse, String) {
+    var request = URLRequest(url: URL(string: "http://127.0.0.1:\(port)\(path)")!)
+    request.httpMethod = method
+    request.httpBody = body
+    for (name, value) in headers { request.setValue(value, forHTTPHeaderField: name) }
+    let (data, response) = try await URLSession.shared.data(for: request)
+    let http = response as! HTTPURLResponse
+    return (http.statusCode, http, String(decoding: data, as: UTF8.self))
+}
+
+func echoRouter() -> Router {
+    var router = Router()
+    router.get("/hello") { request in
+        .text("hello \(request.query["name"] ?? "nobody") from \(request.remoteAddress ?? "?")")
+    }
+    router.post("/form") { request in
+        let form = try request.formValues()
+        return try .json(form)
+    }
+    router.post("/echo") { request in
+        HTTPResponse(status: 201, headers: ["X-Seen-Type": request.headers["content-TYPE"] ?? "none"], body: request.body)
+    }
+    router.get("/teapot") { _ in throw HTTPError(418, code: "teapot", reason: "short and stout", headers: ["Retry-After": "7"]) }
+    router.get("/crash") { _ in throw CocoaError(.fileReadNoPermission, userInfo: ["path": "/secret/internal/path"]) }
+    return router
+}
+
+@Suite("HTTPServer over loopback")
+struct HTTPServerTests {
+    @Test("port 0 binds a free port and two servers get different ports")
+    func freePorts() async throws {
+        let first = HTTPServer(router: Router()), second = HTTPServer(router: Router())
+        let a = try await first.start(port: 0), b = try await second.start(port: 0)
+        #expect(a > 0 && b > 0 && a != b)
+        #expect(await first.port == a)
+        await first.stop(); await second.stop()
+        #expect(await first.port == nil)
+    }
+
+    @Test("GET with query, remote address")
+    func getWithQuery() async throws {
+        try await withServer(echoRouter()) { _, port in
+            let (status, response, body) = try await fetch(port, "/hello?name=J%C3%BCrgen+x&name=second")
+            #expect(status == 200)
+            #expect(response.value(forHTTPHeaderField: "Content-Type") == "text/plain; charset=utf-8")
+            #expect(body == "hello Jürgen x from 127.0.0.1")
+        }
+    }
+
+    @Test("POST form values are decoded; request headers are case-insensitive")
+    func postForm() async throws {
+        try await withServer(echoRouter()) { _, port in
+            let (status, _, body) = try await fetch(port, "/form", method: "POST",
+                headers: ["Content-Type": "application/x-www-form-urlencoded"],
+                body: Data("grant_type=client_credentials&scope=user.migration&client_id=com.example%2Bapp&empty=".utf8))
+            #expect(status == 200)
+            #expect(body == #"{"client_id":"com.example+app","empty":"","grant_type":"client_credentials","scope":"user.migration"}"#)
+            let (echoStatus, echo, echoBody) = try await fetch(port, "/echo", method: "POST", headers: ["content-type": "application/json"], body: Data("{\"a\":1}".utf8))
+            #expect(echoStatus == 201)
+            #expect(echo.value(forHTTPHeaderField: "x-seen-type") == "application/json")
+            #expect(echoBody == "{\"a\":1}")
+        }
+    }
+
+    @Test("unknown path is 404, wrong method is 405 with Allow, both as JSON errors")
+    func notFoundAndMethod() async throws {
+        try await withServer(echoRouter()) { _, port in
+            let (status, _, body) = try await fetch(port, "/nope")
+            #expect(status == 404)
+            #expect(body == #"{"error":"not_found","reason":"no such route"}"#)
+            let (status405, response, body405) = try await fetch(port, "/form", method: "PUT", body: Data())
+            #expect(status405 == 405)
+            #expect(response.value(forHTTPHeaderField: "Allow") == "POST")
+            #expect(body405.contains("\"error\":\"method_not_allowed\""))
+        }
+    }
+
+    @Test("HTTPError chooses status, code and headers; other errors give a bare 500")
+    func errors() async throws {
+        try await withServer(echoRouter()) { _, port in
+            let (status, response, body) = try await fetch(port, "/teapot")
+            #expect(status == 418)
+            #expect(response.value(forHTTPHeaderField: "Retry-After") == "7")
+            #expect(response.value(forHTTPHeaderField: "Content-Type") == "application/json")
+            #expect(body == #"{"error":"teapot","reason":"short and stout"}"#)
+            let (crash, _, crashBody) = try await fetch(port, "/crash")
+            #expect(crash == 500)
+            #expect(crashBody == #"{"error":"internal_error","reason":"internal server error"}"#)
+            #expect(!crashBody.contains("secret"))
+        }
+    }
+
+    @Test("a body over the limit is 413, announced or chunked")
+    func bodyLimit() async throws {
+        var configuration = HTTPServerConfiguration()
+        configuration.maxBodySize = 1024
+        try await withServer(echoRouter(), configuration: configuration) { _, port in
+            let (ok, _, okBody) = try await fetch(port, "/echo", method: "POST", body: Data(repeating: 65, count: 1024))
+            #expect(ok == 201 && okBody.count == 1024)
+            let (status, _, body) = try await fetch(port, "/echo", method: "POST", body: Data(repeating: 65, count: 1025))
+            #expect(status == 413)
+            #expect(body.contains("payload_too_large"))
+
+            let chunkedStatus = try await offPool { () -> Int? in
+                let socket = try RawSocket(port: port)
+                let chunk = String(repeating: "B", count: 800)
+                try socket.send("POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n320\r\n\(chunk)\r\n320\r\n\(chunk)\r\n0\r\n\r\n")
+                return try socket.readResponse()?.status
+            }
+            #expect(chunkedStatus == 413)
+        }
+    }
+
+    @Test("defaults: 64 KiB body, 16 KiB head, 30 s timeout, 1,024 connections")
+    func defaults() {
+        let configuration = HTTPServerConfiguration()
+        #expect(configuration.maxBodySize == 65_536)
+        #expect(configuration.maxHeaderSize == 16_384)
+        #expect(configuration.connectionTimeout == 30)
+        #expect(configuration.connectionLimit == 1_024)
+    }
+
+    @Test("keep-alive: several requests on one connection")
+    func keepAlive() async throws {
+        try await withServer(echoRouter()) { _, port in
+            let bodies = try await offPool { () -> [String?] in
+                let socket = try RawSocket(port: port)
+                var bodies: [String?] = []
+                for index in 0..<5 {
+                    try socket.send("GET /hello?name=n\(index) HTTP/1.1\r\nHost: x\r\n\r\n")
+                    bodies.append(try socket.readResponse()?.body)
+                }
+                try socket.send("POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\nabc")
+                bodies.append(try socket.readResponse()?.body)
+                return bodies
+            }
+            #expect(bodies == (0..<5).map { "hello n\($0) from 127.0.0.1" } + ["abc"])
+        }
+    }
+
+    @Test("an oversized request head is refused")
+    func headerLimit() async throws {
+        var configuration = HTTPServerConfiguration()
+        configuration.maxHeaderSize = 2048
+        try await withServer(echoRouter(), configuration: configuration) { _, port in
+            let (status, closed) = try await offPool { () -> (Int?, Bool) in
+                let socket = try RawSocket(port: port)
+                try socket.send("GET /hello HTTP/1.1\r\nHost: x\r\nX-Big: \(String(repeating: "z", count: 20_000))\r\n\r\n")
+                return (try socket.readResponse()?.status, socket.isClosedByServer())
+            }
+            #expect(status == 431)
+            #expect(closed)
+        }
+    }
+
+    @Test("a slow client is cut off after the connection timeout")
+    func slowClient() async throws {
+        var configuration = HTTPServerConfiguration()
+        configuration.connectionTimeout = 1
+        try await withServer(echoRouter(), configuration: configuration) { _, port in
+            let closed = try await offPool { () -> Bool in
+                let socket = try RawSocket(port: port)
+                try socket.send("GET /hello HTTP/1.1\r\nHost: x\r\n")
+                return socket.isClosedByServer()
+            }
+            #expect(closed)
+        }
+    }
+
+    @Test("a connection over the limit waits until one within it closes")
+    func connectionLimit() async throws {
+        var configuration = HTTPServerConfiguration()
+        configuration.connectionLimit = 2
+        try await withServer(echoRouter(), configuration: configuration) { _, port in
+            let (answeredEarly, thirdBody) = try await offPool { () -> (Bool, String?) in
+                let first = try RawSocket(port: port), second = try RawSocket(port: port)
+                try first.send("GET /hello?name=1 HTTP/1.1\r\nHost: x\r\n\r\n")
+                try second.send("GET /hello?name=2 HTTP/1.1\r\nHost: x\r\n\r\n")
+                _ = try first.readResponse()
+                _ = try second.readResponse()
+                let third = try RawSocket(port: port)
+                try third.send("GET /hello?name=3 HTTP/1.1\r\nHost: x\r\n\r\n")
+                let answeredEarly = third.isReadable(within: 300)
+                first.shutdown()
+                return (answeredEarly, try third.readResponse()?.body)
+            }
+            #expect(!answeredEarly)
+            #expect(thirdBody == "hello 3 from 127.0.0.1")
+        }
+    }
+
+    @Test("stop lets an in-flight request finish, then refuses connections")
+    func gracefulStop() async throws {
+        let (started, signal) = AsyncStream<Void>.makeStream()
+        var router = Router()
+        router.get("/slow") { _ in
+            signal.yield()
+            try await Task.sleep(for: .milliseconds(300))
+            return .text("done")
+        }
+        let server = HTTPServer(router: router)
+        let port = try await server.start(port: 0)
+        async let slow = fetch(port, "/slow")
+        for await _ in started { break }
+        await server.stop()
+        let (status, _, body) = try await slow
+        #expect(status == 200 && body == "done")
+        #expect(throws: (any Error).self) { try RawSocket(port: port) }
+    }
+
+    @Test("200 concurrent requests all answered")
+    func concurrency() async throws {
+        try await withServer(echoRouter()) { _, port in
+            let bodies = try await withThrowingTaskGroup(of: String.self) { group in
+                for index in 0..<200 {
+                    group.addTask { try await fetch(port, "/hello?name=c\(index)").2 }
+                }
+                return try await group.reduce(into: Set<String>()) { $0.insert($1) }
+            }
+            #expect(bodies.count == 200)
+        }
+    }
+
+    @Test("start twice and bad hosts are refused")
+    func startErrors() async throws {
+        let server = HTTPServer(router: Router())
+        await #expect(throws: HTTPServerError.self) { try await server.start(host: "not-an-ip", port: 0) }
+        try await server.start(port: 0)
+        await #expect(throws: HTTPServerError.self) { try await server.start(port: 0) }
+        await server.stop()
+    }
+}
+
+@Suite("Request parsing")
+struct RequestParsingTests {
+    @Test("form decoding", arguments: [
+        ("a=1&b=%20x+y", ["a": "1", "b": " x y"]),
+        ("a", ["a": ""]),
+        ("a=%E2%9C%93&&b=", ["a": "✓", "b": ""]),
+        ("", [:]),
+    ])
+    func formDecoding(body: String, expected: [String: String]) throws {
+        #expect(try HTTPRequest(method: "POST", path: "/", body: Array(body.utf8)).formValues() == expected)
+    }
+
+    @Test("malformed forms are refused", arguments: ["a=%2", "a=%zz", "=x", "a=1&a=2", "a=%FF"])
+    func badForms(body: String) {
+        #expect(throws: HTTPError.self) { try HTTPRequest(method: "POST", path: "/", body: Array(body.utf8)).formValues() }
+    }
+
+    @Test("headers compare names without case and keep order")
+    func headers() {
+        var headers: HTTPHeaders = ["Content-Type": "a", "X-One": "1"]
+        headers.add("x-one", "2")
+        #expect(headers["CONTENT-type"] == "a")
+        #expect(headers.values("X-ONE") == ["1", "2"])
+        headers.set("X-One", "3")
+        #expect(headers.values("x-one") == ["3"])
+        #expect(headers["missing"] == nil)
+        #expect(HTTPRequest(method: "POST", path: "/", headers: ["content-type": "Application/JSON; charset=utf-8"]).mediaType == "application/json")
+    }
+
+    @Test("JSON bodies decode, and a bad one is a 400 invalid_json")
+    func json() throws {
+        struct Body: Decodable, Equatable { var id_token: String }
+        #expect(try HTTPRequest(method: "POST", path: "/", body: Array(#"{"id_token":"t"}"#.utf8)).decodeJSON(Body.self) == Body(id_token: "t"))
+        #expect(throws: HTTPError(400, code: "invalid_json", reason: "request body is not the expected JSON")) {
+            try HTTPRequest(method: "POST", path: "/", body: Array("{".utf8)).decodeJSON(Body.self)
+        }
+        let response = HTTPError.badRequest("missing \"user\"\n").response
+        #expect(response.status == 400)
+        #expect(String(decoding: response.body, as: UTF8.self) == #"{"error":"bad_request","reason":"missing \"user\"\n"}"#)
+    }
+
+    @Test("the router answers in-process, HEAD uses GET")
+    func inProcess() async {
+        let router = echoRouter()
+        let response = await router.respond(to: HTTPRequest(method: "HEAD", path: "/hello", query: ["name": "x"]))
+        #expect(response.status == 200)
+        #expect(await router.respond(to: HTTPRequest(method: "GET", path: "/missing")).status == 404)
+    }
+}
+
+@Suite("LoadClient")
+struct LoadClientTests {
+    @Test("sends every request over keep-alive connections and counts statuses")
+    func load() async throws {
+        try await withServer(echoRouter()) { _, port in
+            let report = await LoadClient.run(port: port, concurrency: 8, total: 2_000) { index in
+                index % 10 == 0 ? LoadRequest(path: "/nope") : LoadRequest(method: "POST", path: "/echo", body: Array("x\(index)".utf8))
+            }
+            print("load: \(Int(report.perSecond)) responses/s (debug build)")
+            #expect(report.failures == 0)
+            #expect(report.responses == 2_000)
+            #expect(report.statuses == [201: 1_800, 404: 200])
+        }
+    }
+}
