@@ -2,6 +2,7 @@ import BatonEmulator
 import Foundation
 import FoundationNetworking
 import BatonJOSE
+import TestSupport
 
 /// An HTTP answer from the emulator, with its body parsed as JSON.
 struct Reply {
@@ -116,13 +117,15 @@ struct Scenario {
     let users: [EmulatedUser]
     let clientID = "com.example.app"
 
-    static func start(users count: Int = 4) async throws -> Scenario {
-        let emulator = try await AppleEmulator.start()
-        let sender = try emulator.createTeam("AAAAAAAAAA")
-        let recipient = try emulator.createTeam("BBBBBBBBBB")
-        try emulator.createApp(clientID: "com.example.app", teamID: sender.teamID)
-        let users = try emulator.createUsers(clientID: "com.example.app", count: count)
-        return Scenario(emulator: emulator, http: EmulatorHTTP(emulator), sender: sender, recipient: recipient, users: users)
+    /// Runs `body` on a fresh scenario with `count` users and stops the emulator afterwards, whatever happens.
+    static func run(users count: Int = 4, _ body: (Scenario) async throws -> Void) async throws {
+        try await withEmulator { emulator in
+            let sender = try emulator.createTeam("AAAAAAAAAA")
+            let recipient = try emulator.createTeam("BBBBBBBBBB")
+            try emulator.createApp(clientID: "com.example.app", teamID: sender.teamID)
+            let users = try emulator.createUsers(clientID: "com.example.app", count: count)
+            try await body(Scenario(emulator: emulator, http: EmulatorHTTP(emulator), sender: sender, recipient: recipient, users: users))
+        }
     }
 
     func secret(_ team: TeamCredentials) throws -> String { try clientSecret(team: team, clientID: clientID, now: emulator.now) }

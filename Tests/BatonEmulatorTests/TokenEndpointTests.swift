@@ -1,41 +1,42 @@
 import BatonEmulator
 import Foundation
 import BatonJOSE
+import TestSupport
 import Testing
 
 @Suite("GET /auth/keys and POST /auth/token")
 struct TokenEndpointTests {
     @Test("the key set has at least two RSA-2048 RS256 keys with 10-character kids")
     func keys() async throws {
-        let emulator = try await AppleEmulator.start()
-        defer { Task { await emulator.stop() } }
-        let reply = try await EmulatorHTTP(emulator).get("/auth/keys")
-        #expect(reply.status == 200)
-        #expect(reply.headers["content-type"] == "application/json")
-        let set = try JWKSet(json: Array(reply.text.utf8))
-        #expect(set.keys.count >= 2)
-        for key in set.keys {
-            #expect(key.kid?.count == 10)
-            #expect(key.alg == "RS256" && key.use == "sig")
-            guard case .rsa(let rsa) = key.key else { Issue.record("not RSA"); continue }
-            #expect(rsa.modulusBits == 2048)
+        try await withEmulator { emulator in
+            let reply = try await EmulatorHTTP(emulator).get("/auth/keys")
+            #expect(reply.status == 200)
+            #expect(reply.headers["content-type"] == "application/json")
+            let set = try JWKSet(json: Array(reply.text.utf8))
+            #expect(set.keys.count >= 2)
+            for key in set.keys {
+                #expect(key.kid?.count == 10)
+                #expect(key.alg == "RS256" && key.use == "sig")
+                guard case .rsa(let rsa) = key.key else { Issue.record("not RSA"); continue }
+                #expect(rsa.modulusBits == 2048)
+            }
         }
     }
 
     @Test("client_credentials gives a bearer token for an hour, not cached")
     func clientCredentials() async throws {
-        let scenario = try await Scenario.start()
-        defer { Task { await scenario.emulator.stop() } }
-        let reply = try await scenario.http.postForm("/auth/token", [
-            ("grant_type", "client_credentials"), ("scope", "user.migration"),
-            ("client_id", scenario.clientID), ("client_secret", try scenario.secret(scenario.sender)),
-        ])
-        #expect(reply.status == 200)
-        #expect(reply.json["token_type"] == "Bearer")
-        #expect(reply.json["expires_in"]?.intValue == 3600)
-        #expect((reply.json["access_token"]?.stringValue ?? "").count > 20)
-        #expect(reply.headers["cache-control"] == "no-store")
-        #expect(reply.headers["pragma"] == "no-cache")
+        try await Scenario.run { scenario in
+            let reply = try await scenario.http.postForm("/auth/token", [
+                ("grant_type", "client_credentials"), ("scope", "user.migration"),
+                ("client_id", scenario.clientID), ("client_secret", try scenario.secret(scenario.sender)),
+            ])
+            #expect(reply.status == 200)
+            #expect(reply.json["token_type"] == "Bearer")
+            #expect(reply.json["expires_in"]?.intValue == 3600)
+            #expect((reply.json["access_token"]?.stringValue ?? "").count > 20)
+            #expect(reply.headers["cache-control"] == "no-store")
+            #expect(reply.headers["pragma"] == "no-cache")
+        }
     }
 
     @Test("request errors", arguments: [
@@ -45,24 +46,24 @@ struct TokenEndpointTests {
         ([("grant_type", "client_credentials")], "invalid_request"),
     ] as [([(String, String)], String)])
     func requestErrors(fields: [(String, String)], expected: String) async throws {
-        let scenario = try await Scenario.start(users: 1)
-        defer { Task { await scenario.emulator.stop() } }
-        let reply = try await scenario.http.postForm("/auth/token", fields + [("client_id", scenario.clientID), ("client_secret", try scenario.secret(scenario.sender))])
-        #expect(reply.status == 400)
-        #expect(reply.error == expected)
-        #expect(reply.json.objectValue?.keys == ["error"])
+        try await Scenario.run(users: 1) { scenario in
+            let reply = try await scenario.http.postForm("/auth/token", fields + [("client_id", scenario.clientID), ("client_secret", try scenario.secret(scenario.sender))])
+            #expect(reply.status == 400)
+            #expect(reply.error == expected)
+            #expect(reply.json.objectValue?.keys == ["error"])
+        }
     }
 
     @Test("a missing client_secret, a JSON body and a malformed form are invalid_request")
     func malformedRequests() async throws {
-        let scenario = try await Scenario.start(users: 1)
-        defer { Task { await scenario.emulator.stop() } }
-        let missing = try await scenario.http.postForm("/auth/token", [("grant_type", "client_credentials"), ("scope", "user.migration"), ("client_id", scenario.clientID)])
-        #expect(missing.error == "invalid_request")
-        let json = try await scenario.http.postJSON("/auth/token", ["grant_type": "client_credentials"])
-        #expect(json.error == "invalid_request")
-        let twice = try await scenario.http.send("POST", "/auth/token", body: Data("grant_type=a&grant_type=b".utf8), contentType: "application/x-www-form-urlencoded")
-        #expect(twice.error == "invalid_request")
+        try await Scenario.run(users: 1) { scenario in
+            let missing = try await scenario.http.postForm("/auth/token", [("grant_type", "client_credentials"), ("scope", "user.migration"), ("client_id", scenario.clientID)])
+            #expect(missing.error == "invalid_request")
+            let json = try await scenario.http.postJSON("/auth/token", ["grant_type": "client_credentials"])
+            #expect(json.error == "invalid_request")
+            let twice = try await scenario.http.send("POST", "/auth/token", body: Data("grant_type=a&grant_type=b".utf8), contentType: "application/x-www-form-urlencoded")
+            #expect(twice.error == "invalid_request")
+        }
     }
 
     /// Every way a client secret can be wrong; each must be `invalid_client`.
@@ -96,64 +97,64 @@ struct TokenEndpointTests {
 
     @Test("every defect of the client secret is invalid_client", arguments: 0..<badSecrets.count)
     func badClientSecret(index: Int) async throws {
-        let scenario = try await Scenario.start(users: 1)
-        defer { Task { await scenario.emulator.stop() } }
-        let (name, make) = TokenEndpointTests.badSecrets[index]
-        let secret = try make(scenario, scenario.sender)
-        let reply = try await scenario.http.postForm("/auth/token", [
-            ("grant_type", "client_credentials"), ("scope", "user.migration"), ("client_id", scenario.clientID), ("client_secret", secret),
-        ])
-        #expect(reply.status == 400, "\(name)")
-        #expect(reply.error == "invalid_client", "\(name)")
+        try await Scenario.run(users: 1) { scenario in
+            let (name, make) = TokenEndpointTests.badSecrets[index]
+            let secret = try make(scenario, scenario.sender)
+            let reply = try await scenario.http.postForm("/auth/token", [
+                ("grant_type", "client_credentials"), ("scope", "user.migration"), ("client_id", scenario.clientID), ("client_secret", secret),
+            ])
+            #expect(reply.status == 400, "\(name)")
+            #expect(reply.error == "invalid_client", "\(name)")
+        }
     }
 
     @Test("a secret living exactly 15777000 s is accepted")
     func maximumLifetime() async throws {
-        let scenario = try await Scenario.start(users: 1)
-        defer { Task { await scenario.emulator.stop() } }
-        let secret = try clientSecret(team: scenario.sender, clientID: scenario.clientID, now: scenario.emulator.now, lifetime: 15_777_000)
-        #expect(try await scenario.http.accessToken(clientID: scenario.clientID, secret: secret).isEmpty == false)
+        try await Scenario.run(users: 1) { scenario in
+            let secret = try clientSecret(team: scenario.sender, clientID: scenario.clientID, now: scenario.emulator.now, lifetime: 15_777_000)
+            #expect(try await scenario.http.accessToken(clientID: scenario.clientID, secret: secret).isEmpty == false)
+        }
     }
 
     @Test("a team that does not own the app is invalid_client")
     func wrongTeam() async throws {
-        let scenario = try await Scenario.start(users: 1)
-        defer { Task { await scenario.emulator.stop() } }
-        let reply = try await scenario.http.postForm("/auth/token", [
-            ("grant_type", "client_credentials"), ("scope", "user.migration"), ("client_id", scenario.clientID), ("client_secret", try scenario.secret(scenario.recipient)),
-        ])
-        #expect(reply.error == "invalid_client")
+        try await Scenario.run(users: 1) { scenario in
+            let reply = try await scenario.http.postForm("/auth/token", [
+                ("grant_type", "client_credentials"), ("scope", "user.migration"), ("client_id", scenario.clientID), ("client_secret", try scenario.secret(scenario.recipient)),
+            ])
+            #expect(reply.error == "invalid_client")
+        }
     }
 
     @Test("authorization_code gives id_token, access_token and refresh_token once; refresh_token works")
     func authorizationCode() async throws {
-        let scenario = try await Scenario.start(users: 1)
-        defer { Task { await scenario.emulator.stop() } }
-        let authorization = try await scenario.http.postJSON("/emulator/authorize", ["client_id": .string(scenario.clientID), "user": .string(scenario.users[0].id)])
-        let code = try #require(authorization.json["code"]?.stringValue)
-        let fields = [("grant_type", "authorization_code"), ("code", code), ("client_id", scenario.clientID), ("client_secret", try scenario.secret(scenario.sender))]
-        let reply = try await scenario.http.postForm("/auth/token", fields)
-        #expect(reply.status == 200)
-        #expect(reply.json["token_type"] == "Bearer")
-        #expect(reply.headers["cache-control"] == "no-store")
-        let idToken = try #require(reply.json["id_token"]?.stringValue)
-        let claims = try await scenario.verifiedClaims(idToken)
-        #expect(claims["sub"]?.stringValue == scenario.users[0].userIdentifier)
-        let codeHash = Base64URL.encode(Digest.sha256(Array(code.utf8)).prefix(16))
-        #expect(claims["c_hash"]?.stringValue == codeHash)
-        #expect(reply.json["access_token"]?.stringValue != nil)
-        let refreshToken = try #require(reply.json["refresh_token"]?.stringValue)
+        try await Scenario.run(users: 1) { scenario in
+            let authorization = try await scenario.http.postJSON("/emulator/authorize", ["client_id": .string(scenario.clientID), "user": .string(scenario.users[0].id)])
+            let code = try #require(authorization.json["code"]?.stringValue)
+            let fields = [("grant_type", "authorization_code"), ("code", code), ("client_id", scenario.clientID), ("client_secret", try scenario.secret(scenario.sender))]
+            let reply = try await scenario.http.postForm("/auth/token", fields)
+            #expect(reply.status == 200)
+            #expect(reply.json["token_type"] == "Bearer")
+            #expect(reply.headers["cache-control"] == "no-store")
+            let idToken = try #require(reply.json["id_token"]?.stringValue)
+            let claims = try await scenario.verifiedClaims(idToken)
+            #expect(claims["sub"]?.stringValue == scenario.users[0].userIdentifier)
+            let codeHash = Base64URL.encode(Digest.sha256(Array(code.utf8)).prefix(16))
+            #expect(claims["c_hash"]?.stringValue == codeHash)
+            #expect(reply.json["access_token"]?.stringValue != nil)
+            let refreshToken = try #require(reply.json["refresh_token"]?.stringValue)
 
-        let again = try await scenario.http.postForm("/auth/token", fields)
-        #expect(again.error == "invalid_grant")
+            let again = try await scenario.http.postForm("/auth/token", fields)
+            #expect(again.error == "invalid_grant")
 
-        let refreshed = try await scenario.http.postForm("/auth/token", [("grant_type", "refresh_token"), ("refresh_token", refreshToken), ("client_id", scenario.clientID), ("client_secret", try scenario.secret(scenario.sender))])
-        #expect(refreshed.status == 200)
-        let refreshedToken = try #require(refreshed.json["id_token"]?.stringValue)
-        #expect(try await scenario.verifiedClaims(refreshedToken)["sub"]?.stringValue == scenario.users[0].userIdentifier)
+            let refreshed = try await scenario.http.postForm("/auth/token", [("grant_type", "refresh_token"), ("refresh_token", refreshToken), ("client_id", scenario.clientID), ("client_secret", try scenario.secret(scenario.sender))])
+            #expect(refreshed.status == 200)
+            let refreshedToken = try #require(refreshed.json["id_token"]?.stringValue)
+            #expect(try await scenario.verifiedClaims(refreshedToken)["sub"]?.stringValue == scenario.users[0].userIdentifier)
 
-        let unknown = try await scenario.http.postForm("/auth/token", [("grant_type", "authorization_code"), ("code", "cbogus"), ("client_id", scenario.clientID), ("client_secret", try scenario.secret(scenario.sender))])
-        #expect(unknown.error == "invalid_grant")
+            let unknown = try await scenario.http.postForm("/auth/token", [("grant_type", "authorization_code"), ("code", "cbogus"), ("client_id", scenario.clientID), ("client_secret", try scenario.secret(scenario.sender))])
+            #expect(unknown.error == "invalid_grant")
+        }
     }
 }
 

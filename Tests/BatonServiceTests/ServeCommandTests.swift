@@ -19,32 +19,32 @@ struct ServeCommandTests {
 
     @Test("serves sign-ins, logs one line per request without the token, and drains on SIGTERM")
     func servesAndStops() async throws {
-        let f = try await ServiceFixture(.inProcess, people: 1)
-        let port = try freePort()
-        let config = try writeConfig(databaseURL: f.url, appleBaseURL: f.emulator.baseURL.absoluteString, port: port)
-        let child = try runProcessAsync(batonBinaryPath, ["serve", "--config", config])
-        var healthy = false
-        for _ in 0..<200 where !healthy {
-            healthy = (try? await URLSession.shared.data(from: URL(string: "http://127.0.0.1:\(port)/healthz")!)) != nil
-            if !healthy { try await Task.sleep(for: .milliseconds(50)) }
+        try await ServiceFixture.run(.inProcess, people: 1) { f in
+            let port = try freePort()
+            let config = try writeConfig(databaseURL: f.url, appleBaseURL: f.emulator.baseURL.absoluteString, port: port)
+            let child = try runProcessAsync(batonBinaryPath, ["serve", "--config", config])
+            var healthy = false
+            for _ in 0..<200 where !healthy {
+                healthy = (try? await URLSession.shared.data(from: URL(string: "http://127.0.0.1:\(port)/healthz")!)) != nil
+                if !healthy { try await Task.sleep(for: .milliseconds(50)) }
+            }
+            #expect(healthy)
+            let token = try f.token(f.people[0])
+            var request = URLRequest(url: URL(string: "http://127.0.0.1:\(port)/v1/signin")!)
+            request.httpMethod = "POST"
+            request.setValue("application/json", forHTTPHeaderField: "Content-Type")
+            request.httpBody = Data(JSON.serializeBytes(.object(["id_token": .string(token)])))
+            let (data, response) = try await URLSession.shared.data(for: request)
+            #expect((response as? HTTPURLResponse)?.statusCode == 200)
+            #expect((try JSON.parse(Array(data)))["outcome"]?.stringValue == "migrated")
+            child.signal(SIGTERM)
+            let result = try await offPool { try child.wait(timeout: 30) }
+            #expect(result.status == 0)
+            #expect(result.stdout.contains("baton listening on http://127.0.0.1:\(port)"))
+            #expect(result.stderr.contains("route=signin status=200") || result.stderr.contains("outcome=migrated route=signin status=200"))
+            #expect(!result.stderr.contains(token))
+            #expect(!result.stderr.contains("@privaterelay"))
         }
-        #expect(healthy)
-        let token = try f.token(f.people[0])
-        var request = URLRequest(url: URL(string: "http://127.0.0.1:\(port)/v1/signin")!)
-        request.httpMethod = "POST"
-        request.setValue("application/json", forHTTPHeaderField: "Content-Type")
-        request.httpBody = Data(JSON.serializeBytes(.object(["id_token": .string(token)])))
-        let (data, response) = try await URLSession.shared.data(for: request)
-        #expect((response as? HTTPURLResponse)?.statusCode == 200)
-        #expect((try JSON.parse(Array(data)))["outcome"]?.stringValue == "migrated")
-        child.signal(SIGTERM)
-        let result = try await offPool { try child.wait(timeout: 30) }
-        #expect(result.status == 0)
-        #expect(result.stdout.contains("baton listening on http://127.0.0.1:\(port)"))
-        #expect(result.stderr.contains("route=signin status=200") || result.stderr.contains("outcome=migrated route=signin status=200"))
-        #expect(!result.stderr.contains(token))
-        #expect(!result.stderr.contains("@privaterelay"))
-        await f.close()
     }
 
     private func writeConfig(databaseURL: String, appleBaseURL: String, port: Int) throws -> String {

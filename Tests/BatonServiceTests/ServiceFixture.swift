@@ -101,6 +101,14 @@ final class ServiceFixture: @unchecked Sendable {
         }
     }
 
+    /// Runs `body` with a fresh fixture (arguments as ``init(_:people:databaseURL:acceptTransfer:)``) and closes
+    /// it afterwards, whatever happens.
+    static func run(_ mode: Mode, people count: Int = 6, databaseURL: String? = nil, acceptTransfer: Bool = true,
+                    _ body: (ServiceFixture) async throws -> Void) async throws {
+        let fixture = try await ServiceFixture(mode, people: count, databaseURL: databaseURL, acceptTransfer: acceptTransfer)
+        try await withTeardown(fixture, teardown: { await $0.close() }, body)
+    }
+
     func close() async {
         if let server { await server.stop() } else { await engine.shutdown() }
         await emulator.stop()

@@ -10,231 +10,231 @@ import Testing
 struct SignInServiceTests {
     @Test("each outcome: migrated, then current; new for an unknown user", arguments: Mode.allCases)
     func outcomes(mode: Mode) async throws {
-        let f = try await ServiceFixture(mode)
-        let person = f.people[0]
-        let newSub = try f.newSub(person)
-        let migrated = try await f.signIn(try f.token(person))
-        #expect(migrated.status == 200)
-        #expect(migrated.json["outcome"]?.stringValue == "migrated")
-        #expect(migrated.json["sub"]?.stringValue == newSub)
-        #expect(migrated.json["transfer_sub"]?.stringValue == person.transferSub)
-        let key = try #require(migrated.json["user"]?["key"]?.stringValue)
-        #expect(try TestDatabase.psql(f.url, "SELECT id FROM users WHERE apple_sub = '\(newSub)'") == key)
-        // The relay address of the sending team was replaced by the recipient's.
-        let newEmail = try #require(migrated.json["user"]?["email"]?.stringValue)
-        #expect(newEmail != person.email && newEmail.hasSuffix("@privaterelay.appleid.com"))
+        try await ServiceFixture.run(mode) { f in
+            let person = f.people[0]
+            let newSub = try f.newSub(person)
+            let migrated = try await f.signIn(try f.token(person))
+            #expect(migrated.status == 200)
+            #expect(migrated.json["outcome"]?.stringValue == "migrated")
+            #expect(migrated.json["sub"]?.stringValue == newSub)
+            #expect(migrated.json["transfer_sub"]?.stringValue == person.transferSub)
+            let key = try #require(migrated.json["user"]?["key"]?.stringValue)
+            #expect(try TestDatabase.psql(f.url, "SELECT id FROM users WHERE apple_sub = '\(newSub)'") == key)
+            // The relay address of the sending team was replaced by the recipient's.
+            let newEmail = try #require(migrated.json["user"]?["email"]?.stringValue)
+            #expect(newEmail != person.email && newEmail.hasSuffix("@privaterelay.appleid.com"))
 
-        let current = try await f.signIn(try f.token(person))
-        #expect(current.status == 200)
-        #expect(current.json["outcome"]?.stringValue == "current")
-        #expect(current.json["user"]?["key"]?.stringValue == key)
+            let current = try await f.signIn(try f.token(person))
+            #expect(current.status == 200)
+            #expect(current.json["outcome"]?.stringValue == "current")
+            #expect(current.json["user"]?["key"]?.stringValue == key)
 
-        let stranger = try f.emulator.createUsers(clientID: ServiceFixture.clientID, count: 1)[0]
-        let new = try await f.signIn(try f.emulator.authorize(clientID: ServiceFixture.clientID, user: stranger.id).idToken)
-        #expect(new.status == 200)
-        #expect(new.json["outcome"]?.stringValue == "new")
-        #expect(new.json["user"] == .null)
-        #expect(try f.count("SELECT count(*) FROM baton.events") == 1)
-        #expect(try f.count("SELECT count(*) FROM baton.transfers WHERE state = 'migrated' AND method = 'signin'") == 1)
-        await f.close()
+            let stranger = try f.emulator.createUsers(clientID: ServiceFixture.clientID, count: 1)[0]
+            let new = try await f.signIn(try f.emulator.authorize(clientID: ServiceFixture.clientID, user: stranger.id).idToken)
+            #expect(new.status == 200)
+            #expect(new.json["outcome"]?.stringValue == "new")
+            #expect(new.json["user"] == .null)
+            #expect(try f.count("SELECT count(*) FROM baton.events") == 1)
+            #expect(try f.count("SELECT count(*) FROM baton.transfers WHERE state = 'migrated' AND method = 'signin'") == 1)
+        }
     }
 
     @Test("Apple's web form_post body is accepted", arguments: Mode.allCases)
     func formPost(mode: Mode) async throws {
-        let f = try await ServiceFixture(mode, people: 1)
-        let token = try f.token(f.people[0])
-        let body = "code=c.x&state=abc&id_token=\(token)&user=%7B%22name%22%3A%7B%7D%7D"
-        let reply = try await f.send("POST", "/v1/signin", contentType: "application/x-www-form-urlencoded", body: Array(body.utf8))
-        #expect(reply.status == 200)
-        #expect(reply.json["outcome"]?.stringValue == "migrated")
-        await f.close()
+        try await ServiceFixture.run(mode, people: 1) { f in
+            let token = try f.token(f.people[0])
+            let body = "code=c.x&state=abc&id_token=\(token)&user=%7B%22name%22%3A%7B%7D%7D"
+            let reply = try await f.send("POST", "/v1/signin", contentType: "application/x-www-form-urlencoded", body: Array(body.utf8))
+            #expect(reply.status == 200)
+            #expect(reply.json["outcome"]?.stringValue == "migrated")
+        }
     }
 
     @Test("50 users × 8 simultaneous first sign-ins: 50 rewrites, 50 events, 400 answers of 200", arguments: Mode.allCases)
     func simultaneous(mode: Mode) async throws {
-        let f = try await ServiceFixture(mode, people: 50)
-        var tokens: [(Int, String)] = []
-        for (index, person) in f.people.enumerated() {
-            for _ in 0..<8 { tokens.append((index, try f.token(person))) }
+        try await ServiceFixture.run(mode, people: 50) { f in
+            var tokens: [(Int, String)] = []
+            for (index, person) in f.people.enumerated() {
+                for _ in 0..<8 { tokens.append((index, try f.token(person))) }
+            }
+            let replies = try await withThrowingTaskGroup(of: (Int, Reply).self) { group in
+                for (index, token) in tokens { group.addTask { (index, try await f.signIn(token)) } }
+                return try await group.reduce(into: [(Int, Reply)]()) { $0.append($1) }
+            }
+            #expect(replies.count == 400)
+            #expect(replies.allSatisfy { $0.1.status == 200 })
+            var migratedPerUser = [Int: Int](), keysPerUser = [Int: Set<String>]()
+            for (index, reply) in replies {
+                if reply.json["outcome"]?.stringValue == "migrated" { migratedPerUser[index, default: 0] += 1 }
+                #expect(["migrated", "current"].contains(reply.json["outcome"]?.stringValue ?? ""))
+                keysPerUser[index, default: []].insert(reply.json["user"]?["key"]?.stringValue ?? "")
+            }
+            #expect(migratedPerUser.count == 50 && migratedPerUser.values.allSatisfy { $0 == 1 })
+            #expect(keysPerUser.values.allSatisfy { $0.count == 1 && !$0.contains("") })
+            #expect(try f.count("SELECT count(*) FROM baton.events WHERE kind = 'migrated'") == 50)
+            #expect(try f.count("SELECT count(*) FROM baton.transfers WHERE state = 'migrated'") == 50)
         }
-        let replies = try await withThrowingTaskGroup(of: (Int, Reply).self) { group in
-            for (index, token) in tokens { group.addTask { (index, try await f.signIn(token)) } }
-            return try await group.reduce(into: [(Int, Reply)]()) { $0.append($1) }
-        }
-        #expect(replies.count == 400)
-        #expect(replies.allSatisfy { $0.1.status == 200 })
-        var migratedPerUser = [Int: Int](), keysPerUser = [Int: Set<String>]()
-        for (index, reply) in replies {
-            if reply.json["outcome"]?.stringValue == "migrated" { migratedPerUser[index, default: 0] += 1 }
-            #expect(["migrated", "current"].contains(reply.json["outcome"]?.stringValue ?? ""))
-            keysPerUser[index, default: []].insert(reply.json["user"]?["key"]?.stringValue ?? "")
-        }
-        #expect(migratedPerUser.count == 50 && migratedPerUser.values.allSatisfy { $0 == 1 })
-        #expect(keysPerUser.values.allSatisfy { $0.count == 1 && !$0.contains("") })
-        #expect(try f.count("SELECT count(*) FROM baton.events WHERE kind = 'migrated'") == 50)
-        #expect(try f.count("SELECT count(*) FROM baton.transfers WHERE state = 'migrated'") == 50)
-        await f.close()
     }
 
     @Test("an old-team token replayed after migration changes nothing", arguments: Mode.allCases)
     func replay(mode: Mode) async throws {
-        let f = try await ServiceFixture(mode, people: 2, acceptTransfer: false)
-        let person = f.people[0]
-        let oldToken = try f.token(person)  // issued by the sending team, before the transfer is accepted
-        try f.emulator.acceptTransfer(clientID: ServiceFixture.clientID)
-        #expect(try await f.signIn(try f.token(person)).json["outcome"]?.stringValue == "migrated")
-        let before = try TestDatabase.psql(f.url, "SELECT string_agg(id || ':' || apple_sub || ':' || email, ',' ORDER BY id) FROM users")
-        let replayed = try await f.signIn(oldToken)
-        #expect(replayed.status == 200)
-        #expect(replayed.json["outcome"]?.stringValue == "new")
-        #expect(try TestDatabase.psql(f.url, "SELECT string_agg(id || ':' || apple_sub || ':' || email, ',' ORDER BY id) FROM users") == before)
-        #expect(try f.count("SELECT count(*) FROM baton.events") == 1)
-        await f.close()
+        try await ServiceFixture.run(mode, people: 2, acceptTransfer: false) { f in
+            let person = f.people[0]
+            let oldToken = try f.token(person)  // issued by the sending team, before the transfer is accepted
+            try f.emulator.acceptTransfer(clientID: ServiceFixture.clientID)
+            #expect(try await f.signIn(try f.token(person)).json["outcome"]?.stringValue == "migrated")
+            let before = try TestDatabase.psql(f.url, "SELECT string_agg(id || ':' || apple_sub || ':' || email, ',' ORDER BY id) FROM users")
+            let replayed = try await f.signIn(oldToken)
+            #expect(replayed.status == 200)
+            #expect(replayed.json["outcome"]?.stringValue == "new")
+            #expect(try TestDatabase.psql(f.url, "SELECT string_agg(id || ':' || apple_sub || ':' || email, ',' ORDER BY id) FROM users") == before)
+            #expect(try f.count("SELECT count(*) FROM baton.events") == 1)
+        }
     }
 
     @Test("a nonce is checked and single-use", arguments: Mode.allCases)
     func nonce(mode: Mode) async throws {
-        let f = try await ServiceFixture(mode, people: 1)
-        let token = try f.token(f.people[0], nonce: "nonce-123")
-        #expect(try await f.signIn(token, nonce: "other").json["reason"]?.stringValue == "nonce_mismatch")
-        #expect(try await f.signIn(token, nonce: "nonce-123").status == 200)
-        let again = try await f.signIn(token, nonce: "nonce-123")
-        #expect(again.status == 401)
-        #expect(again.error == "nonce_reused")
-        await f.close()
+        try await ServiceFixture.run(mode, people: 1) { f in
+            let token = try f.token(f.people[0], nonce: "nonce-123")
+            #expect(try await f.signIn(token, nonce: "other").json["reason"]?.stringValue == "nonce_mismatch")
+            #expect(try await f.signIn(token, nonce: "nonce-123").status == 200)
+            let again = try await f.signIn(token, nonce: "nonce-123")
+            #expect(again.status == 401)
+            #expect(again.error == "nonce_reused")
+        }
     }
 
     @Test("credential states: authorized, transferred, revoked, not_found", arguments: Mode.allCases)
     func credentialStates(mode: Mode) async throws {
-        let f = try await ServiceFixture(mode, people: 3)
-        let migrated = f.people[0]
-        _ = try await f.signIn(try f.token(migrated))
-        let revoked = try f.newSub(f.people[2])
-        try await f.pool.execute("INSERT INTO public.users (apple_sub) VALUES (\(revoked))")
-        #expect(try await f.postJSON("/v1/notifications", ["payload": .string(try f.notification(type: "consent-revoked", sub: revoked))]).status == 200)
-        let cases: [(String, String)] = [
-            (try f.newSub(migrated), "authorized"), (migrated.oldSub, "transferred"), (f.people[1].oldSub, "transferred"),
-            (revoked, "revoked"), ("000000.unknown.0000", "not_found"),
-        ]
-        for (user, state) in cases {
-            let reply = try await f.send("GET", "/v1/credential-state", query: ["user": user])
-            #expect(reply.status == 200)
-            #expect(reply.json["state"]?.stringValue == state, "\(user)")
+        try await ServiceFixture.run(mode, people: 3) { f in
+            let migrated = f.people[0]
+            _ = try await f.signIn(try f.token(migrated))
+            let revoked = try f.newSub(f.people[2])
+            try await f.pool.execute("INSERT INTO public.users (apple_sub) VALUES (\(revoked))")
+            #expect(try await f.postJSON("/v1/notifications", ["payload": .string(try f.notification(type: "consent-revoked", sub: revoked))]).status == 200)
+            let cases: [(String, String)] = [
+                (try f.newSub(migrated), "authorized"), (migrated.oldSub, "transferred"), (f.people[1].oldSub, "transferred"),
+                (revoked, "revoked"), ("000000.unknown.0000", "not_found"),
+            ]
+            for (user, state) in cases {
+                let reply = try await f.send("GET", "/v1/credential-state", query: ["user": user])
+                #expect(reply.status == 200)
+                #expect(reply.json["state"]?.stringValue == state, "\(user)")
+            }
+            #expect(try await f.send("GET", "/v1/credential-state").status == 400)
         }
-        #expect(try await f.send("GET", "/v1/credential-state").status == 400)
-        await f.close()
     }
 
     @Test("link rewrites the old record; a second link is current; a taken identifier is 409", arguments: Mode.allCases)
     func link(mode: Mode) async throws {
-        let f = try await ServiceFixture(mode, people: 2, acceptTransfer: false)
-        let legacyTokens = try f.people.map { try f.token($0) }
-        try f.emulator.acceptTransfer(clientID: ServiceFixture.clientID)
-        let linked = try await f.postJSON("/v1/link", ["legacy_id_token": .string(legacyTokens[0]), "id_token": .string(try f.token(f.people[0]))])
-        #expect(linked.status == 200)
-        #expect(linked.json["outcome"]?.stringValue == "migrated")
-        #expect(try f.count("SELECT count(*) FROM baton.transfers WHERE method = 'link' AND state = 'migrated'") == 1)
-        let again = try await f.postJSON("/v1/link", ["legacy_id_token": .string(legacyTokens[0]), "id_token": .string(try f.token(f.people[0]))])
-        #expect(again.json["outcome"]?.stringValue == "current")
-        // Another record already carries the second person's new identifier.
-        try await f.pool.execute("INSERT INTO public.users (apple_sub) VALUES (\(try f.newSub(f.people[1])))")
-        let conflict = try await f.postJSON("/v1/link", ["legacy_id_token": .string(legacyTokens[1]), "id_token": .string(try f.token(f.people[1]))])
-        #expect(conflict.status == 409)
-        #expect(conflict.error == "conflict")
-        #expect(try f.count("SELECT count(*) FROM users WHERE apple_sub = '\(f.people[1].oldSub)'") == 1)
-        let missing = try await f.postJSON("/v1/link", ["id_token": .string(try f.token(f.people[1]))])
-        #expect(missing.status == 400)
-        await f.close()
+        try await ServiceFixture.run(mode, people: 2, acceptTransfer: false) { f in
+            let legacyTokens = try f.people.map { try f.token($0) }
+            try f.emulator.acceptTransfer(clientID: ServiceFixture.clientID)
+            let linked = try await f.postJSON("/v1/link", ["legacy_id_token": .string(legacyTokens[0]), "id_token": .string(try f.token(f.people[0]))])
+            #expect(linked.status == 200)
+            #expect(linked.json["outcome"]?.stringValue == "migrated")
+            #expect(try f.count("SELECT count(*) FROM baton.transfers WHERE method = 'link' AND state = 'migrated'") == 1)
+            let again = try await f.postJSON("/v1/link", ["legacy_id_token": .string(legacyTokens[0]), "id_token": .string(try f.token(f.people[0]))])
+            #expect(again.json["outcome"]?.stringValue == "current")
+            // Another record already carries the second person's new identifier.
+            try await f.pool.execute("INSERT INTO public.users (apple_sub) VALUES (\(try f.newSub(f.people[1])))")
+            let conflict = try await f.postJSON("/v1/link", ["legacy_id_token": .string(legacyTokens[1]), "id_token": .string(try f.token(f.people[1]))])
+            #expect(conflict.status == 409)
+            #expect(conflict.error == "conflict")
+            #expect(try f.count("SELECT count(*) FROM users WHERE apple_sub = '\(f.people[1].oldSub)'") == 1)
+            let missing = try await f.postJSON("/v1/link", ["id_token": .string(try f.token(f.people[1]))])
+            #expect(missing.status == 400)
+        }
     }
 
     @Test("notifications: string and object events, duplicates harmless, bad signature and audience refused", arguments: Mode.allCases)
     func notifications(mode: Mode) async throws {
-        let f = try await ServiceFixture(mode, people: 1)
-        let sub = try f.newSub(f.people[0])
-        for (type, asString, changed) in [("email-disabled", true, true), ("email-disabled", true, false), ("email-enabled", false, true),
-                                          ("account-delete", true, true), ("account-deleted", true, false)] {
-            let reply = try await f.postJSON("/v1/notifications", ["payload": .string(try f.notification(type: type, sub: sub, eventsAsString: asString))])
-            #expect(reply.status == 200)
-            #expect(reply.json["changed"]?.boolValue == changed, "\(type)")
+        try await ServiceFixture.run(mode, people: 1) { f in
+            let sub = try f.newSub(f.people[0])
+            for (type, asString, changed) in [("email-disabled", true, true), ("email-disabled", true, false), ("email-enabled", false, true),
+                                              ("account-delete", true, true), ("account-deleted", true, false)] {
+                let reply = try await f.postJSON("/v1/notifications", ["payload": .string(try f.notification(type: type, sub: sub, eventsAsString: asString))])
+                #expect(reply.status == 200)
+                #expect(reply.json["changed"]?.boolValue == changed, "\(type)")
+            }
+            #expect(try TestDatabase.psql(f.url, "SELECT state || ' ' || email_enabled FROM baton.subjects WHERE sub = '\(sub)'") == "deleted true")
+            #expect(try f.count("SELECT count(*) FROM baton.events WHERE kind = 'notification'") == 3)
+            let wrongAudience = try await f.postJSON("/v1/notifications", ["payload": .string(try f.notification(type: "consent-revoked", sub: sub, audience: "com.other"))])
+            #expect(wrongAudience.status == 400)
+            #expect(wrongAudience.reason == "wrong_audience")
+            var tampered = try f.notification(type: "consent-revoked", sub: sub)
+            tampered.removeLast(4)
+            tampered += "AAAA"
+            #expect(try await f.postJSON("/v1/notifications", ["payload": .string(tampered)]).reason == "bad_signature")
         }
-        #expect(try TestDatabase.psql(f.url, "SELECT state || ' ' || email_enabled FROM baton.subjects WHERE sub = '\(sub)'") == "deleted true")
-        #expect(try f.count("SELECT count(*) FROM baton.events WHERE kind = 'notification'") == 3)
-        let wrongAudience = try await f.postJSON("/v1/notifications", ["payload": .string(try f.notification(type: "consent-revoked", sub: sub, audience: "com.other"))])
-        #expect(wrongAudience.status == 400)
-        #expect(wrongAudience.reason == "wrong_audience")
-        var tampered = try f.notification(type: "consent-revoked", sub: sub)
-        tampered.removeLast(4)
-        tampered += "AAAA"
-        #expect(try await f.postJSON("/v1/notifications", ["payload": .string(tampered)]).reason == "bad_signature")
-        await f.close()
     }
 
     @Test("bad input answers 4xx with error and reason", arguments: Mode.allCases)
     func badInput(mode: Mode) async throws {
-        let f = try await ServiceFixture(mode, people: 1)
-        let token = try f.token(f.people[0])
-        let forged = token.dropLast(6) + "AAAAAA"
-        let cases: [(String, String, String?, [UInt8], Int, String)] = [
-            ("POST", "/v1/signin", "application/json", Array("{not json".utf8), 400, "invalid_json"),
-            ("POST", "/v1/signin", "text/plain", Array(token.utf8), 415, "unsupported_media_type"),
-            ("POST", "/v1/signin", "application/json", Array("{}".utf8), 400, "missing_field"),
-            ("POST", "/v1/signin", "application/json", Array(#"{"id_token": 5}"#.utf8), 400, "invalid_json"),
-            ("POST", "/v1/signin", "application/json", Array(#"{"id_token":"a.b.c"}"#.utf8), 401, "invalid_token"),
-            ("POST", "/v1/signin", "application/json", Array("{\"id_token\":\"\(forged)\"}".utf8), 401, "invalid_token"),
-            ("POST", "/v1/signin", "application/x-www-form-urlencoded", Array("id_token=%ZZ".utf8), 400, "invalid_form"),
-            ("GET", "/v1/signin", nil, [], 405, "method_not_allowed"),
-            ("GET", "/v1/nothing", nil, [], 404, "not_found"),
-            ("POST", "/v1/notifications", "application/json", Array(#"{"payload":"x"}"#.utf8), 400, "invalid_notification"),
-            ("GET", "/v1/report", nil, [], 401, "unauthorized"),
-            ("GET", "/report", nil, [], 401, "unauthorized"),
-        ]
-        for (method, path, type, body, status, error) in cases {
-            let reply = try await f.send(method, path, contentType: type, body: body)
-            #expect(reply.status == status, "\(method) \(path) \(String(decoding: body.prefix(20), as: UTF8.self))")
-            #expect(reply.error == error, "\(method) \(path)")
-            #expect(reply.reason != nil)
+        try await ServiceFixture.run(mode, people: 1) { f in
+            let token = try f.token(f.people[0])
+            let forged = token.dropLast(6) + "AAAAAA"
+            let cases: [(String, String, String?, [UInt8], Int, String)] = [
+                ("POST", "/v1/signin", "application/json", Array("{not json".utf8), 400, "invalid_json"),
+                ("POST", "/v1/signin", "text/plain", Array(token.utf8), 415, "unsupported_media_type"),
+                ("POST", "/v1/signin", "application/json", Array("{}".utf8), 400, "missing_field"),
+                ("POST", "/v1/signin", "application/json", Array(#"{"id_token": 5}"#.utf8), 400, "invalid_json"),
+                ("POST", "/v1/signin", "application/json", Array(#"{"id_token":"a.b.c"}"#.utf8), 401, "invalid_token"),
+                ("POST", "/v1/signin", "application/json", Array("{\"id_token\":\"\(forged)\"}".utf8), 401, "invalid_token"),
+                ("POST", "/v1/signin", "application/x-www-form-urlencoded", Array("id_token=%ZZ".utf8), 400, "invalid_form"),
+                ("GET", "/v1/signin", nil, [], 405, "method_not_allowed"),
+                ("GET", "/v1/nothing", nil, [], 404, "not_found"),
+                ("POST", "/v1/notifications", "application/json", Array(#"{"payload":"x"}"#.utf8), 400, "invalid_notification"),
+                ("GET", "/v1/report", nil, [], 401, "unauthorized"),
+                ("GET", "/report", nil, [], 401, "unauthorized"),
+            ]
+            for (method, path, type, body, status, error) in cases {
+                let reply = try await f.send(method, path, contentType: type, body: body)
+                #expect(reply.status == status, "\(method) \(path) \(String(decoding: body.prefix(20), as: UTF8.self))")
+                #expect(reply.error == error, "\(method) \(path)")
+                #expect(reply.reason != nil)
+            }
+            let forgedReply = try await f.signIn(String(forged))
+            #expect(forgedReply.reason == "bad_signature")
+            #expect(try f.count("SELECT count(*) FROM baton.events") == 0)
+            let report = try await f.send("GET", "/v1/report", headers: ["Authorization": "Bearer \(ServiceFixture.adminToken)"])
+            #expect(report.status == 200)
+            #expect(report.json["totals"]?["pending"]?.intValue == 1)
+            let page = try await f.send("GET", "/report", headers: ["Authorization": "Bearer \(ServiceFixture.adminToken)"])
+            #expect(page.status == 200)
+            #expect(page.text.hasPrefix("<!DOCTYPE html>") || page.text.hasPrefix("<!doctype html>"))
+            #expect(!page.text.contains("<script"))
+            let wrongToken = try await f.send("GET", "/report", headers: ["Authorization": "Bearer not-the-token"])
+            #expect(wrongToken.status == 401)
         }
-        let forgedReply = try await f.signIn(String(forged))
-        #expect(forgedReply.reason == "bad_signature")
-        #expect(try f.count("SELECT count(*) FROM baton.events") == 0)
-        let report = try await f.send("GET", "/v1/report", headers: ["Authorization": "Bearer \(ServiceFixture.adminToken)"])
-        #expect(report.status == 200)
-        #expect(report.json["totals"]?["pending"]?.intValue == 1)
-        let page = try await f.send("GET", "/report", headers: ["Authorization": "Bearer \(ServiceFixture.adminToken)"])
-        #expect(page.status == 200)
-        #expect(page.text.hasPrefix("<!DOCTYPE html>") || page.text.hasPrefix("<!doctype html>"))
-        #expect(!page.text.contains("<script"))
-        let wrongToken = try await f.send("GET", "/report", headers: ["Authorization": "Bearer not-the-token"])
-        #expect(wrongToken.status == 401)
-        await f.close()
     }
 
     @Test("an oversize body is refused with 413 by the live server")
     func oversize() async throws {
-        let f = try await ServiceFixture(.live, people: 1)
-        let reply = try await f.send("POST", "/v1/signin", contentType: "application/json",
-                                     body: Array("{\"id_token\":\"\(String(repeating: "a", count: BatonServer.maxBodySize + 10))\"}".utf8))
-        #expect(reply.status == 413)
-        #expect(reply.error == "payload_too_large")
-        await f.close()
+        try await ServiceFixture.run(.live, people: 1) { f in
+            let reply = try await f.send("POST", "/v1/signin", contentType: "application/json",
+                                         body: Array("{\"id_token\":\"\(String(repeating: "a", count: BatonServer.maxBodySize + 10))\"}".utf8))
+            #expect(reply.status == 413)
+            #expect(reply.error == "payload_too_large")
+        }
     }
 
     @Test("healthz, readyz and metrics", arguments: Mode.allCases)
     func operations(mode: Mode) async throws {
-        let f = try await ServiceFixture(mode, people: 1)
-        _ = try await f.signIn(try f.token(f.people[0]))
-        _ = try await f.signIn("a.b.c")
-        #expect(try await f.send("GET", "/healthz").json["status"]?.stringValue == "ok")
-        let ready = try await f.send("GET", "/readyz")
-        #expect(ready.status == 200)
-        #expect(ready.json["ready"]?.boolValue == true)
-        let metrics = try await f.send("GET", "/metrics")
-        #expect(metrics.status == 200)
-        #expect(metrics.text.contains("baton_http_requests_total{route=\"signin\",status=\"200\"} 1"))
-        #expect(metrics.text.contains("baton_signin_outcomes_total{outcome=\"migrated\"} 1"))
-        #expect(metrics.text.contains("baton_rejections_total{reason=\"malformed\"} 1"))
-        #expect(metrics.text.contains("baton_http_request_duration_seconds_count"))
-        #expect(metrics.text.contains("baton_db_pool_connections{state=\"max\"} 4"))
-        await f.close()
+        try await ServiceFixture.run(mode, people: 1) { f in
+            _ = try await f.signIn(try f.token(f.people[0]))
+            _ = try await f.signIn("a.b.c")
+            #expect(try await f.send("GET", "/healthz").json["status"]?.stringValue == "ok")
+            let ready = try await f.send("GET", "/readyz")
+            #expect(ready.status == 200)
+            #expect(ready.json["ready"]?.boolValue == true)
+            let metrics = try await f.send("GET", "/metrics")
+            #expect(metrics.status == 200)
+            #expect(metrics.text.contains("baton_http_requests_total{route=\"signin\",status=\"200\"} 1"))
+            #expect(metrics.text.contains("baton_signin_outcomes_total{outcome=\"migrated\"} 1"))
+            #expect(metrics.text.contains("baton_rejections_total{reason=\"malformed\"} 1"))
+            #expect(metrics.text.contains("baton_http_request_duration_seconds_count"))
+            #expect(metrics.text.contains("baton_db_pool_connections{state=\"max\"} 4"))
+        }
     }
 }

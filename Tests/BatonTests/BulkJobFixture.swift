@@ -20,8 +20,7 @@ struct BulkJobFixture {
 
     /// Runs `body` with a fixture; `accept` false leaves the transfer initiated but not accepted (sender side).
     static func run(users count: Int, accept: Bool = true, seedTransfers: Bool = true, _ body: (BulkJobFixture) async throws -> Void) async throws {
-        let emulator = try await AppleEmulator.start()
-        do {
+        try await withEmulator { emulator in
             let sender = try emulator.createTeam()
             let recipient = try emulator.createTeam()
             try emulator.createApp(clientID: clientID, teamID: sender.teamID)
@@ -29,27 +28,23 @@ struct BulkJobFixture {
             try emulator.initiateTransfer(clientID: clientID, toTeamID: recipient.teamID)
             let transfers = try emulator.transferIdentifiers(clientID: clientID)
             let acceptedAt = accept ? try emulator.acceptTransfer(clientID: clientID) : nil
-            let database = try await StoreFixture("bulk", poolSize: 5)
-            try await database.pool.withConnection { connection in
-                try await connection.execute("""
-                    INSERT INTO public.users (apple_sub, email)
-                    SELECT s, 'u' || s || '@privaterelay.appleid.com' FROM unnest(\(arrayText(users.map(\.userIdentifier)))::text[]) AS s
-                    """)
-                if seedTransfers {
+            try await StoreFixture.run("bulk", poolSize: 5) { database in
+                try await database.pool.withConnection { connection in
                     try await connection.execute("""
-                        INSERT INTO baton.transfers (old_sub, transfer_sub)
-                        SELECT * FROM unnest(\(arrayText(Array(transfers.keys)))::text[], \(arrayText(Array(transfers.values)))::text[])
+                        INSERT INTO public.users (apple_sub, email)
+                        SELECT s, 'u' || s || '@privaterelay.appleid.com' FROM unnest(\(arrayText(users.map(\.userIdentifier)))::text[]) AS s
                         """)
+                    if seedTransfers {
+                        try await connection.execute("""
+                            INSERT INTO baton.transfers (old_sub, transfer_sub)
+                            SELECT * FROM unnest(\(arrayText(Array(transfers.keys)))::text[], \(arrayText(Array(transfers.values)))::text[])
+                            """)
+                    }
                 }
+                try await body(BulkJobFixture(emulator: emulator, database: database, sender: sender, recipient: recipient, transfers: transfers,
+                                              users: users, acceptedAt: acceptedAt))
             }
-            let fixture = BulkJobFixture(emulator: emulator, database: database, sender: sender, recipient: recipient, transfers: transfers, users: users, acceptedAt: acceptedAt)
-            try await body(fixture)
-            await database.pool.close()
-        } catch {
-            await emulator.stop()
-            throw error
         }
-        await emulator.stop()
     }
 
     /// A client for `team` with the job's settings (no internal retries: the job sees every 429).

@@ -210,50 +210,50 @@ struct BulkJobTests {
 struct LegacySeederTests {
     @Test("text keys, keyset pages, a transfer column's values kept, subjects already migrated skipped")
     func textKeys() async throws {
-        let database = try await StoreFixture("seeder", poolSize: 2)
-        defer { Task { await database.pool.close() } }
-        try await database.pool.withConnection { connection in
-            try await connection.executeScript(unsafeSQL: """
-                CREATE TABLE public.accounts (handle text PRIMARY KEY, sub text, mail text, tsub text);
-                INSERT INTO public.accounts SELECT 'user-' || lpad(i::text, 3, '0'), 'old.' || i, NULL, CASE WHEN i % 5 = 0 THEN 'ts.' || i END
-                FROM generate_series(1, 23) AS i;
-                INSERT INTO public.accounts VALUES ('user-nosub', NULL, NULL, NULL), ('user-new', 'new.1', NULL, NULL);
-                INSERT INTO baton.transfers (old_sub, transfer_sub, new_sub, state, method, migrated_at)
-                VALUES ('old.gone', 'ts.gone', 'new.1', 'migrated', 'signin', now());
-                """)
+        try await StoreFixture.run("seeder", poolSize: 2) { database in
+            try await database.pool.withConnection { connection in
+                try await connection.executeScript(unsafeSQL: """
+                    CREATE TABLE public.accounts (handle text PRIMARY KEY, sub text, mail text, tsub text);
+                    INSERT INTO public.accounts SELECT 'user-' || lpad(i::text, 3, '0'), 'old.' || i, NULL, CASE WHEN i % 5 = 0 THEN 'ts.' || i END
+                    FROM generate_series(1, 23) AS i;
+                    INSERT INTO public.accounts VALUES ('user-nosub', NULL, NULL, NULL), ('user-new', 'new.1', NULL, NULL);
+                    INSERT INTO baton.transfers (old_sub, transfer_sub, new_sub, state, method, migrated_at)
+                    VALUES ('old.gone', 'ts.gone', 'new.1', 'migrated', 'signin', now());
+                    """)
+            }
+            let legacy = try BatonConfiguration.Legacy(table: "public.accounts", keyColumn: "handle", subjectColumn: "sub", emailColumn: "mail", transferColumn: "tsub").identifiers()
+            let seeder = LegacySeeder(pool: database.pool, legacy: legacy, pageSize: 4)
+            let preview = try await seeder.preview(sample: 2)
+            #expect(preview.count == 19)
+            #expect(preview.sample == ["old.1", "old.2"])
+            #expect(try await seeder.seed() == 23)
+            #expect(try database.count("SELECT count(*) FROM baton.transfers WHERE transfer_sub LIKE 'ts.%' AND old_sub <> 'old.gone'") == 4)
+            #expect(try database.count("SELECT count(*) FROM baton.transfers WHERE old_sub = 'new.1'") == 0)
+            #expect(try await TransferQueue(pool: database.pool, kind: .transferIdentifiers).pendingCount() == 19)
+            #expect(try await seeder.preview().count == 19)
         }
-        let legacy = try BatonConfiguration.Legacy(table: "public.accounts", keyColumn: "handle", subjectColumn: "sub", emailColumn: "mail", transferColumn: "tsub").identifiers()
-        let seeder = LegacySeeder(pool: database.pool, legacy: legacy, pageSize: 4)
-        let preview = try await seeder.preview(sample: 2)
-        #expect(preview.count == 19)
-        #expect(preview.sample == ["old.1", "old.2"])
-        #expect(try await seeder.seed() == 23)
-        #expect(try database.count("SELECT count(*) FROM baton.transfers WHERE transfer_sub LIKE 'ts.%' AND old_sub <> 'old.gone'") == 4)
-        #expect(try database.count("SELECT count(*) FROM baton.transfers WHERE old_sub = 'new.1'") == 0)
-        #expect(try await TransferQueue(pool: database.pool, kind: .transferIdentifiers).pendingCount() == 19)
-        #expect(try await seeder.preview().count == 19)
     }
 
     @Test("claims never overlap, a failed attempt is deferred then failed after its last attempt, and retry-failed resets it")
     func queueLifecycle() async throws {
-        let database = try await StoreFixture("queue", poolSize: 2)
-        defer { Task { await database.pool.close() } }
-        for i in 0..<10 { try await database.addTransfer(oldSub: "o.\(i)", transferSub: "t.\(i)") }
-        let a = TransferQueue(pool: database.pool, kind: .exchange, owner: "a", maxAttempts: 2, retryBaseSeconds: 0)
-        let b = TransferQueue(pool: database.pool, kind: .exchange, owner: "b", maxAttempts: 2, retryBaseSeconds: 0)
-        let first = try await a.claim(limit: 6)
-        let second = try await b.claim(limit: 6)
-        #expect(first.count == 6 && second.count == 4)
-        #expect(Set(first.map(\.oldSub)).isDisjoint(with: second.map(\.oldSub)))
-        #expect(try await a.claim(limit: 6).isEmpty)
-        #expect(try await a.postpone(first[0], reason: "serverError (HTTP 503)") == false)
-        let again = try await a.claim(limit: 1)
-        #expect(again.map(\.oldSub) == [first[0].oldSub] && again[0].attempts == 1)
-        #expect(try await a.postpone(again[0], reason: "timeout") == true)
-        #expect(try TestDatabase.psql(database.url, "SELECT state || ' ' || attempts || ' ' || last_error FROM baton.transfers WHERE old_sub = '\(first[0].oldSub)'") == "failed 2 timeout")
-        try await a.release(Array(first.dropFirst()))
-        #expect(try await b.claim(limit: 10).count == 5)
-        #expect(try await a.retryFailed() == 1)
-        #expect(try await a.claim(limit: 10).map(\.oldSub) == [first[0].oldSub])
+        try await StoreFixture.run("queue", poolSize: 2) { database in
+            for i in 0..<10 { try await database.addTransfer(oldSub: "o.\(i)", transferSub: "t.\(i)") }
+            let a = TransferQueue(pool: database.pool, kind: .exchange, owner: "a", maxAttempts: 2, retryBaseSeconds: 0)
+            let b = TransferQueue(pool: database.pool, kind: .exchange, owner: "b", maxAttempts: 2, retryBaseSeconds: 0)
+            let first = try await a.claim(limit: 6)
+            let second = try await b.claim(limit: 6)
+            #expect(first.count == 6 && second.count == 4)
+            #expect(Set(first.map(\.oldSub)).isDisjoint(with: second.map(\.oldSub)))
+            #expect(try await a.claim(limit: 6).isEmpty)
+            #expect(try await a.postpone(first[0], reason: "serverError (HTTP 503)") == false)
+            let again = try await a.claim(limit: 1)
+            #expect(again.map(\.oldSub) == [first[0].oldSub] && again[0].attempts == 1)
+            #expect(try await a.postpone(again[0], reason: "timeout") == true)
+            #expect(try TestDatabase.psql(database.url, "SELECT state || ' ' || attempts || ' ' || last_error FROM baton.transfers WHERE old_sub = '\(first[0].oldSub)'") == "failed 2 timeout")
+            try await a.release(Array(first.dropFirst()))
+            #expect(try await b.claim(limit: 10).count == 5)
+            #expect(try await a.retryFailed() == 1)
+            #expect(try await a.claim(limit: 10).map(\.oldSub) == [first[0].oldSub])
+        }
     }
 }

@@ -30,6 +30,12 @@ struct StoreFixture {
         store = LegacyStore(pool: pool, legacy: try StoreFixture.legacy.identifiers())
     }
 
+    /// Runs `body` with a fresh fixture and closes its pool afterwards, whatever happens.
+    static func run(_ name: String = "baton", poolSize: Int = 8, _ body: (StoreFixture) async throws -> Void) async throws {
+        let fixture = try await StoreFixture(name, poolSize: poolSize)
+        try await withTeardown(fixture, teardown: { await $0.pool.close() }, body)
+    }
+
     /// Inserts a legacy user and returns its key.
     @discardableResult
     func addUser(sub: String, email: String?, transferSub: String? = nil) async throws -> String {

@@ -136,7 +136,7 @@ final class FaultWorld: @unchecked Sendable {
 
         let serverURL = try cluster?.url ?? TestDatabase.serverURL()
         let databaseName = "faults_\(UUID().uuidString.prefix(8).lowercased())"
-        let databaseURL = serverURL.replacingOccurrences(of: "/postgres?", with: "/\(databaseName)?")
+        let databaseURL = TestDatabase.url(serverURL, database: databaseName)
         try await offPool {
             if let tablespace {
                 _ = try TestDatabase.psql(serverURL, "CREATE TABLESPACE tiny LOCATION '\(tablespace)'")

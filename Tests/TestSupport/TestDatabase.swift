@@ -14,12 +14,38 @@ public enum TestDatabase {
     }
 
     /// Creates a fresh, empty database named after `prefix` and returns its URL.
+    ///
+    /// The URL is the server's with libpq's `dbname` parameter added, so any shape of server URL works
+    /// (path or none, query or none, key/value form); the new URL is checked to reach the new database, so a
+    /// test never shares one by mistake.
     public static func create(_ prefix: String = "test") throws -> String {
-        let server = try serverURL()
+        try create(prefix, on: serverURL())
+    }
+
+    /// Creates a fresh, empty database named after `prefix` on the server at `server` and returns its URL.
+    public static func create(_ prefix: String, on server: String) throws -> String {
         let name = "\(prefix.lowercased().filter { $0.isLetter || $0.isNumber || $0 == "_" })_\(UUID().uuidString.prefix(8).lowercased())"
-        let result = try runProcess("/usr/bin/psql", [server, "-v", "ON_ERROR_STOP=1", "-qc", "CREATE DATABASE \(name)"])
-        guard result.status == 0 else { throw TestSupportError("CREATE DATABASE failed: \(result.stderr)") }
-        return server.replacingOccurrences(of: "postgresql://postgres@/postgres?", with: "postgresql://postgres@/\(name)?")
+        _ = try psql(server, "CREATE DATABASE \(name)")
+        let url = url(server, database: name)
+        let reached = try psql(url, "SELECT current_database()")
+        guard reached == name else { throw TestSupportError("the URL for database \(name) reaches \(reached)") }
+        return url
+    }
+
+    /// `server` with its database set to `name` through libpq's `dbname` parameter, which overrides a
+    /// database named in a URL's path (URI form) or earlier in the string (key/value form).
+    /// `name` must need no quoting or percent-encoding (letters, digits, `_`).
+    public static func url(_ server: String, database name: String) -> String {
+        guard server.contains("://") else { return "\(server) dbname=\(name)" }
+        let separator = !server.contains("?") ? "?" : server.hasSuffix("?") || server.hasSuffix("&") ? "" : "&"
+        return "\(server)\(separator)dbname=\(name)"
+    }
+
+    /// Drops the database `url` names (from its server's `postgres` database), closing any connection still
+    /// open to it.
+    public static func drop(_ url: String) throws {
+        let name = try psql(url, "SELECT current_database()")
+        _ = try psql(self.url(url, database: "postgres"), "DROP DATABASE \(name) WITH (FORCE)")
     }
 
     /// Runs SQL through `psql` (independently of the code under test) and returns its unaligned output.
