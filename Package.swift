@@ -48,6 +48,8 @@ let package = Package(
         .testTarget(name: "CLITests", dependencies: ["BatonEmulator", "BatonJOSE", "TestSupport"], swiftSettings: swiftSettings),
         // The fault suite: `baton serve` and `baton exchange` as child processes under outages (`make faults`).
         .testTarget(name: "FaultTests", dependencies: ["BatonEmulator", "TestSupport"], swiftSettings: swiftSettings),
+        // Builds Examples/EmbedderCheck: an embedder's own `Logging`, `JOSE`, … modules beside the `Baton` product.
+        .testTarget(name: "EmbedderTests", dependencies: ["TestSupport"], swiftSettings: swiftSettings),
     ],
     swiftLanguageModes: [.v6]
 )
