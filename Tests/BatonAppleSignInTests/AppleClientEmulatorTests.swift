@@ -3,6 +3,7 @@ import BatonAppleSignIn
 import Foundation
 import BatonHTTPServer
 import Synchronization
+import TestSupport
 import Testing
 
 /// A transfer scenario on a live emulator (real HTTP on loopback): a sending and a receiving team, one app
@@ -26,14 +27,7 @@ struct EmulatorScenario {
 
     /// Runs `body` on a fresh scenario and stops the emulator afterwards, whatever happens.
     static func run(users count: Int = 3, _ body: (EmulatorScenario) async throws -> Void) async throws {
-        let scenario = try await start(users: count)
-        do {
-            try await body(scenario)
-        } catch {
-            await scenario.emulator.stop()
-            throw error
-        }
-        await scenario.emulator.stop()
+        try await withTeardown(try await start(users: count), teardown: { await $0.emulator.stop() }, body)
     }
 
     func signer(_ team: TeamCredentials, clientID: String? = nil) throws -> ClientSecret {

@@ -39,7 +39,7 @@ struct Person: Sendable {
 final class ServiceFixture: @unchecked Sendable {
     // `@unchecked Sendable`: every stored property is immutable after init; the types are Sendable but
     // the class holds a non-final reference graph the compiler cannot prove.
-    static let clientID = "com.example.app"
+    static let clientID = EmulatedTransfer.clientID
     let mode: Mode
     let emulator: AppleEmulator
     let url: String
@@ -56,27 +56,17 @@ final class ServiceFixture: @unchecked Sendable {
     init(_ mode: Mode, people count: Int = 6, databaseURL: String? = nil, acceptTransfer: Bool = true) async throws {
         self.mode = mode
         emulator = try await AppleEmulator.start()
-        let sender = try emulator.createTeam()
-        let recipient = try emulator.createTeam()
-        try emulator.createApp(clientID: ServiceFixture.clientID, teamID: sender.teamID)
-        let users = try emulator.createUsers(clientID: ServiceFixture.clientID, count: count, privateEmail: true)
-        try emulator.initiateTransfer(clientID: ServiceFixture.clientID, toTeamID: recipient.teamID)
-        let transfers = try emulator.transferIdentifiers(clientID: ServiceFixture.clientID)
-        people = users.map { Person(id: $0.id, oldSub: $0.userIdentifier, transferSub: transfers[$0.userIdentifier]!, email: $0.email) }
+        let transfer = try EmulatedTransfer(on: emulator, users: count, privateEmail: true, accept: acceptTransfer)
+        people = transfer.users.map { Person(id: $0.id, oldSub: $0.userIdentifier, transferSub: transfer.transferIdentifiers[$0.userIdentifier]!, email: $0.email) }
 
         url = try databaseURL ?? TestDatabase.create("service")
         pool = PostgresPool(url: url, maxConnections: 4, acquireTimeout: .seconds(30))
         _ = try await BatonSchema.migrator().migrate(pool)
-        try await pool.withConnection { connection in
-            try await connection.executeScript(unsafeSQL: """
-                CREATE TABLE public.users (id bigserial PRIMARY KEY, apple_sub text UNIQUE, email text, transfer_sub text);
-                """)
+        let (url, people) = (url, people)
+        try await offPool {
+            try TestDatabase.createUsersTable(url, subjects: people.map(\.oldSub), emails: people.map(\.email))
+            try TestDatabase.addTransfers(url, transfer.transferIdentifiers)
         }
-        for person in people {
-            try await pool.execute("INSERT INTO public.users (apple_sub, email) VALUES (\(person.oldSub), \(person.email))")
-            try await pool.execute("INSERT INTO baton.transfers (old_sub, transfer_sub) VALUES (\(person.oldSub), \(person.transferSub))")
-        }
-        if acceptTransfer { try emulator.acceptTransfer(clientID: ServiceFixture.clientID) }
 
         notificationKey = try RSAPrivateKey.generate(bits: 2048)
         let local = JWK(key: .rsa(notificationKey.publicKey), kid: ServiceFixture.notificationKID, use: "sig", alg: "RS256")

@@ -8,7 +8,7 @@ import TestSupport
 /// A transfer on a live emulator with `count` users, the legacy table holding them under the sending team's
 /// identifiers, and (for the exchange) their transfer identifiers pending in `baton.transfers`.
 struct BulkJobFixture {
-    static let clientID = "com.example.app"
+    static let clientID = EmulatedTransfer.clientID
     let emulator: AppleEmulator
     let database: StoreFixture
     let sender: TeamCredentials
@@ -21,13 +21,8 @@ struct BulkJobFixture {
     /// Runs `body` with a fixture; `accept` false leaves the transfer initiated but not accepted (sender side).
     static func run(users count: Int, accept: Bool = true, seedTransfers: Bool = true, _ body: (BulkJobFixture) async throws -> Void) async throws {
         try await withEmulator { emulator in
-            let sender = try emulator.createTeam()
-            let recipient = try emulator.createTeam()
-            try emulator.createApp(clientID: clientID, teamID: sender.teamID)
-            let users = try emulator.createUsers(clientID: clientID, count: count)
-            try emulator.initiateTransfer(clientID: clientID, toTeamID: recipient.teamID)
-            let transfers = try emulator.transferIdentifiers(clientID: clientID)
-            let acceptedAt = accept ? try emulator.acceptTransfer(clientID: clientID) : nil
+            let transfer = try EmulatedTransfer(on: emulator, users: count, accept: accept)
+            let (users, transfers) = (transfer.users, transfer.transferIdentifiers)
             try await StoreFixture.run("bulk", poolSize: 5) { database in
                 try await database.pool.withConnection { connection in
                     try await connection.execute("""
@@ -41,8 +36,8 @@ struct BulkJobFixture {
                             """)
                     }
                 }
-                try await body(BulkJobFixture(emulator: emulator, database: database, sender: sender, recipient: recipient, transfers: transfers,
-                                              users: users, acceptedAt: acceptedAt))
+                try await body(BulkJobFixture(emulator: emulator, database: database, sender: transfer.sender, recipient: transfer.recipient,
+                                              transfers: transfers, users: users, acceptedAt: transfer.acceptedAt))
             }
         }
     }

@@ -3,86 +3,17 @@ import Foundation
 import TestSupport
 import Testing
 
-/// Runs the built binary on a dispatch queue, so the emulator in this process keeps Swift's threads.
-func runBatonOffPool(_ arguments: [String], environment: [String: String]? = nil) async throws -> ProcessResult {
-    try await withCheckedThrowingContinuation { continuation in
-        DispatchQueue.global().async {
-            continuation.resume(with: Result { try runBaton(arguments, environment: environment) })
-        }
-    }
-}
-
-/// A transfer on a live emulator, the teams' keys on disk, a migrated database with the application's table,
-/// and a configuration naming all of it.
-struct DoctorFixture {
-    let emulator: AppleEmulator
-    let directory: KeyDirectory
-    let sender: TeamCredentials
-    let recipient: TeamCredentials
-    let databaseURL: String
-    let acceptedAt: Date
-
-    static func run(_ body: (DoctorFixture) async throws -> Void) async throws {
-        let emulator = try await AppleEmulator.start()
-        let directory = try KeyDirectory()
-        do {
-            let sender = try emulator.createTeam()
-            let recipient = try emulator.createTeam()
-            try emulator.createApp(clientID: "com.example.app", teamID: sender.teamID)
-            _ = try emulator.createUsers(clientID: "com.example.app", count: 2)
-            try emulator.initiateTransfer(clientID: "com.example.app", toTeamID: recipient.teamID)
-            let acceptedAt = try emulator.acceptTransfer(clientID: "com.example.app")
-            try directory.write("sender.p8", sender.privateKeyPEM)
-            try directory.write("recipient.p8", recipient.privateKeyPEM)
-
-            let databaseURL = try TestDatabase.create("doctor")
-            _ = try TestDatabase.psql(databaseURL, """
-                CREATE TABLE public.users (id bigserial PRIMARY KEY, apple_sub text NOT NULL UNIQUE, email text);
-                CREATE TABLE public.loose_users (id bigserial PRIMARY KEY, apple_sub text NOT NULL, email text);
-                """)
-            let fixture = DoctorFixture(emulator: emulator, directory: directory, sender: sender, recipient: recipient, databaseURL: databaseURL, acceptedAt: acceptedAt)
-            try await body(fixture)
-        } catch {
-            await emulator.stop()
-            directory.remove()
-            throw error
-        }
-        await emulator.stop()
-        directory.remove()
-    }
-
-    func migrate() async throws {
-        let result = try await runBatonOffPool(["db", "migrate", "--database-url", databaseURL])
-        guard result.status == 0 else { throw TestSupportError("migrate failed: \(result.stderr)") }
-    }
-
-    /// A good configuration, with `edit` applied to its JSON tree; returns the file's path.
-    func configuration(_ name: String = "baton.json", _ edit: (inout [String: Any], inout [String: Any]) -> Void = { _, _ in }) throws -> String {
-        var transfer: [String: Any] = [
-            "client_id": "com.example.app",
-            "accepted_at": ISO8601DateFormatter().string(from: acceptedAt),
-            "sender": ["team_id": sender.teamID, "key_id": sender.keyID, "private_key_path": "sender.p8"],
-            "recipient": ["team_id": recipient.teamID, "key_id": recipient.keyID, "private_key_path": "recipient.p8"],
-        ]
-        var tree: [String: Any] = [
-            "database": ["url": databaseURL],
-            "apple": ["base_url": emulator.baseURL.absoluteString, "client_ids": ["com.example.app"]],
-            "legacy": ["table": "public.users", "key_column": "id", "subject_column": "apple_sub", "email_column": "email"],
-        ]
-        edit(&tree, &transfer)
-        var apple = tree["apple"] as! [String: Any]
-        apple["transfer"] = transfer
-        tree["apple"] = apple
-        try directory.write(name, String(decoding: try JSONSerialization.data(withJSONObject: tree), as: UTF8.self))
-        return directory.path(name)
-    }
-}
-
 @Suite("baton doctor")
 struct DoctorCommandTests {
+    /// The application's table, and one without a unique subject.
+    static let tables = """
+        CREATE TABLE public.users (id bigserial PRIMARY KEY, apple_sub text NOT NULL UNIQUE, email text);
+        CREATE TABLE public.loose_users (id bigserial PRIMARY KEY, apple_sub text NOT NULL, email text);
+        """
+
     @Test("a good configuration passes every check")
     func goodConfiguration() async throws {
-        try await DoctorFixture.run { fixture in
+        try await CommandFixture.run(users: 2, database: .bare(sql: DoctorCommandTests.tables)) { fixture in
             try await fixture.migrate()
             let result = try await runBatonOffPool(["doctor", "--config", try fixture.configuration()])
             #expect(result.status == 0, "\(result.stdout)\(result.stderr)")
@@ -100,7 +31,7 @@ struct DoctorCommandTests {
 
     @Test("a broken configuration fails each broken check with a fix")
     func brokenConfiguration() async throws {
-        try await DoctorFixture.run { fixture in
+        try await CommandFixture.run(users: 2, database: .bare(sql: DoctorCommandTests.tables)) { fixture in
             // Not migrated; the recipient's team with the sender's key; the window closed; a table without a
             // unique subject; a column that does not exist.
             let path = try fixture.configuration { tree, transfer in
@@ -127,7 +58,7 @@ struct DoctorCommandTests {
 
     @Test("a table without a unique subject fails with the index to create")
     func missingUniqueConstraint() async throws {
-        try await DoctorFixture.run { fixture in
+        try await CommandFixture.run(users: 2, database: .bare(sql: DoctorCommandTests.tables)) { fixture in
             try await fixture.migrate()
             let path = try fixture.configuration { tree, _ in
                 tree["legacy"] = ["table": "public.loose_users", "key_column": "id", "subject_column": "apple_sub", "email_column": "email"]
@@ -141,7 +72,7 @@ struct DoctorCommandTests {
 
     @Test("unreadable and non-P-256 keys fail the key check; Apple is then not asked")
     func badKeyFiles() async throws {
-        try await DoctorFixture.run { fixture in
+        try await CommandFixture.run(users: 2, database: .bare(sql: DoctorCommandTests.tables)) { fixture in
             try await fixture.migrate()
             try fixture.directory.openssl(["genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-384", "-out", fixture.directory.path("p384.p8")])
             let path = try fixture.configuration { _, transfer in

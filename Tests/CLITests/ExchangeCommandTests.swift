@@ -3,94 +3,11 @@ import Foundation
 import TestSupport
 import Testing
 
-/// A transfer on a live emulator with `users` users, their legacy rows, their pending transfer identifiers
-/// (unless `seed` is false), the teams' keys on disk and a migrated database.
-struct BulkCLIFixture {
-    let emulator: AppleEmulator
-    let directory: KeyDirectory
-    let sender: TeamCredentials
-    let recipient: TeamCredentials
-    let databaseURL: String
-    let acceptedAt: Date?
-
-    static func run(users: Int, accept: Bool = true, seed: Bool = true, _ body: (BulkCLIFixture) async throws -> Void) async throws {
-        let emulator = try await AppleEmulator.start()
-        let directory = try KeyDirectory()
-        do {
-            let sender = try emulator.createTeam()
-            let recipient = try emulator.createTeam()
-            try emulator.createApp(clientID: "com.example.app", teamID: sender.teamID)
-            let created = try emulator.createUsers(clientID: "com.example.app", count: users)
-            try emulator.initiateTransfer(clientID: "com.example.app", toTeamID: recipient.teamID)
-            let transfers = try emulator.transferIdentifiers(clientID: "com.example.app")
-            let acceptedAt = accept ? try emulator.acceptTransfer(clientID: "com.example.app") : nil
-            try directory.write("sender.p8", sender.privateKeyPEM)
-            try directory.write("recipient.p8", recipient.privateKeyPEM)
-            let databaseURL = try TestDatabase.create("bulkcli")
-            let migrate = try await runBatonOffPool(["db", "migrate", "--database-url", databaseURL])
-            guard migrate.status == 0 else { throw TestSupportError("migrate failed: \(migrate.stderr)") }
-            let subs = created.map(\.userIdentifier)
-            _ = try TestDatabase.psql(databaseURL, """
-                CREATE TABLE public.users (id bigserial PRIMARY KEY, apple_sub text UNIQUE, email text);
-                INSERT INTO public.users (apple_sub, email) SELECT s, s || '@privaterelay.appleid.com'
-                FROM unnest('{\(subs.joined(separator: ","))}'::text[]) AS s;
-                """)
-            if seed {
-                _ = try TestDatabase.psql(databaseURL, """
-                    INSERT INTO baton.transfers (old_sub, transfer_sub)
-                    SELECT * FROM unnest('{\(transfers.keys.joined(separator: ","))}'::text[], '{\(transfers.values.joined(separator: ","))}'::text[]);
-                    """)
-            }
-            try await body(BulkCLIFixture(emulator: emulator, directory: directory, sender: sender, recipient: recipient, databaseURL: databaseURL, acceptedAt: acceptedAt))
-        } catch {
-            await emulator.stop()
-            directory.remove()
-            throw error
-        }
-        await emulator.stop()
-        directory.remove()
-    }
-
-    /// Writes the configuration; `acceptedAt` overrides the transfer's acceptance time.
-    func configuration(acceptedAt override: Date? = nil) throws -> String {
-        var transfer: [String: Any] = [
-            "client_id": "com.example.app",
-            "sender": ["team_id": sender.teamID, "key_id": sender.keyID, "private_key_path": "sender.p8"],
-            "recipient": ["team_id": recipient.teamID, "key_id": recipient.keyID, "private_key_path": "recipient.p8"],
-        ]
-        if let accepted = override ?? acceptedAt { transfer["accepted_at"] = ISO8601DateFormatter().string(from: accepted) }
-        let tree: [String: Any] = [
-            "database": ["url": databaseURL],
-            "apple": ["base_url": emulator.baseURL.absoluteString, "client_ids": ["com.example.app"], "transfer": transfer],
-            "legacy": ["table": "public.users", "key_column": "id", "subject_column": "apple_sub", "email_column": "email"],
-        ]
-        try directory.write("baton.json", String(decoding: try JSONSerialization.data(withJSONObject: tree), as: UTF8.self))
-        return directory.path("baton.json")
-    }
-
-    func count(_ sql: String) throws -> Int { Int(try TestDatabase.psql(databaseURL, sql)) ?? -1 }
-
-    /// Checks that every user was migrated exactly once: one event each, every legacy row rewritten.
-    func expectEveryoneMigratedOnce(_ users: Int) throws {
-        #expect(try count("SELECT count(*) FROM baton.transfers WHERE state = 'migrated'") == users)
-        #expect(try count("SELECT count(*) FROM baton.events WHERE kind = 'migrated'") == users)
-        #expect(try count("SELECT count(DISTINCT old_sub) FROM baton.events WHERE kind = 'migrated'") == users)
-        #expect(try count("SELECT count(*) FROM public.users u JOIN baton.transfers t ON t.new_sub = u.apple_sub") == users)
-    }
-}
-
-/// Waits for a started process off Swift's cooperative threads.
-func waitOffPool(_ process: RunningProcess, timeout: TimeInterval = 120) async throws -> ProcessResult {
-    try await withCheckedThrowingContinuation { continuation in
-        DispatchQueue.global().async { continuation.resume(with: Result { try process.wait(timeout: timeout) }) }
-    }
-}
-
 @Suite("baton exchange", .serialized)
 struct ExchangeCommandTests {
     @Test("kill -9 in the middle of a run, then a rerun: every user migrated exactly once")
     func killAndRerun() async throws {
-        try await BulkCLIFixture.run(users: 300) { fixture in
+        try await CommandFixture.run(users: 300) { fixture in
             try fixture.emulator.setFaults(EmulatorFaults(latencyMilliseconds: 20))
             let config = try fixture.configuration()
             let first = try runProcessAsync(batonBinaryPath, ["exchange", "--config", config, "--workers", "4", "--rate", "100", "--lease", "2"])
@@ -98,7 +15,7 @@ struct ExchangeCommandTests {
                 try await Task.sleep(for: .milliseconds(50))
             }
             first.signal(SIGKILL)
-            let killed = try await waitOffPool(first)
+            let killed = try await offPool { try first.wait(timeout: 120) }
             #expect(killed.status == 128 + SIGKILL)
             let done = try fixture.count("SELECT count(*) FROM baton.events WHERE kind = 'migrated'")
             #expect(done < 300)
@@ -112,14 +29,14 @@ struct ExchangeCommandTests {
 
     @Test("three processes at once: no user exchanged twice")
     func threeProcesses() async throws {
-        try await BulkCLIFixture.run(users: 240) { fixture in
+        try await CommandFixture.run(users: 240) { fixture in
             try fixture.emulator.setFaults(EmulatorFaults(latencyMilliseconds: 10))
             let config = try fixture.configuration()
             let processes = try (0..<3).map { _ in
                 try runProcessAsync(batonBinaryPath, ["exchange", "--config", config, "--workers", "3", "--rate", "60"])
             }
             for process in processes {
-                let result = try await waitOffPool(process)
+                let result = try await offPool { try process.wait(timeout: 120) }
                 #expect(result.status == 0, "\(result.stdout)\(result.stderr)")
             }
             try fixture.expectEveryoneMigratedOnce(240)
@@ -129,7 +46,7 @@ struct ExchangeCommandTests {
 
     @Test("after day 60 the exchange refuses to start and says how many users were left")
     func refusesAfterWindow() async throws {
-        try await BulkCLIFixture.run(users: 5) { fixture in
+        try await CommandFixture.run(users: 5) { fixture in
             let config = try fixture.configuration(acceptedAt: Date().addingTimeInterval(-61 * 86_400))
             let result = try await runBatonOffPool(["exchange", "--config", config])
             #expect(result.status == 1)
@@ -141,7 +58,7 @@ struct ExchangeCommandTests {
 
     @Test("near day 60 the exchange warns, then runs")
     func warnsNearDeadline() async throws {
-        try await BulkCLIFixture.run(users: 3) { fixture in
+        try await CommandFixture.run(users: 3) { fixture in
             // The emulator's window is open (accepted now); Baton's configuration says day 57.
             let config = try fixture.configuration(acceptedAt: Date().addingTimeInterval(-57 * 86_400))
             let result = try await runBatonOffPool(["exchange", "--config", config, "--rate", "50"])
@@ -153,7 +70,7 @@ struct ExchangeCommandTests {
 
     @Test("--dry-run checks the credentials and changes nothing; no secret is printed")
     func dryRun() async throws {
-        try await BulkCLIFixture.run(users: 4) { fixture in
+        try await CommandFixture.run(users: 4) { fixture in
             let result = try await runBatonOffPool(["exchange", "--config", try fixture.configuration(), "--dry-run"])
             #expect(result.status == 0, "\(result.stderr)")
             #expect(result.stdout.contains("dry run: 4 users pending"))
@@ -165,7 +82,7 @@ struct ExchangeCommandTests {
 
     @Test("revoked users: recorded unresolvable, the others migrated, exit 1")
     func revoked() async throws {
-        try await BulkCLIFixture.run(users: 6) { fixture in
+        try await CommandFixture.run(users: 6) { fixture in
             let sub = try TestDatabase.psql(fixture.databaseURL, "SELECT old_sub FROM baton.transfers ORDER BY old_sub LIMIT 1")
             try fixture.emulator.revoke(clientID: "com.example.app", userIdentifier: sub)
             let result = try await runBatonOffPool(["exchange", "--config", try fixture.configuration(), "--rate", "50"])
@@ -180,7 +97,7 @@ struct ExchangeCommandTests {
 struct TransferIDsCommandTests {
     @Test("refuses the sending team as target")
     func refusesOwnTeam() async throws {
-        try await BulkCLIFixture.run(users: 2, accept: false, seed: false) { fixture in
+        try await CommandFixture.run(users: 2, accept: false, database: .migrated(seedTransfers: false)) { fixture in
             let result = try await runBatonOffPool(["transfer-ids", "--config", try fixture.configuration(), "--target", fixture.sender.teamID, "--yes"])
             #expect(result.status == 2)
             #expect(result.stderr.contains("is the sending team itself"))
@@ -190,7 +107,7 @@ struct TransferIDsCommandTests {
 
     @Test("asks for confirmation: without --yes and without a terminal nothing is done")
     func needsConfirmation() async throws {
-        try await BulkCLIFixture.run(users: 3, accept: false, seed: false) { fixture in
+        try await CommandFixture.run(users: 3, accept: false, database: .migrated(seedTransfers: false)) { fixture in
             let result = try await runBatonOffPool(["transfer-ids", "--config", try fixture.configuration()])
             #expect(result.status == 2)
             #expect(result.stdout.contains("target team: \(fixture.recipient.teamID)"))
@@ -202,7 +119,7 @@ struct TransferIDsCommandTests {
 
     @Test("--dry-run shows the target and the count and writes nothing")
     func dryRun() async throws {
-        try await BulkCLIFixture.run(users: 4, accept: false, seed: false) { fixture in
+        try await CommandFixture.run(users: 4, accept: false, database: .migrated(seedTransfers: false)) { fixture in
             let result = try await runBatonOffPool(["transfer-ids", "--config", try fixture.configuration(), "--dry-run"])
             #expect(result.status == 0, "\(result.stderr)")
             #expect(result.stdout.contains("4 users need a transfer identifier"))
@@ -214,7 +131,7 @@ struct TransferIDsCommandTests {
 
     @Test("with --yes: a transfer identifier for every legacy user, for the recipient's team; a rerun does nothing")
     func createsIdentifiers() async throws {
-        try await BulkCLIFixture.run(users: 12, accept: false, seed: false) { fixture in
+        try await CommandFixture.run(users: 12, accept: false, database: .migrated(seedTransfers: false)) { fixture in
             let config = try fixture.configuration()
             let result = try await runBatonOffPool(["transfer-ids", "--config", config, "--yes", "--rate", "100"])
             #expect(result.status == 0, "\(result.stderr)")

@@ -11,8 +11,7 @@ struct ReportFixture {
     static func make() async throws -> ReportFixture {
         let directory = try KeyDirectory()
         let databaseURL = try TestDatabase.create("report_cli")
-        let migrated = try await runBatonOffPool(["db", "migrate", "--database-url", databaseURL])
-        guard migrated.status == 0 else { throw TestSupportError("migrate failed: \(migrated.stderr)") }
+        try await migrateWithBaton(databaseURL)
         // i % 5 < 2 migrated by sign-in on Nov (i % 10 + 1); 2 pending; 3 failed; 4 unresolvable.
         _ = try TestDatabase.psql(databaseURL, """
             CREATE TABLE public.users (id bigserial PRIMARY KEY, apple_sub text NOT NULL UNIQUE, email text);
@@ -41,8 +40,7 @@ struct ReportFixture {
             ],
             "legacy": ["table": "public.users", "key_column": "id", "subject_column": "apple_sub", "email_column": "email"],
         ]
-        try directory.write("baton.json", String(decoding: try JSONSerialization.data(withJSONObject: tree), as: UTF8.self))
-        return ReportFixture(directory: directory, databaseURL: databaseURL, config: directory.path("baton.json"))
+        return ReportFixture(directory: directory, databaseURL: databaseURL, config: try directory.writeJSON("baton.json", tree))
     }
 
     func run(_ arguments: [String]) async throws -> ProcessResult {

@@ -31,7 +31,7 @@ struct FaultPerson: Sendable {
 final class FaultWorld: @unchecked Sendable {
     // `@unchecked Sendable`: every stored property is immutable except the emulator and the serve child,
     // which sit behind mutexes.
-    static let clientID = "com.example.app"
+    static let clientID = EmulatedTransfer.clientID
 
     /// The scenario's own cluster, when it asked for one.
     let privateCluster: PrivateCluster?
@@ -47,10 +47,8 @@ final class FaultWorld: @unchecked Sendable {
     /// The port `baton serve` listens on, across restarts.
     let servePort: Int
     let emulatorPort: Int
-    let sender: TeamCredentials
-    let recipient: TeamCredentials
-    /// When the emulator accepted the transfer (Baton's `accepted_at`).
-    let acceptedAt: Date
+    /// The app's transfer, accepted.
+    let transfer: EmulatedTransfer
     private let emulatorBox: Mutex<AppleEmulator?>
     private let serveBox = Mutex<RunningProcess?>(nil)
 
@@ -58,9 +56,8 @@ final class FaultWorld: @unchecked Sendable {
     var emulator: AppleEmulator { emulatorBox.withLock { $0! } }
 
     private init(cluster: PrivateCluster?, serverURL: String, directory: KeyDirectory, databaseName: String, databaseURL: String,
-                 people: [FaultPerson], baseline: LegacySnapshot, emulator: AppleEmulator, sender: TeamCredentials, recipient: TeamCredentials,
-                 acceptedAt: Date) throws {
-        self.acceptedAt = acceptedAt
+                 people: [FaultPerson], baseline: LegacySnapshot, emulator: AppleEmulator, transfer: EmulatedTransfer) throws {
+        self.transfer = transfer
         self.privateCluster = cluster
         self.serverURL = serverURL
         self.directory = directory
@@ -70,8 +67,6 @@ final class FaultWorld: @unchecked Sendable {
         self.baseline = baseline
         self.emulatorBox = Mutex(emulator)
         self.emulatorPort = emulator.port
-        self.sender = sender
-        self.recipient = recipient
         self.servePort = try freeLoopbackPort()
     }
 
@@ -120,19 +115,12 @@ final class FaultWorld: @unchecked Sendable {
 
     private static func build(cluster: PrivateCluster?, directory: KeyDirectory, emulator: AppleEmulator, users count: Int,
                               tablespace: String?) async throws -> FaultWorld {
-        let sender = try emulator.createTeam()
-        let recipient = try emulator.createTeam()
-        try emulator.createApp(clientID: clientID, teamID: sender.teamID)
-        let users = try emulator.createUsers(clientID: clientID, count: count, privateEmail: true)
-        try emulator.initiateTransfer(clientID: clientID, toTeamID: recipient.teamID)
-        let transfers = try emulator.transferIdentifiers(clientID: clientID)
-        let acceptedAt = try emulator.acceptTransfer(clientID: clientID)
-        let people = try users.map { user in
-            FaultPerson(id: user.id, oldSub: user.userIdentifier, transferSub: transfers[user.userIdentifier]!,
+        let transfer = try EmulatedTransfer(on: emulator, users: count, privateEmail: true)
+        let people = try transfer.users.map { user in
+            FaultPerson(id: user.id, oldSub: user.userIdentifier, transferSub: transfer.transferIdentifiers[user.userIdentifier]!,
                         newSub: try emulator.authorize(clientID: clientID, user: user.id).userIdentifier)
         }
-        try directory.write("sender.p8", sender.privateKeyPEM)
-        try directory.write("recipient.p8", recipient.privateKeyPEM)
+        try transfer.writeKeys(to: directory)
 
         let serverURL = try cluster?.url ?? TestDatabase.serverURL()
         let databaseName = "faults_\(UUID().uuidString.prefix(8).lowercased())"
@@ -144,23 +132,16 @@ final class FaultWorld: @unchecked Sendable {
             } else {
                 _ = try TestDatabase.psql(serverURL, "CREATE DATABASE \(databaseName)")
             }
-            let migrate = try runBaton(["db", "migrate", "--database-url", databaseURL])
-            guard migrate.status == 0 else { throw TestSupportError("baton db migrate failed: \(migrate.stderr)") }
-            let subs = people.map(\.oldSub).joined(separator: ",")
-            _ = try TestDatabase.psql(databaseURL, """
-                CREATE TABLE public.users (id bigserial PRIMARY KEY, apple_sub text UNIQUE, email text);
-                INSERT INTO public.users (apple_sub, email)
-                SELECT s, 'legacy.' || n || '@privaterelay.appleid.com' FROM unnest('{\(subs)}'::text[]) WITH ORDINALITY AS t(s, n);
-                """)
-            _ = try TestDatabase.psql(databaseURL, """
-                INSERT INTO baton.transfers (old_sub, transfer_sub)
-                SELECT * FROM unnest('{\(subs)}'::text[], '{\(people.map(\.transferSub).joined(separator: ","))}'::text[]);
-                """)
+        }
+        try await migrateWithBaton(databaseURL)
+        try await offPool {
+            let subjects = people.map(\.oldSub)
+            try TestDatabase.createUsersTable(databaseURL, subjects: subjects, emails: subjects.indices.map { "legacy.\($0 + 1)@privaterelay.appleid.com" })
+            try TestDatabase.addTransfers(databaseURL, transfer.transferIdentifiers)
         }
         let baseline = try await offPool { try LegacySnapshot.take(databaseURL) }
         return try FaultWorld(cluster: cluster, serverURL: serverURL, directory: directory, databaseName: databaseName, databaseURL: databaseURL,
-                              people: people, baseline: baseline, emulator: emulator, sender: sender, recipient: recipient,
-                              acceptedAt: acceptedAt)
+                              people: people, baseline: baseline, emulator: emulator, transfer: transfer)
     }
 
     // MARK: - Configuration
@@ -168,22 +149,12 @@ final class FaultWorld: @unchecked Sendable {
     /// Writes `baton.json` for this world and returns its path.
     /// - Parameter statementTimeoutMilliseconds: the service's `database.statement_timeout_ms`, if any.
     func writeConfiguration(statementTimeoutMilliseconds: Int? = nil) throws -> String {
+        var tree = transfer.configuration(databaseURL: databaseURL, appleBaseURL: URL(string: "http://127.0.0.1:\(emulatorPort)")!)
         var database: [String: Any] = ["url": databaseURL, "pool_size": 4]
         if let statementTimeoutMilliseconds { database["statement_timeout_ms"] = statementTimeoutMilliseconds }
-        let transfer: [String: Any] = [
-            "client_id": FaultWorld.clientID,
-            "accepted_at": ISO8601DateFormatter().string(from: acceptedAt),
-            "sender": ["team_id": sender.teamID, "key_id": sender.keyID, "private_key_path": "sender.p8"],
-            "recipient": ["team_id": recipient.teamID, "key_id": recipient.keyID, "private_key_path": "recipient.p8"],
-        ]
-        let tree: [String: Any] = [
-            "listen": "127.0.0.1:\(servePort)",
-            "database": database,
-            "apple": ["base_url": "http://127.0.0.1:\(emulatorPort)", "client_ids": [FaultWorld.clientID], "transfer": transfer],
-            "legacy": ["table": "public.users", "key_column": "id", "subject_column": "apple_sub", "email_column": "email"],
-        ]
-        try directory.write("baton.json", String(decoding: try JSONSerialization.data(withJSONObject: tree), as: UTF8.self))
-        return directory.path("baton.json")
+        tree["database"] = database
+        tree["listen"] = "127.0.0.1:\(servePort)"
+        return try directory.writeJSON("baton.json", tree)
     }
 
     // MARK: - baton serve

@@ -18,6 +18,17 @@ public func runBaton(_ arguments: [String], input: Data? = nil, environment: [St
     return try runProcess(batonBinaryPath, arguments, input: input, environment: environment, timeout: timeout)
 }
 
+/// Runs the built binary on a Dispatch thread, so in-process servers keep Swift's cooperative threads.
+public func runBatonOffPool(_ arguments: [String], environment: [String: String]? = nil) async throws -> ProcessResult {
+    try await offPool { try runBaton(arguments, environment: environment) }
+}
+
+/// Applies Baton's schema to the database at `url` with `baton db migrate`.
+public func migrateWithBaton(_ url: String) async throws {
+    let result = try await runBatonOffPool(["db", "migrate", "--database-url", url])
+    guard result.status == 0 else { throw TestSupportError("baton db migrate failed: \(result.stderr)") }
+}
+
 /// The path of a file in `../shared/vectors` (beside the work tree) or `Tests/Vectors`.
 public func vectorPath(_ name: String) throws -> String {
     let candidates = [

@@ -48,6 +48,29 @@ public enum TestDatabase {
         _ = try psql(self.url(url, database: "postgres"), "DROP DATABASE \(name) WITH (FORCE)")
     }
 
+    /// Creates the application's table `public.users` (`id bigserial`, `apple_sub text UNIQUE`, `email text`,
+    /// `transfer_sub text`) with a row per subject and email, through `psql`.
+    /// Subjects and emails are test data: no double quotes or backslashes.
+    public static func createUsersTable(_ url: String, subjects: [String], emails: [String]) throws {
+        _ = try psql(url, """
+            CREATE TABLE public.users (id bigserial PRIMARY KEY, apple_sub text UNIQUE, email text, transfer_sub text);
+            INSERT INTO public.users (apple_sub, email) SELECT * FROM unnest('\(arrayLiteral(subjects))'::text[], '\(arrayLiteral(emails))'::text[]);
+            """)
+    }
+
+    /// Records pending transfers (sending-team identifier → transfer identifier) in `baton.transfers`.
+    public static func addTransfers(_ url: String, _ transfers: [String: String]) throws {
+        let pairs = Array(transfers)
+        _ = try psql(url, """
+            INSERT INTO baton.transfers (old_sub, transfer_sub)
+            SELECT * FROM unnest('\(arrayLiteral(pairs.map(\.key)))'::text[], '\(arrayLiteral(pairs.map(\.value)))'::text[]);
+            """)
+    }
+
+    private static func arrayLiteral(_ values: [String]) -> String {
+        "{" + values.map { "\"\($0)\"" }.joined(separator: ",") + "}"
+    }
+
     /// Runs SQL through `psql` (independently of the code under test) and returns its unaligned output.
     public static func psql(_ url: String, _ sql: String) throws -> String {
         let result = try runProcess("/usr/bin/psql", [url, "-v", "ON_ERROR_STOP=1", "-qAtc", sql])
