@@ -37,7 +37,7 @@ let package = Package(
         ),
 
         // Shared helpers for tests: a fresh database per suite, the emulator on loopback, the built binary.
-        .target(name: "TestSupport", dependencies: ["BatonEmulator", "BatonPostgres"], path: "Tests/TestSupport", swiftSettings: swiftSettings),
+        .target(name: "TestSupport", dependencies: ["BatonEmulator", "BatonHTTPServer", "BatonPostgres"], path: "Tests/TestSupport", swiftSettings: swiftSettings),
         .testTarget(name: "BatonJOSETests", dependencies: ["BatonJOSE"], swiftSettings: swiftSettings),
         .testTarget(name: "BatonAppleSignInTests", dependencies: ["BatonAppleSignIn", "BatonJOSE", "BatonEmulator", "BatonHTTPServer", "TestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "BatonPostgresTests", dependencies: ["BatonPostgres", "TestSupport"], swiftSettings: swiftSettings),

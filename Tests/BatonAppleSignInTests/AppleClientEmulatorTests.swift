@@ -305,19 +305,18 @@ struct URLSessionAppleTransportTests {
             hits.withLock { $0.append("elsewhere \(String(decoding: request.body, as: UTF8.self))") }
             return HTTPResponse.json(serialized: #"{"access_token":"stolen","token_type":"Bearer","expires_in":3600}"#)
         }
-        let server = HTTPServer(router: router)
-        let port = try await server.start()
-        let clock = FakeClock()
-        let client = AppleClient(
-            baseURL: URL(string: "http://127.0.0.1:\(port)")!, credentials: FakeSigner(),
-            options: AppleClient.Options(retry: RetryPolicy(maxAttempts: 1)),
-            transport: URLSessionAppleTransport(timeout: 30), now: { clock.now }, sleep: { clock.sleep($0) }
-        )
-        let error = await #expect(throws: AppleClientError.self) { try await client.accessToken() }
-        await server.stop()
-        #expect(error?.code == .unexpectedStatus)
-        #expect(error?.status == 307)
-        #expect(hits.withLock { $0 } == ["token"])
+        try await withServer(router) { _, port in
+            let clock = FakeClock()
+            let client = AppleClient(
+                baseURL: URL(string: "http://127.0.0.1:\(port)")!, credentials: FakeSigner(),
+                options: AppleClient.Options(retry: RetryPolicy(maxAttempts: 1)),
+                transport: URLSessionAppleTransport(timeout: 30), now: { clock.now }, sleep: { clock.sleep($0) }
+            )
+            let error = await #expect(throws: AppleClientError.self) { try await client.accessToken() }
+            #expect(error?.code == .unexpectedStatus)
+            #expect(error?.status == 307)
+            #expect(hits.withLock { $0 } == ["token"])
+        }
     }
 
     @Test("Retry-After from a live server is waited exactly, then the call succeeds")
@@ -334,18 +333,17 @@ struct URLSessionAppleTransportTests {
             }
             return HTTPResponse.json(serialized: #"{"access_token":"t","token_type":"Bearer","expires_in":3600}"#)
         }
-        let server = HTTPServer(router: router)
-        let port = try await server.start()
-        let clock = FakeClock()
-        let client = AppleClient(
-            baseURL: URL(string: "http://127.0.0.1:\(port)")!, credentials: FakeSigner(),
-            now: { clock.now }, sleep: { clock.sleep($0) }, jitter: { 0 }
-        )
-        let token = try await client.accessToken()
-        await server.stop()
-        #expect(token.value == "t")
-        #expect(clock.sleeps == [2])
-        #expect(calls.withLock { $0 } == 2)
+        try await withServer(router) { _, port in
+            let clock = FakeClock()
+            let client = AppleClient(
+                baseURL: URL(string: "http://127.0.0.1:\(port)")!, credentials: FakeSigner(),
+                now: { clock.now }, sleep: { clock.sleep($0) }, jitter: { 0 }
+            )
+            let token = try await client.accessToken()
+            #expect(token.value == "t")
+            #expect(clock.sleeps == [2])
+            #expect(calls.withLock { $0 } == 2)
+        }
     }
 
     @Test("form fields are percent-encoded and reach the server intact")
@@ -359,12 +357,11 @@ struct URLSessionAppleTransportTests {
         router.post("/auth/token") { _ in
             HTTPResponse.json(serialized: #"{"access_token":"t","token_type":"Bearer","expires_in":3600}"#)
         }
-        let server = HTTPServer(router: router)
-        let port = try await server.start()
-        let client = AppleClient(baseURL: URL(string: "http://127.0.0.1:\(port)")!, credentials: FakeSigner())
-        _ = try await client.exchange(transferIdentifier: "a+b/c=d&e f.é")
-        await server.stop()
-        #expect(received.withLock { $0["transfer_sub"] } == "a+b/c=d&e f.é")
-        #expect(received.withLock { $0["client_id"] } == "com.example.app")
+        try await withServer(router) { _, port in
+            let client = AppleClient(baseURL: URL(string: "http://127.0.0.1:\(port)")!, credentials: FakeSigner())
+            _ = try await client.exchange(transferIdentifier: "a+b/c=d&e f.é")
+            #expect(received.withLock { $0["transfer_sub"] } == "a+b/c=d&e f.é")
+            #expect(received.withLock { $0["client_id"] } == "com.example.app")
+        }
     }
 }

@@ -4,24 +4,6 @@ import TestSupport
 import Testing
 @testable import BatonHTTPServer
 
-/// Starts a server with `router` on a free loopback port, runs `body`, then stops it.
-func withServer<T>(
-    _ router: Router,
-    configuration: HTTPServerConfiguration = HTTPServerConfiguration(),
-    _ body: (HTTPServer, Int) async throws -> T
-) async throws -> T {
-    let server = HTTPServer(router: router, configuration: configuration)
-    let port = try await server.start(host: "127.0.0.1", port: 0)
-    do {
-        let result = try await body(server, port)
-        await server.stop()
-        return result
-    } catch {
-        await server.stop()
-        throw error
-    }
-}
-
 /// Sends one request with URLSession and returns status, headers and body text.
 func fetch(_ port: Int, _ path: String, method: String = "GET", headers: [String: String] = [:], body: Data? = nil) async throws -> (Int, HTTPURLResponse, String) {
     var request = URLRequest(url: URL(string: "http://127.0.0.1:\(port)\(path)")!)

@@ -8,36 +8,36 @@ import TestSupport
 struct FuzzCommandTests {
     @Test("2,000 random and mutated requests leave the emulator up, answering as before, its memory bounded")
     func emulatorSurvives() async throws {
-        let emulator = try await AppleEmulator.start()
-        let team = try emulator.createTeam()
-        try emulator.createApp(clientID: "com.example.fuzz", teamID: team.teamID)
-        let user = try #require(try emulator.createUsers(clientID: "com.example.fuzz", count: 1).first)
-        let keysBefore = try await fetch(emulator.baseURL, "/auth/keys")
+        try await withEmulator { emulator in
+            let team = try emulator.createTeam()
+            try emulator.createApp(clientID: "com.example.fuzz", teamID: team.teamID)
+            let user = try #require(try emulator.createUsers(clientID: "com.example.fuzz", count: 1).first)
+            let keysBefore = try await fetch(emulator.baseURL, "/auth/keys")
 
-        let url = emulator.baseURL.absoluteString
-        let result = try await offPool {
-            try runBaton(["fuzz", "http", "--url", url, "--requests", "2000", "--seed", "7", "--pid", String(getpid()), "--concurrency", "4"])
+            let url = emulator.baseURL.absoluteString
+            let result = try await offPool {
+                try runBaton(["fuzz", "http", "--url", url, "--requests", "2000", "--seed", "7", "--pid", String(getpid()), "--concurrency", "4"])
+            }
+            #expect(result.status == 0, "\(result.stdout)\n\(result.stderr)")
+            let last = try #require(result.stdout.split(separator: "\n").last)
+            let figures = try #require(try JSONSerialization.jsonObject(with: Data(last.utf8)) as? [String: Any])
+            #expect(figures["requests"] as? Int == 2000)
+            #expect(figures["failures"] as? Int == 0)
+            #expect((figures["statuses"] as? [String: Int])?["400"] ?? 0 > 0, "broken requests get 400s")
+            #expect(figures["rss_kib_after"] as? Int ?? 0 > 0)
+
+            // Afterwards, well-formed requests get the answers they got before, or the ones they are owed.
+            let keysAfter = try await fetch(emulator.baseURL, "/auth/keys")
+            #expect(keysAfter.status == 200)
+            #expect(keysAfter.body == keysBefore.body)
+            var request = URLRequest(url: emulator.baseURL.appendingPathComponent("emulator/authorize"))
+            request.httpMethod = "POST"
+            request.setValue("application/json", forHTTPHeaderField: "Content-Type")
+            request.httpBody = Data(#"{"client_id":"com.example.fuzz","user":"\#(user.id)","nonce":"n"}"#.utf8)
+            let (data, response) = try await URLSession.shared.data(for: request)
+            #expect((response as? HTTPURLResponse)?.statusCode == 200)
+            #expect(String(decoding: data, as: UTF8.self).contains("id_token"))
         }
-        #expect(result.status == 0, "\(result.stdout)\n\(result.stderr)")
-        let last = try #require(result.stdout.split(separator: "\n").last)
-        let figures = try #require(try JSONSerialization.jsonObject(with: Data(last.utf8)) as? [String: Any])
-        #expect(figures["requests"] as? Int == 2000)
-        #expect(figures["failures"] as? Int == 0)
-        #expect((figures["statuses"] as? [String: Int])?["400"] ?? 0 > 0, "broken requests get 400s")
-        #expect(figures["rss_kib_after"] as? Int ?? 0 > 0)
-
-        // Afterwards, well-formed requests get the answers they got before, or the ones they are owed.
-        let keysAfter = try await fetch(emulator.baseURL, "/auth/keys")
-        #expect(keysAfter.status == 200)
-        #expect(keysAfter.body == keysBefore.body)
-        var request = URLRequest(url: emulator.baseURL.appendingPathComponent("emulator/authorize"))
-        request.httpMethod = "POST"
-        request.setValue("application/json", forHTTPHeaderField: "Content-Type")
-        request.httpBody = Data(#"{"client_id":"com.example.fuzz","user":"\#(user.id)","nonce":"n"}"#.utf8)
-        let (data, response) = try await URLSession.shared.data(for: request)
-        #expect((response as? HTTPURLResponse)?.statusCode == 200)
-        #expect(String(decoding: data, as: UTF8.self).contains("id_token"))
-        await emulator.stop()
     }
 
     @Test("a server that is not there is a failure (exit 1), not a silent pass")

@@ -1,4 +1,5 @@
 import BatonEmulator
+import BatonHTTPServer
 
 /// Runs `body` with `resource`, then `teardown`, whether `body` returns or throws: the `defer` that can
 /// await (postgres-nio's `withConnection`, ServiceLifecycle's scoped services).
@@ -41,4 +42,16 @@ public func withDatabase<Result>(
 ) async throws -> Result {
     let url = try await offPool { try TestDatabase.create(prefix, on: server ?? TestDatabase.serverURL()) }
     return try await withTeardown(url, teardown: { url in _ = try? await offPool { try TestDatabase.drop(url) } }, body)
+}
+
+/// Starts an HTTP server with `router` on a free loopback port, runs `body` with it and its port, and stops it
+/// afterwards, whatever happens.
+public func withServer<Result>(
+    _ router: Router,
+    configuration: HTTPServerConfiguration = HTTPServerConfiguration(),
+    _ body: (HTTPServer, Int) async throws -> Result
+) async throws -> Result {
+    let server = HTTPServer(router: router, configuration: configuration)
+    let port = try await server.start(host: "127.0.0.1", port: 0)
+    return try await withTeardown(server, teardown: { await $0.stop() }) { try await body($0, port) }
 }
