@@ -36,7 +36,7 @@ let package = Package(
             swiftSettings: swiftSettings
         ),
 
-        // Shared helpers for tests: a fresh database per suite, the emulator on loopback, the built binary.
+        // Shared helpers for tests: scoped databases, emulators and servers that always tear down, the built binary.
         .target(name: "TestSupport", dependencies: ["BatonEmulator", "BatonHTTPServer", "BatonPostgres"], path: "Tests/TestSupport", swiftSettings: swiftSettings),
         .testTarget(name: "BatonJOSETests", dependencies: ["BatonJOSE"], swiftSettings: swiftSettings),
         .testTarget(name: "BatonAppleSignInTests", dependencies: ["BatonAppleSignIn", "BatonJOSE", "BatonEmulator", "BatonHTTPServer", "TestSupport"], swiftSettings: swiftSettings),
