@@ -1,7 +1,7 @@
 import BatonAppleSignIn
 import BatonPostgres
 
-/// The one error type of the `Baton` library: a stable ``Code``, an HTTP status the service answers with,
+/// The one error type of the `Baton` library: a stable ``Code`` (the service maps it to an HTTP status)
 /// and a reason safe to show (never a token, an email, a secret or an SQL value).
 public struct BatonError: Error, Sendable, Equatable, CustomStringConvertible {
     /// What went wrong; the raw value is the `error` field of the HTTP answer.
@@ -37,18 +37,6 @@ public struct BatonError: Error, Sendable, Equatable, CustomStringConvertible {
     public init(_ code: Code, _ reason: String) {
         self.code = code
         self.reason = reason
-    }
-
-    /// The HTTP status the service answers with.
-    public var httpStatus: Int {
-        switch code {
-        case .invalidToken, .nonceReused, .staleToken: 401
-        case .conflict: 409
-        case .legacyRecordMissing: 404
-        case .invalidNotification, .invalidRequest: 400
-        case .databaseUnavailable, .keysUnavailable: 503
-        case .invalidLegacyTable: 500
-        }
     }
 
     /// `code: reason`.
