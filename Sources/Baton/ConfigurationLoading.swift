@@ -1,3 +1,4 @@
+import BatonConcurrency
 import BatonJOSE
 import Foundation
 
@@ -33,11 +34,7 @@ extension BatonConfiguration {
     /// ``load(path:environment:)`` on `queue`, keeping the file reads off Swift's cooperative threads.
     /// - Throws: ``ConfigurationError`` as ``load(path:environment:)``.
     public static func load(path: String?, environment: [String: String], queue: DispatchQueue) async throws -> BatonConfiguration {
-        try await withCheckedThrowingContinuation { continuation in
-            queue.async {
-                continuation.resume(with: Result { try load(path: path, environment: environment) })
-            }
-        }
+        try await offPool(on: queue) { try load(path: path, environment: environment) }
     }
 
     /// Decodes `json`, resolves its relative paths against `baseDirectory`, applies `environment` and validates.

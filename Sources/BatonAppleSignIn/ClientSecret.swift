@@ -1,3 +1,4 @@
+import BatonConcurrency
 import Foundation
 import BatonJOSE
 
@@ -71,14 +72,11 @@ public struct ClientSecret: ClientSecretSigner, CustomStringConvertible, CustomR
     /// Reads a key file on a dispatch queue (file reads block).
     /// - Throws: ``AppleClientError`` `keyUnreadable`.
     public static func readKeyFile(_ path: String) async throws -> Data {
-        try await withCheckedThrowingContinuation { continuation in
-            DispatchQueue.global().async {
-                if let data = FileManager.default.contents(atPath: path), data.count <= 64 * 1024 {
-                    continuation.resume(returning: data)
-                } else {
-                    continuation.resume(throwing: AppleClientError(.keyUnreadable, detail: path))
-                }
+        try await offPool { () throws(AppleClientError) -> Data in
+            guard let data = FileManager.default.contents(atPath: path), data.count <= 64 * 1024 else {
+                throw AppleClientError(.keyUnreadable, detail: path)
             }
+            return data
         }
     }
 

@@ -1,3 +1,4 @@
+import BatonConcurrency
 import Foundation
 import BatonLogging
 internal import CBatonMicroHTTPD
@@ -98,12 +99,7 @@ public actor HTTPServer {
             if running == 0 && (active == 0 || ContinuousClock.now >= deadline) { break }
             try? await Task.sleep(for: .milliseconds(5))
         }
-        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            DispatchQueue.global().async {
-                daemon.stop()
-                continuation.resume()
-            }
-        }
+        await offPool { daemon.stop() }
         self.daemon = nil
         core.logger.info("http server stopped")
     }

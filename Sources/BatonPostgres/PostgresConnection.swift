@@ -1,3 +1,4 @@
+import BatonConcurrency
 internal import CBatonLibPQ
 import Foundation
 import Dispatch
@@ -46,12 +47,8 @@ public final class PostgresConnection: @unchecked Sendable {
     /// - Throws: ``PostgresError`` with code `connectionFailure`.
     public static func connect(url: String, statementTimeoutMilliseconds: Int? = nil, logger: Logger = .disabled()) async throws -> PostgresConnection {
         let queue = DispatchQueue(label: "baton.postgres.connection")
-        return try await withCheckedThrowingContinuation { continuation in
-            queue.async {
-                continuation.resume(with: Result {
-                    try openConnection(url: url, statementTimeoutMilliseconds: statementTimeoutMilliseconds, queue: queue, logger: logger)
-                })
-            }
+        return try await offPool(on: queue) {
+            try openConnection(url: url, statementTimeoutMilliseconds: statementTimeoutMilliseconds, queue: queue, logger: logger)
         }
     }
 
@@ -171,13 +168,9 @@ public final class PostgresConnection: @unchecked Sendable {
     }
 
     private func onQueue<T: Sendable>(_ work: @escaping @Sendable () throws -> T) async throws -> T {
-        try await withCheckedThrowingContinuation { continuation in
-            queue.async {
-                continuation.resume(with: Result {
-                    try self.performDueHealthCheck()
-                    return try work()
-                })
-            }
+        try await offPool(on: queue) {
+            try self.performDueHealthCheck()
+            return try work()
         }
     }
 
