@@ -360,15 +360,15 @@ public struct ConfigurationError: Error, Equatable, CustomStringConvertible {
     /// What went wrong.
     public enum Code: String, Sendable {
         /// The configuration file (or the admin token file) cannot be read.
-        case fileUnreadable
+        case fileUnreadable = "file_unreadable"
         /// The configuration file is not a JSON object.
-        case invalidJSON
+        case invalidJSON = "invalid_json"
         /// A key the configuration does not know (a typo, or `admin_token` in the file).
-        case unknownKey
+        case unknownKey = "unknown_key"
         /// A required key is absent.
         case missing
         /// A value of the wrong type or shape.
-        case invalidValue
+        case invalidValue = "invalid_value"
     }
 
     /// The stable code.

@@ -216,19 +216,19 @@ public final class AppleClient: Sendable {
     /// - Throws: ``AppleClientError``; `invalidParameter`, before any call, when `sub` is empty or `targetTeamID`
     ///   is not a team ID or is this client's own team (the target is the recipient's team).
     public func transferIdentifier(forUser sub: String, targetTeamID: String) async throws -> String {
-        guard !sub.isEmpty else { throw AppleClientError(.invalidParameter, context: context(.transferIdentifier), detail: "empty user identifier") }
+        guard !sub.isEmpty else { throw AppleClientError(.invalidParameter, context: context(.transferIdentifier), reason: "empty user identifier") }
         guard AppleIdentifierFormat.isTeamID(targetTeamID) else {
-            throw AppleClientError(.invalidParameter, context: context(.transferIdentifier), detail: "the target must be the recipient's team ID: 10 upper-case letters or digits")
+            throw AppleClientError(.invalidParameter, context: context(.transferIdentifier), reason: "the target must be the recipient's team ID: 10 upper-case letters or digits")
         }
         guard targetTeamID != signer.teamID else {
-            throw AppleClientError(.invalidParameter, context: context(.transferIdentifier), detail: "the target is the sending team itself: it must be the recipient's team ID")
+            throw AppleClientError(.invalidParameter, context: context(.transferIdentifier), reason: "the target is the sending team itself: it must be the recipient's team ID")
         }
         let response = try await authorizedMigrationCall(.transferIdentifier, fields: [("sub", sub), ("target", targetTeamID)])
         let context = context(.transferIdentifier)
         guard let object = try? JSONSerialization.jsonObject(with: response.body) as? [String: Any],
               let transferSub = object["transfer_sub"] as? String, !transferSub.isEmpty
         else {
-            throw AppleClientError(.invalidResponse, context: context, status: response.status, detail: "no transfer_sub")
+            throw AppleClientError(.invalidResponse, context: context, status: response.status, reason: "no transfer_sub")
         }
         return transferSub
     }
@@ -237,27 +237,27 @@ public final class AppleClient: Sendable {
     /// - Throws: ``AppleClientError``; `invalidParameter`, before any call, for an empty identifier.
     public func exchange(transferIdentifier: String) async throws -> ExchangedUser {
         guard !transferIdentifier.isEmpty else {
-            throw AppleClientError(.invalidParameter, context: context(.exchange), detail: "empty transfer identifier")
+            throw AppleClientError(.invalidParameter, context: context(.exchange), reason: "empty transfer identifier")
         }
         let response = try await authorizedMigrationCall(.exchange, fields: [("transfer_sub", transferIdentifier)])
         let context = context(.exchange)
         guard let object = try? JSONSerialization.jsonObject(with: response.body) as? [String: Any],
               let sub = object["sub"] as? String, !sub.isEmpty
         else {
-            throw AppleClientError(.invalidResponse, context: context, status: response.status, detail: "no sub")
+            throw AppleClientError(.invalidResponse, context: context, status: response.status, reason: "no sub")
         }
         var email: String?
         switch object["email"] {
         case nil, is NSNull: email = nil
         case let text as String where !text.isEmpty: email = text
-        default: throw AppleClientError(.invalidResponse, context: context, status: response.status, detail: "email is not a string")
+        default: throw AppleClientError(.invalidResponse, context: context, status: response.status, reason: "email is not a string")
         }
         let isPrivateEmail: Bool?
         switch object["is_private_email"] {
         case nil, is NSNull: isPrivateEmail = nil
         case let text as String where text == "true" || text == "false": isPrivateEmail = text == "true"
         case let flag as Bool: isPrivateEmail = flag
-        default: throw AppleClientError(.invalidResponse, context: context, status: response.status, detail: "is_private_email is not a boolean")
+        default: throw AppleClientError(.invalidResponse, context: context, status: response.status, reason: "is_private_email is not a boolean")
         }
         return ExchangedUser(sub: sub, email: email, isPrivateEmail: isPrivateEmail)
     }
@@ -295,10 +295,10 @@ public final class AppleClient: Sendable {
               let value = object["access_token"] as? String, !value.isEmpty,
               let expiresIn = (object["expires_in"] as? NSNumber)?.doubleValue, expiresIn > 0, expiresIn.isFinite
         else {
-            throw AppleClientError(.invalidResponse, context: context, status: response.status, detail: "no access_token or expires_in")
+            throw AppleClientError(.invalidResponse, context: context, status: response.status, reason: "no access_token or expires_in")
         }
         if let type = object["token_type"] as? String, type.lowercased() != "bearer" {
-            throw AppleClientError(.invalidResponse, context: context, status: response.status, detail: "token_type is not bearer")
+            throw AppleClientError(.invalidResponse, context: context, status: response.status, reason: "token_type is not bearer")
         }
         let margin = min(options.tokenRenewalMargin, expiresIn / 10)
         logger.info("apple access token renewed", ["team": signer.teamID, "expires_in": String(Int(expiresIn))])
@@ -355,7 +355,7 @@ public final class AppleClient: Sendable {
             case .failure(.timeout):
                 failure = AppleClientError(.timeout, context: context, attempts: attempt)
             case .failure(.connectionFailed(let reason)):
-                failure = AppleClientError(.connectionFailed, context: context, attempts: attempt, detail: reason)
+                failure = AppleClientError(.connectionFailed, context: context, attempts: attempt, reason: reason)
             }
             guard attempt < policy.maxAttempts,
                   let delay = policy.delay(afterAttempt: attempt, retryAfter: retryAfter, jitter: jitter())

@@ -67,12 +67,12 @@ public final class PostgresConnection: @unchecked Sendable {
             }
         }
         guard let pointer else {
-            throw PostgresError(.connectionFailure, message: "libpq could not allocate a connection")
+            throw PostgresError(.connectionFailure, reason: "libpq could not allocate a connection")
         }
         guard PQstatus(pointer) == CONNECTION_OK else {
             let message = lastError(pointer)
             PQfinish(pointer)
-            throw PostgresError(.connectionFailure, message: message)
+            throw PostgresError(.connectionFailure, reason: message)
         }
         PQsetNoticeProcessor(pointer, ignoreNotice, nil)
         return PostgresConnection(connection: pointer, queue: queue, logger: logger)
@@ -138,7 +138,7 @@ public final class PostgresConnection: @unchecked Sendable {
         statements.removeAll()
         guard PQstatus(connection) == CONNECTION_OK else {
             broken.withLock { $0 = true }
-            throw PostgresError(.connectionFailure, message: PostgresConnection.lastError(connection))
+            throw PostgresError(.connectionFailure, reason: PostgresConnection.lastError(connection))
         }
         broken.withLock { $0 = false }
         idleOutsideTransaction.withLock { $0 = true }
@@ -214,7 +214,7 @@ public final class PostgresConnection: @unchecked Sendable {
         idleOutsideTransaction.withLock { $0 = transactionStatus == PQTRANS_IDLE }
         guard let result else {
             if PQstatus(connection) != CONNECTION_OK { broken.withLock { $0 = true } }
-            throw PostgresError(.connectionFailure, message: PostgresConnection.lastError(connection))
+            throw PostgresError(.connectionFailure, reason: PostgresConnection.lastError(connection))
         }
         let handle = ResultHandle(result)
         let status = PQresultStatus(result)
@@ -232,7 +232,7 @@ public final class PostgresConnection: @unchecked Sendable {
             broken.withLock { $0 = true }
             code = .connectionFailure
         }
-        throw PostgresError(code, sqlState: sqlState, message: primary, detail: detail.isEmpty ? nil : detail)
+        throw PostgresError(code, sqlState: sqlState, reason: primary, detail: detail.isEmpty ? nil : detail)
     }
 
     private static func lastError(_ connection: OpaquePointer) -> String {

@@ -65,7 +65,7 @@ struct BulkJobTests {
             options.retryDelay = 0
             let summary = try await fixture.exchangeJob(options: options).run()
             #expect(summary.stopReason?.code == .stopped)
-            #expect(summary.stopReason?.message.contains("5 consecutive failures") == true)
+            #expect(summary.stopReason?.reason.contains("5 consecutive failures") == true)
             #expect(summary.remaining == 30)
             #expect(try fixture.count("SELECT count(*) FROM baton.events WHERE kind = 'migrated'") == 0)
             #expect(try fixture.count("SELECT count(*) FROM baton.transfers WHERE lease_owner IS NOT NULL") == 0)
@@ -246,7 +246,7 @@ struct LegacySeederTests {
         #expect(first.count == 6 && second.count == 4)
         #expect(Set(first.map(\.oldSub)).isDisjoint(with: second.map(\.oldSub)))
         #expect(try await a.claim(limit: 6).isEmpty)
-        #expect(try await a.postpone(first[0], reason: "serverError (HTTP 503)") == false)
+        #expect(try await a.postpone(first[0], reason: "server_error (HTTP 503)") == false)
         let again = try await a.claim(limit: 1)
         #expect(again.map(\.oldSub) == [first[0].oldSub] && again[0].attempts == 1)
         #expect(try await a.postpone(again[0], reason: "timeout") == true)

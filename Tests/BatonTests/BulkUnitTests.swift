@@ -215,8 +215,8 @@ struct FailureKindTests {
 
     @Test("database errors: transient ones are retried, others stop the job")
     func database() {
-        #expect(FailureKind.of(PostgresError(.connectionFailure, message: "x")) == .transient)
-        #expect(FailureKind.of(PostgresError(.undefinedObject, message: "x")) == .fatal)
+        #expect(FailureKind.of(PostgresError(.connectionFailure, reason: "x")) == .transient)
+        #expect(FailureKind.of(PostgresError(.undefinedObject, reason: "x")) == .fatal)
     }
 
     @Test("reasons carry Apple's code, never an identifier")
