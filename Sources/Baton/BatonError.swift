@@ -6,7 +6,7 @@ import BatonPostgres
 public struct BatonError: Error, Sendable, Equatable, CustomStringConvertible {
     /// What went wrong; the raw value is the `error` field of the HTTP answer.
     public enum Code: String, Sendable, Equatable, CaseIterable {
-        /// The identity token was rejected; ``BatonError/reason`` is the ``VerificationError/Reason`` code (401).
+        /// The identity token was rejected; ``BatonError/reason`` is the ``VerificationError/Code`` code (401).
         case invalidToken = "invalid_token"
         /// The nonce was already used with a token that has not expired (401).
         case nonceReused = "nonce_reused"
@@ -44,8 +44,8 @@ public struct BatonError: Error, Sendable, Equatable, CustomStringConvertible {
 
     /// The error for a rejected token.
     static func rejected(_ error: VerificationError) -> BatonError {
-        if error.reason == .keysUnavailable { return BatonError(.keysUnavailable, "Apple's key set cannot be fetched") }
-        return BatonError(.invalidToken, error.reason.rawValue)
+        if error.code == .keysUnavailable { return BatonError(.keysUnavailable, "Apple's key set cannot be fetched") }
+        return BatonError(.invalidToken, error.code.rawValue)
     }
 
     /// Maps a database failure that means "unreachable" to ``Code/databaseUnavailable``; other errors pass through.

@@ -86,7 +86,7 @@ private func runVerify(_ rawArguments: [String]) async throws -> Int32 {
     if tokenArgument == "-" {
         let bytes = try await offPool { readStandardInput(limit: standardInputLimit) }
         guard bytes.count <= standardInputLimit else {
-            throw CommandFailure.rejected("rejected: \(VerificationError.Reason.tooLarge.rawValue): standard input exceeds \(standardInputLimit) bytes")
+            throw CommandFailure.rejected("rejected: \(VerificationError.Code.tooLarge.rawValue): standard input exceeds \(standardInputLimit) bytes")
         }
         token = String(decoding: bytes, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
     } else {
@@ -99,7 +99,7 @@ private func runVerify(_ rawArguments: [String]) async throws -> Int32 {
         print(JSON.serialize(.object(verified.claims)))
         return 0
     } catch let error as VerificationError {
-        throw CommandFailure.rejected("rejected: \(error.reason.rawValue): \(error.explanation)")
+        throw CommandFailure.rejected("rejected: \(error.code.rawValue): \(error.reason)")
     }
 }
 
