@@ -222,6 +222,6 @@ struct FailureKindTests {
     @Test("reasons carry Apple's code, never an identifier")
     func reasons() {
         #expect(FailureKind.reason(AppleClientError(.invalidRequest, status: 400, appleError: "invalid_request")) == "invalid_request")
-        #expect(FailureKind.reason(AppleClientError(.serverError, status: 503)) == "serverError (HTTP 503)")
+        #expect(FailureKind.reason(AppleClientError(.serverError, status: 503)) == "server_error (HTTP 503)")
     }
 }
