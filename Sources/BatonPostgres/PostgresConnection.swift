@@ -226,13 +226,20 @@ public final class PostgresConnection: @unchecked Sendable {
         }
         let sqlState = field(UInt8(ascii: "C"))  // PG_DIAG_SQLSTATE
         let primary = field(UInt8(ascii: "M")) ?? PostgresConnection.lastError(connection)  // PG_DIAG_MESSAGE_PRIMARY
-        let detail = [field(UInt8(ascii: "D")), field(UInt8(ascii: "H"))].compactMap { $0 }.joined(separator: "; ")
+        var detail = [field(UInt8(ascii: "D")), field(UInt8(ascii: "H"))].compactMap { $0 }.joined(separator: "; ")
+        var reason = primary
+        if sqlState?.hasPrefix("22") == true {
+            // A data exception's primary message may quote the value (`invalid input syntax for type
+            // integer: "…"`): it goes to the detail, which only `debugDescription` shows.
+            reason = "a value does not fit its type (data exception)"
+            detail = detail.isEmpty ? primary : "\(primary); \(detail)"
+        }
         var code = sqlState.map(PostgresError.code(forSQLState:)) ?? .server
         if PQstatus(connection) != CONNECTION_OK {
             broken.withLock { $0 = true }
             code = .connectionFailure
         }
-        throw PostgresError(code, sqlState: sqlState, reason: primary, detail: detail.isEmpty ? nil : detail)
+        throw PostgresError(code, sqlState: sqlState, reason: reason, detail: detail.isEmpty ? nil : detail)
     }
 
     private static func lastError(_ connection: OpaquePointer) -> String {
