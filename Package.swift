@@ -23,16 +23,17 @@ let package = Package(
         .systemLibrary(name: "CBatonMicroHTTPD", pkgConfig: "libmicrohttpd", providers: [.apt(["libmicrohttpd-dev"])]),
 
         .target(name: "BatonLogging", swiftSettings: swiftSettings),
+        .target(name: "BatonConcurrency", swiftSettings: swiftSettings),
         .target(name: "BatonJOSE", dependencies: ["CBatonOpenSSL"], swiftSettings: swiftSettings),
-        .target(name: "BatonAppleSignIn", dependencies: ["BatonJOSE", "BatonLogging"], swiftSettings: swiftSettings),
-        .target(name: "BatonPostgres", dependencies: ["CBatonLibPQ", "BatonLogging"], swiftSettings: swiftSettings),
-        .target(name: "BatonHTTPServer", dependencies: ["CBatonMicroHTTPD", "BatonLogging"], swiftSettings: swiftSettings),
-        .target(name: "Baton", dependencies: ["BatonAppleSignIn", "BatonJOSE", "BatonPostgres", "BatonLogging"], resources: [.copy("Schema")], swiftSettings: swiftSettings),
+        .target(name: "BatonAppleSignIn", dependencies: ["BatonJOSE", "BatonLogging", "BatonConcurrency"], swiftSettings: swiftSettings),
+        .target(name: "BatonPostgres", dependencies: ["CBatonLibPQ", "BatonLogging", "BatonConcurrency"], swiftSettings: swiftSettings),
+        .target(name: "BatonHTTPServer", dependencies: ["CBatonMicroHTTPD", "BatonLogging", "BatonConcurrency"], swiftSettings: swiftSettings),
+        .target(name: "Baton", dependencies: ["BatonAppleSignIn", "BatonJOSE", "BatonPostgres", "BatonLogging", "BatonConcurrency"], resources: [.copy("Schema")], swiftSettings: swiftSettings),
         .target(name: "BatonService", dependencies: ["Baton", "BatonHTTPServer", "BatonJOSE", "BatonLogging"], swiftSettings: swiftSettings),
-        .target(name: "BatonEmulator", dependencies: ["BatonJOSE", "BatonHTTPServer", "BatonLogging"], swiftSettings: swiftSettings),
+        .target(name: "BatonEmulator", dependencies: ["BatonJOSE", "BatonHTTPServer", "BatonLogging", "BatonConcurrency"], swiftSettings: swiftSettings),
         .executableTarget(
             name: "baton",
-            dependencies: ["BatonService", "Baton", "BatonEmulator", "BatonAppleSignIn", "BatonJOSE", "BatonPostgres", "BatonHTTPServer", "BatonLogging"],
+            dependencies: ["BatonService", "Baton", "BatonEmulator", "BatonAppleSignIn", "BatonJOSE", "BatonPostgres", "BatonHTTPServer", "BatonLogging", "BatonConcurrency"],
             swiftSettings: swiftSettings
         ),
 

@@ -1,28 +1,28 @@
 import BatonAppleSignIn
 import BatonPostgres
 
-/// The one error type of the `Baton` library: a stable ``Code``, an HTTP status the service answers with,
+/// The one error type of the `Baton` library: a stable ``Code`` (the service maps it to an HTTP status)
 /// and a reason safe to show (never a token, an email, a secret or an SQL value).
 public struct BatonError: Error, Sendable, Equatable, CustomStringConvertible {
-    /// What went wrong; the raw value is the `error` field of the HTTP answer.
+    /// What went wrong; the raw value is the `error` field of the HTTP answer, whose status `BatonService` chooses.
     public enum Code: String, Sendable, Equatable, CaseIterable {
-        /// The identity token was rejected; ``BatonError/reason`` is the ``VerificationError/Reason`` code (401).
+        /// The identity token was rejected; ``BatonError/reason`` is the ``VerificationError/Code`` raw value.
         case invalidToken = "invalid_token"
-        /// The nonce was already used with a token that has not expired (401).
+        /// The nonce was already used with a token that has not expired.
         case nonceReused = "nonce_reused"
-        /// A re-link token was issued too long ago (401).
+        /// A re-link token was issued too long ago.
         case staleToken = "stale_token"
-        /// The new identifier already belongs to another record (409).
+        /// The new identifier already belongs to another record.
         case conflict
-        /// No legacy record carries the old identifier (404).
+        /// No legacy record carries the old identifier.
         case legacyRecordMissing = "legacy_record_missing"
-        /// A server-to-server notification was not acceptable (400).
+        /// A server-to-server notification was not acceptable.
         case invalidNotification = "invalid_notification"
-        /// The request lacks a field or has one of the wrong shape (400).
+        /// The request lacks a field or has one of the wrong shape.
         case invalidRequest = "invalid_request"
-        /// The database cannot be reached (503); nothing was half-written, so the call may be retried.
+        /// The database cannot be reached; nothing was half-written, so the call may be retried.
         case databaseUnavailable = "database_unavailable"
-        /// Apple's key set cannot be had (503).
+        /// Apple's key set cannot be had.
         case keysUnavailable = "keys_unavailable"
         /// The legacy table does not match the configuration (start-up).
         case invalidLegacyTable = "invalid_legacy_table"
@@ -39,25 +39,13 @@ public struct BatonError: Error, Sendable, Equatable, CustomStringConvertible {
         self.reason = reason
     }
 
-    /// The HTTP status the service answers with.
-    public var httpStatus: Int {
-        switch code {
-        case .invalidToken, .nonceReused, .staleToken: 401
-        case .conflict: 409
-        case .legacyRecordMissing: 404
-        case .invalidNotification, .invalidRequest: 400
-        case .databaseUnavailable, .keysUnavailable: 503
-        case .invalidLegacyTable: 500
-        }
-    }
-
     /// `code: reason`.
     public var description: String { "\(code.rawValue): \(reason)" }
 
     /// The error for a rejected token.
     static func rejected(_ error: VerificationError) -> BatonError {
-        if error.reason == .keysUnavailable { return BatonError(.keysUnavailable, "Apple's key set cannot be fetched") }
-        return BatonError(.invalidToken, error.reason.rawValue)
+        if error.code == .keysUnavailable { return BatonError(.keysUnavailable, "Apple's key set cannot be fetched") }
+        return BatonError(.invalidToken, error.code.rawValue)
     }
 
     /// Maps a database failure that means "unreachable" to ``Code/databaseUnavailable``; other errors pass through.

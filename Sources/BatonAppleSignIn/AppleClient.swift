@@ -216,50 +216,42 @@ public final class AppleClient: Sendable {
     /// - Throws: ``AppleClientError``; `invalidParameter`, before any call, when `sub` is empty or `targetTeamID`
     ///   is not a team ID or is this client's own team (the target is the recipient's team).
     public func transferIdentifier(forUser sub: String, targetTeamID: String) async throws -> String {
-        guard !sub.isEmpty else { throw AppleClientError(.invalidParameter, context: context(.transferIdentifier), detail: "empty user identifier") }
+        guard !sub.isEmpty else { throw AppleClientError(.invalidParameter, context: context(.transferIdentifier), reason: "empty user identifier") }
         guard AppleIdentifierFormat.isTeamID(targetTeamID) else {
-            throw AppleClientError(.invalidParameter, context: context(.transferIdentifier), detail: "the target must be the recipient's team ID: 10 upper-case letters or digits")
+            throw AppleClientError(.invalidParameter, context: context(.transferIdentifier), reason: "the target must be the recipient's team ID: 10 upper-case letters or digits")
         }
         guard targetTeamID != signer.teamID else {
-            throw AppleClientError(.invalidParameter, context: context(.transferIdentifier), detail: "the target is the sending team itself: it must be the recipient's team ID")
+            throw AppleClientError(.invalidParameter, context: context(.transferIdentifier), reason: "the target is the sending team itself: it must be the recipient's team ID")
         }
         let response = try await authorizedMigrationCall(.transferIdentifier, fields: [("sub", sub), ("target", targetTeamID)])
         let context = context(.transferIdentifier)
-        guard let object = try? JSONSerialization.jsonObject(with: response.body) as? [String: Any],
-              let transferSub = object["transfer_sub"] as? String, !transferSub.isEmpty
-        else {
-            throw AppleClientError(.invalidResponse, context: context, status: response.status, detail: "no transfer_sub")
+        guard let answer = try? JSONDecoder().decode(TransferIdentifierAnswer.self, from: response.body), !answer.transferSub.isEmpty else {
+            throw AppleClientError(.invalidResponse, context: context, status: response.status, reason: "no transfer_sub")
         }
-        return transferSub
+        return answer.transferSub
     }
 
     /// Recipient side: exchanges a transfer identifier for the user's identifier under the receiving team.
     /// - Throws: ``AppleClientError``; `invalidParameter`, before any call, for an empty identifier.
     public func exchange(transferIdentifier: String) async throws -> ExchangedUser {
         guard !transferIdentifier.isEmpty else {
-            throw AppleClientError(.invalidParameter, context: context(.exchange), detail: "empty transfer identifier")
+            throw AppleClientError(.invalidParameter, context: context(.exchange), reason: "empty transfer identifier")
         }
         let response = try await authorizedMigrationCall(.exchange, fields: [("transfer_sub", transferIdentifier)])
         let context = context(.exchange)
-        guard let object = try? JSONSerialization.jsonObject(with: response.body) as? [String: Any],
-              let sub = object["sub"] as? String, !sub.isEmpty
-        else {
-            throw AppleClientError(.invalidResponse, context: context, status: response.status, detail: "no sub")
+        let answer: ExchangeAnswer
+        do {
+            answer = try JSONDecoder().decode(ExchangeAnswer.self, from: response.body)
+        } catch let error as DecodingError {
+            throw AppleClientError(.invalidResponse, context: context, status: response.status, reason: ExchangeAnswer.problem(error))
         }
-        var email: String?
-        switch object["email"] {
-        case nil, is NSNull: email = nil
-        case let text as String where !text.isEmpty: email = text
-        default: throw AppleClientError(.invalidResponse, context: context, status: response.status, detail: "email is not a string")
+        guard !answer.sub.isEmpty else {
+            throw AppleClientError(.invalidResponse, context: context, status: response.status, reason: "no sub")
         }
-        let isPrivateEmail: Bool?
-        switch object["is_private_email"] {
-        case nil, is NSNull: isPrivateEmail = nil
-        case let text as String where text == "true" || text == "false": isPrivateEmail = text == "true"
-        case let flag as Bool: isPrivateEmail = flag
-        default: throw AppleClientError(.invalidResponse, context: context, status: response.status, detail: "is_private_email is not a boolean")
+        guard answer.email != "" else {
+            throw AppleClientError(.invalidResponse, context: context, status: response.status, reason: "email is not a string")
         }
-        return ExchangedUser(sub: sub, email: email, isPrivateEmail: isPrivateEmail)
+        return ExchangedUser(sub: answer.sub, email: answer.email, isPrivateEmail: answer.isPrivateEmail?.value)
     }
 
     // MARK: - Internals
@@ -291,14 +283,14 @@ public final class AppleClient: Sendable {
             ("client_secret", secret),
         ], bearer: nil)
         let received = now()
-        guard let object = try? JSONSerialization.jsonObject(with: response.body) as? [String: Any],
-              let value = object["access_token"] as? String, !value.isEmpty,
-              let expiresIn = (object["expires_in"] as? NSNumber)?.doubleValue, expiresIn > 0, expiresIn.isFinite
+        guard let answer = try? JSONDecoder().decode(TokenAnswer.self, from: response.body),
+              !answer.accessToken.isEmpty, answer.expiresIn > 0, answer.expiresIn.isFinite
         else {
-            throw AppleClientError(.invalidResponse, context: context, status: response.status, detail: "no access_token or expires_in")
+            throw AppleClientError(.invalidResponse, context: context, status: response.status, reason: "no access_token or expires_in")
         }
-        if let type = object["token_type"] as? String, type.lowercased() != "bearer" {
-            throw AppleClientError(.invalidResponse, context: context, status: response.status, detail: "token_type is not bearer")
+        let (value, expiresIn) = (answer.accessToken, answer.expiresIn)
+        if let type = answer.tokenType, type.lowercased() != "bearer" {
+            throw AppleClientError(.invalidResponse, context: context, status: response.status, reason: "token_type is not bearer")
         }
         let margin = min(options.tokenRenewalMargin, expiresIn / 10)
         logger.info("apple access token renewed", ["team": signer.teamID, "expires_in": String(Int(expiresIn))])
@@ -355,7 +347,7 @@ public final class AppleClient: Sendable {
             case .failure(.timeout):
                 failure = AppleClientError(.timeout, context: context, attempts: attempt)
             case .failure(.connectionFailed(let reason)):
-                failure = AppleClientError(.connectionFailed, context: context, attempts: attempt, detail: reason)
+                failure = AppleClientError(.connectionFailed, context: context, attempts: attempt, reason: reason)
             }
             guard attempt < policy.maxAttempts,
                   let delay = policy.delay(afterAttempt: attempt, retryAfter: retryAfter, jitter: jitter())
@@ -371,8 +363,7 @@ public final class AppleClient: Sendable {
     /// Maps a non-2xx answer to an error: Apple's `error` value when the body has one, else the status.
     static func error(for response: AppleHTTPResponse, context: AppleCallContext, retryAfter: TimeInterval?, attempts: Int) -> AppleClientError {
         var appleError: String?
-        if let object = try? JSONSerialization.jsonObject(with: response.body) as? [String: Any],
-           let value = object["error"] as? String, AppleClientError.isPlausibleAppleError(value) {
+        if let value = (try? JSONDecoder().decode(ErrorAnswer.self, from: response.body))?.error, AppleClientError.isPlausibleAppleError(value) {
             appleError = value
         }
         let code: AppleClientError.Code

@@ -50,38 +50,38 @@ public struct AppleClientError: Error, Equatable, CustomStringConvertible {
     /// What went wrong.
     public enum Code: String, Sendable, Equatable {
         /// The `.p8` file cannot be read.
-        case keyUnreadable
+        case keyUnreadable = "key_unreadable"
         /// The key is not an EC P-256 PKCS#8 private key.
-        case keyInvalid
+        case keyInvalid = "key_invalid"
         /// A team ID, key ID, client ID or lifetime given to ``ClientSecret``, or an argument of a call, is
         /// malformed (found before anything is sent).
-        case invalidParameter
+        case invalidParameter = "invalid_parameter"
         /// Apple: `invalid_request` (a parameter is missing or malformed).
-        case invalidRequest
+        case invalidRequest = "invalid_request"
         /// Apple: `invalid_client` (the client secret or client ID is not accepted).
-        case invalidClient
+        case invalidClient = "invalid_client"
         /// Apple: `invalid_grant` (the access token or transfer identifier is expired, revoked or not this app's).
-        case invalidGrant
+        case invalidGrant = "invalid_grant"
         /// Apple: `unauthorized_client` (the app may not use this grant or scope).
-        case unauthorizedClient
+        case unauthorizedClient = "unauthorized_client"
         /// Apple: `unsupported_grant_type`.
-        case unsupportedGrantType
+        case unsupportedGrantType = "unsupported_grant_type"
         /// Apple: `invalid_scope`.
-        case invalidScope
+        case invalidScope = "invalid_scope"
         /// Apple answered with another `error` value (kept in ``AppleClientError/appleError``).
-        case otherAppleError
+        case otherAppleError = "other_apple_error"
         /// HTTP 429 on every attempt, or a `Retry-After` longer than the client waits.
-        case rateLimited
+        case rateLimited = "rate_limited"
         /// HTTP 5xx on every attempt.
-        case serverError
+        case serverError = "server_error"
         /// Another HTTP status without an `error` value.
-        case unexpectedStatus
+        case unexpectedStatus = "unexpected_status"
         /// A 200 answer that is not the expected JSON.
-        case invalidResponse
+        case invalidResponse = "invalid_response"
         /// The request timed out on every attempt.
         case timeout
         /// Apple could not be reached on every attempt.
-        case connectionFailed
+        case connectionFailed = "connection_failed"
     }
 
     /// The stable code.
@@ -96,8 +96,9 @@ public struct AppleClientError: Error, Equatable, CustomStringConvertible {
     public let retryAfter: TimeInterval?
     /// How many attempts were made.
     public let attempts: Int
-    /// Extra detail that holds no secret (a file path, an OpenSSL reason, a transport error).
-    public let detail: String?
+    /// Why, in words, when there is more to say than the code: holds no secret (a file path, an OpenSSL
+    /// reason, a transport error).
+    public let reason: String?
 
     /// Creates an error.
     public init(
@@ -107,7 +108,7 @@ public struct AppleClientError: Error, Equatable, CustomStringConvertible {
         appleError: String? = nil,
         retryAfter: TimeInterval? = nil,
         attempts: Int = 0,
-        detail: String? = nil
+        reason: String? = nil
     ) {
         self.code = code
         self.context = context
@@ -115,7 +116,7 @@ public struct AppleClientError: Error, Equatable, CustomStringConvertible {
         self.appleError = appleError
         self.retryAfter = retryAfter
         self.attempts = attempts
-        self.detail = detail
+        self.reason = reason
     }
 
     /// Equality over the code, the operation, the status and Apple's error value.
@@ -161,7 +162,7 @@ public struct AppleClientError: Error, Equatable, CustomStringConvertible {
         case .invalidRequest, .invalidClient, .invalidGrant, .unauthorizedClient, .unsupportedGrantType, .invalidScope, .otherAppleError:
             line = "Apple rejected the \(context?.description ?? "call"): \(appleError ?? code.rawValue)"
         }
-        if let detail { line += " (\(detail))" }
+        if let reason { line += " (\(reason))" }
         var facts: [String] = []
         if let status { facts.append("HTTP \(status)") }
         if let retryAfter { facts.append("Retry-After \(Int(retryAfter.rounded(.up))) s") }

@@ -1,3 +1,4 @@
+import BatonConcurrency
 import Foundation
 import BatonJOSE
 
@@ -28,13 +29,13 @@ public struct ClientSecret: ClientSecretSigner, CustomStringConvertible, CustomR
     ///   upper-case letters or digits, a key ID 10 letters or digits, a client ID without a team prefix).
     public init(teamID: String, keyID: String, clientID: String, privateKey: P256PrivateKey) throws {
         guard AppleIdentifierFormat.isTeamID(teamID) else {
-            throw AppleClientError(.invalidParameter, detail: "team ID must be 10 upper-case letters or digits")
+            throw AppleClientError(.invalidParameter, reason: "team ID must be 10 upper-case letters or digits")
         }
         guard AppleIdentifierFormat.isKeyID(keyID) else {
-            throw AppleClientError(.invalidParameter, detail: "key ID must be 10 letters or digits")
+            throw AppleClientError(.invalidParameter, reason: "key ID must be 10 letters or digits")
         }
         if let problem = AppleIdentifierFormat.clientIDProblem(clientID) {
-            throw AppleClientError(.invalidParameter, detail: problem)
+            throw AppleClientError(.invalidParameter, reason: problem)
         }
         self.teamID = teamID
         self.keyID = keyID
@@ -47,13 +48,13 @@ public struct ClientSecret: ClientSecretSigner, CustomStringConvertible, CustomR
     ///   curve) or `invalidParameter`.
     public init(teamID: String, keyID: String, clientID: String, pem: String) throws {
         if let problem = ClientSecret.pemProblem(pem) {
-            throw AppleClientError(.keyInvalid, detail: problem)
+            throw AppleClientError(.keyInvalid, reason: problem)
         }
         let key: P256PrivateKey
         do {
             key = try P256PrivateKey(pkcs8PEM: pem)
         } catch {
-            throw AppleClientError(.keyInvalid, detail: "not an EC P-256 PKCS#8 private key")
+            throw AppleClientError(.keyInvalid, reason: "not an EC P-256 PKCS#8 private key")
         }
         try self.init(teamID: teamID, keyID: keyID, clientID: clientID, privateKey: key)
     }
@@ -63,7 +64,7 @@ public struct ClientSecret: ClientSecretSigner, CustomStringConvertible, CustomR
     public static func load(teamID: String, keyID: String, clientID: String, keyFile path: String) async throws -> ClientSecret {
         let data = try await readKeyFile(path)
         guard let pem = String(data: data, encoding: .utf8) else {
-            throw AppleClientError(.keyInvalid, detail: "\(path) is not PEM text")
+            throw AppleClientError(.keyInvalid, reason: "\(path) is not PEM text")
         }
         return try ClientSecret(teamID: teamID, keyID: keyID, clientID: clientID, pem: pem)
     }
@@ -71,14 +72,11 @@ public struct ClientSecret: ClientSecretSigner, CustomStringConvertible, CustomR
     /// Reads a key file on a dispatch queue (file reads block).
     /// - Throws: ``AppleClientError`` `keyUnreadable`.
     public static func readKeyFile(_ path: String) async throws -> Data {
-        try await withCheckedThrowingContinuation { continuation in
-            DispatchQueue.global().async {
-                if let data = FileManager.default.contents(atPath: path), data.count <= 64 * 1024 {
-                    continuation.resume(returning: data)
-                } else {
-                    continuation.resume(throwing: AppleClientError(.keyUnreadable, detail: path))
-                }
+        try await offPool { () throws(AppleClientError) -> Data in
+            guard let data = FileManager.default.contents(atPath: path), data.count <= 64 * 1024 else {
+                throw AppleClientError(.keyUnreadable, reason: path)
             }
+            return data
         }
     }
 
@@ -90,7 +88,7 @@ public struct ClientSecret: ClientSecretSigner, CustomStringConvertible, CustomR
     ///   `keyInvalid` if signing fails.
     public func clientSecret(issuedAt: Date, lifetime: TimeInterval) throws -> String {
         guard lifetime >= 1, lifetime <= ClientSecret.maximumLifetime else {
-            throw AppleClientError(.invalidParameter, detail: "a client secret lives from 1 to 15777000 seconds (182 days)")
+            throw AppleClientError(.invalidParameter, reason: "a client secret lives from 1 to 15777000 seconds (182 days)")
         }
         let iat = Int64(issuedAt.timeIntervalSince1970.rounded(.down))
         let exp = iat + Int64(lifetime.rounded(.down))
@@ -99,7 +97,7 @@ public struct ClientSecret: ClientSecretSigner, CustomStringConvertible, CustomR
         do {
             return try JWS.signES256(payload: Array(claims.utf8), key: key, kid: keyID)
         } catch {
-            throw AppleClientError(.keyInvalid, detail: "signing failed")
+            throw AppleClientError(.keyInvalid, reason: "signing failed")
         }
     }
 

@@ -128,7 +128,7 @@ public struct IdentityTokenVerifier: Sendable {
         } catch let error as JOSEError {
             switch error.code {
             case .tooLarge: throw VerificationError(.tooLarge, "token longer than \(maxTokenLength) bytes")
-            case .criticalExtension, .unsupportedType: throw VerificationError(.unsupportedHeader, error.context)
+            case .criticalExtension, .unsupportedType: throw VerificationError(.unsupportedHeader, error.reason)
             default: throw VerificationError(.malformed, error.description)
             }
         }

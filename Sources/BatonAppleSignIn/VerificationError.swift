@@ -1,10 +1,10 @@
-/// Why an identity token was rejected: a stable ``Reason`` code plus a short explanation.
+/// Why an identity token was rejected: a stable ``Code`` plus a short reason.
 ///
-/// The explanation names the failed check (for example "'aud' is not a configured client ID") and never
-/// contains the token, claim values, emails or key material. Errors are equal when their reasons are.
+/// The reason names the failed check (for example "'aud' is not a configured client ID") and never
+/// contains the token, claim values, emails or key material. Errors are equal when their codes are.
 public struct VerificationError: Error, Equatable, Sendable, CustomStringConvertible {
     /// Stable rejection codes; raw values are the snake_case strings used on the command line and in HTTP errors.
-    public enum Reason: String, Sendable, CaseIterable {
+    public enum Code: String, Sendable, CaseIterable {
         /// Not a compact JWS with a JSON-object header and payload (bad shape, base64url, JSON, duplicates, nesting).
         case malformed
         /// Longer than the accepted maximum (16 KiB by default), checked before any decoding.
@@ -36,21 +36,21 @@ public struct VerificationError: Error, Equatable, Sendable, CustomStringConvert
     }
 
     /// What was wrong, stable across releases.
-    public let reason: Reason
-    /// A short explanation without token contents.
-    public let explanation: String
+    public let code: Code
+    /// Why, in words, without token contents.
+    public let reason: String
 
-    /// Creates an error with `reason` and an optional explanation.
-    public init(_ reason: Reason, _ explanation: String = "") {
+    /// Creates an error with `code` and an optional reason.
+    public init(_ code: Code, _ reason: String = "") {
+        self.code = code
         self.reason = reason
-        self.explanation = explanation
     }
 
-    /// `reason: explanation`, or the reason alone.
+    /// `code: reason`, or the code alone.
     public var description: String {
-        explanation.isEmpty ? reason.rawValue : "\(reason.rawValue): \(explanation)"
+        reason.isEmpty ? code.rawValue : "\(code.rawValue): \(reason)"
     }
 
-    /// Errors are equal when their reasons are equal; the explanation is for people.
-    public static func == (lhs: VerificationError, rhs: VerificationError) -> Bool { lhs.reason == rhs.reason }
+    /// Errors are equal when their codes are equal; the reason is for people.
+    public static func == (lhs: VerificationError, rhs: VerificationError) -> Bool { lhs.code == rhs.code }
 }

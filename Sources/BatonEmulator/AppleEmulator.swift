@@ -1,3 +1,4 @@
+import BatonConcurrency
 import Foundation
 import BatonHTTPServer
 import BatonJOSE

@@ -1,3 +1,4 @@
+import BatonConcurrency
 import Dispatch
 import Foundation
 import BatonJOSE
@@ -425,10 +426,7 @@ final class Emulator: Sendable {
     /// - Throws: ``EmulatorError`` `state_file` when it cannot be written.
     func flush() async throws(EmulatorError) {
         guard statePath != nil else { return }
-        let result: Result<Void, EmulatorError> = await withCheckedContinuation { continuation in
-            saveQueue.async { [self] in continuation.resume(returning: Result { () throws(EmulatorError) in try writeState() }) }
-        }
-        try result.get()
+        try await offPool(on: saveQueue) { [self] () throws(EmulatorError) in try writeState() }
     }
 
     /// Writes the state file atomically (a temporary file renamed). Runs on the save queue.
@@ -446,15 +444,6 @@ final class Emulator: Sendable {
             throw EmulatorError(.stateFile, "cannot write \(statePath)")
         }
     }
-}
-
-/// Runs CPU-heavy or blocking work (RSA key generation, file reads) on a Dispatch thread, so
-/// Swift's cooperative pool stays free for request handlers.
-func offPool<T: Sendable>(_ body: @escaping @Sendable () throws(EmulatorError) -> T) async throws(EmulatorError) -> T {
-    let result: Result<T, EmulatorError> = await withCheckedContinuation { continuation in
-        DispatchQueue.global().async { continuation.resume(returning: Result { () throws(EmulatorError) -> T in try body() }) }
-    }
-    return try result.get()
 }
 
 /// One emulated person as `POST /emulator/users` returns them.

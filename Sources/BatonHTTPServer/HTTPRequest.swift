@@ -56,16 +56,6 @@ public struct HTTPRequest: Sendable {
         }
         return values
     }
-
-    /// The body decoded from JSON with `JSONDecoder`.
-    /// - Throws: ``HTTPError`` 400 `invalid_json` when the body is not JSON of that shape.
-    public func decodeJSON<T: Decodable>(_ type: T.Type = T.self) throws(HTTPError) -> T {
-        do {
-            return try JSONDecoder().decode(T.self, from: Data(body))
-        } catch {
-            throw HTTPError(400, code: "invalid_json", reason: "request body is not the expected JSON")
-        }
-    }
 }
 
 /// Percent-decoding for `application/x-www-form-urlencoded`.

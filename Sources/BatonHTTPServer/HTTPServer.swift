@@ -1,3 +1,4 @@
+import BatonConcurrency
 import Foundation
 import BatonLogging
 internal import CBatonMicroHTTPD
@@ -36,11 +37,11 @@ public struct HTTPServerError: Error, Sendable, Equatable, CustomStringConvertib
 
     /// The stable code.
     public var code: Code
-    /// Context: the address or port involved.
-    public var context: String
+    /// Why, in words: the address or port involved.
+    public var reason: String
 
-    /// `code: context`.
-    public var description: String { "\(code.rawValue): \(context)" }
+    /// `code: reason`.
+    public var description: String { "\(code.rawValue): \(reason)" }
 }
 
 /// An HTTP/1.1 server on libmicrohttpd answering through a ``Router``.
@@ -77,8 +78,8 @@ public actor HTTPServer {
     /// - Throws: ``HTTPServerError`` `invalid_address`, `start_failed`, `already_started`.
     @discardableResult
     public func start(host: String = "127.0.0.1", port: Int = 0) throws -> Int {
-        guard daemon == nil, !stopped else { throw HTTPServerError(code: .alreadyStarted, context: "\(host):\(port)") }
-        guard (0...65535).contains(port) else { throw HTTPServerError(code: .invalidAddress, context: "port \(port)") }
+        guard daemon == nil, !stopped else { throw HTTPServerError(code: .alreadyStarted, reason: "\(host):\(port)") }
+        guard (0...65535).contains(port) else { throw HTTPServerError(code: .invalidAddress, reason: "port \(port)") }
         let daemon = try Daemon(core: core, host: host == "localhost" ? "127.0.0.1" : host, port: UInt16(port))
         self.daemon = daemon
         core.logger.info("http server listening", ["host": host, "port": String(daemon.port)])
@@ -98,12 +99,7 @@ public actor HTTPServer {
             if running == 0 && (active == 0 || ContinuousClock.now >= deadline) { break }
             try? await Task.sleep(for: .milliseconds(5))
         }
-        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            DispatchQueue.global().async {
-                daemon.stop()
-                continuation.resume()
-            }
-        }
+        await offPool { daemon.stop() }
         self.daemon = nil
         core.logger.info("http server stopped")
     }
@@ -134,7 +130,7 @@ final class Daemon: @unchecked Sendable {
         }
         guard let started else {
             retainedCore.release()
-            throw HTTPServerError(code: .startFailed, context: "\(host):\(port)")
+            throw HTTPServerError(code: .startFailed, reason: "\(host):\(port)")
         }
         pointer = started
         self.port = CMicroHTTPD_bound_port(started)
@@ -172,5 +168,5 @@ private func withSocketAddress<T>(host: String, port: UInt16, _ body: (UnsafePoi
         v6.sin6_port = port.bigEndian
         return withUnsafePointer(to: &v6) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { body($0, true) } }
     }
-    throw HTTPServerError(code: .invalidAddress, context: host)
+    throw HTTPServerError(code: .invalidAddress, reason: host)
 }

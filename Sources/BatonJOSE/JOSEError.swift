@@ -38,18 +38,18 @@ public struct JOSEError: Error, Equatable, Sendable, CustomStringConvertible {
 
     /// What went wrong, stable across releases.
     public let code: Code
-    /// A short explanation without secrets or token contents.
-    public let context: String
+    /// Why, in words, without secrets or token contents.
+    public let reason: String
 
-    /// Creates an error with `code` and an optional `context`.
-    public init(_ code: Code, _ context: String = "") {
+    /// Creates an error with `code` and an optional `reason`.
+    public init(_ code: Code, _ reason: String = "") {
         self.code = code
-        self.context = context
+        self.reason = reason
     }
 
-    /// `code: context`, or the code alone.
+    /// `code: reason`, or the code alone.
     public var description: String {
-        context.isEmpty ? code.rawValue : "\(code.rawValue): \(context)"
+        reason.isEmpty ? code.rawValue : "\(code.rawValue): \(reason)"
     }
 
     /// Errors are equal when their codes are equal; the context is explanation only.

@@ -25,14 +25,14 @@ public struct Migration: Sendable, Equatable {
         for file in files {
             let base = file.deletingPathExtension().lastPathComponent
             guard let underscore = base.firstIndex(of: "_"), let version = Int(base[..<underscore]), version > 0 else {
-                throw PostgresError(.invalidConfiguration, message: "migration file \(file.lastPathComponent) is not named NNNN_name.sql")
+                throw PostgresError(.invalidConfiguration, reason: "migration file \(file.lastPathComponent) is not named NNNN_name.sql")
             }
             let sql = try String(contentsOf: file, encoding: .utf8)
             migrations.append(Migration(version: version, name: String(base[base.index(after: underscore)...]), sql: sql))
         }
         migrations.sort { $0.version < $1.version }
         for (previous, next) in zip(migrations, migrations.dropFirst()) where previous.version == next.version {
-            throw PostgresError(.invalidConfiguration, message: "two migrations have version \(next.version)")
+            throw PostgresError(.invalidConfiguration, reason: "two migrations have version \(next.version)")
         }
         return migrations
     }

@@ -1,3 +1,4 @@
+import BatonConcurrency
 internal import CBatonLibPQ
 import Foundation
 import Dispatch
@@ -46,12 +47,8 @@ public final class PostgresConnection: @unchecked Sendable {
     /// - Throws: ``PostgresError`` with code `connectionFailure`.
     public static func connect(url: String, statementTimeoutMilliseconds: Int? = nil, logger: Logger = .disabled()) async throws -> PostgresConnection {
         let queue = DispatchQueue(label: "baton.postgres.connection")
-        return try await withCheckedThrowingContinuation { continuation in
-            queue.async {
-                continuation.resume(with: Result {
-                    try openConnection(url: url, statementTimeoutMilliseconds: statementTimeoutMilliseconds, queue: queue, logger: logger)
-                })
-            }
+        return try await offPool(on: queue) {
+            try openConnection(url: url, statementTimeoutMilliseconds: statementTimeoutMilliseconds, queue: queue, logger: logger)
         }
     }
 
@@ -70,12 +67,12 @@ public final class PostgresConnection: @unchecked Sendable {
             }
         }
         guard let pointer else {
-            throw PostgresError(.connectionFailure, message: "libpq could not allocate a connection")
+            throw PostgresError(.connectionFailure, reason: "libpq could not allocate a connection")
         }
         guard PQstatus(pointer) == CONNECTION_OK else {
             let message = lastError(pointer)
             PQfinish(pointer)
-            throw PostgresError(.connectionFailure, message: message)
+            throw PostgresError(.connectionFailure, reason: message)
         }
         PQsetNoticeProcessor(pointer, ignoreNotice, nil)
         return PostgresConnection(connection: pointer, queue: queue, logger: logger)
@@ -141,7 +138,7 @@ public final class PostgresConnection: @unchecked Sendable {
         statements.removeAll()
         guard PQstatus(connection) == CONNECTION_OK else {
             broken.withLock { $0 = true }
-            throw PostgresError(.connectionFailure, message: PostgresConnection.lastError(connection))
+            throw PostgresError(.connectionFailure, reason: PostgresConnection.lastError(connection))
         }
         broken.withLock { $0 = false }
         idleOutsideTransaction.withLock { $0 = true }
@@ -171,13 +168,9 @@ public final class PostgresConnection: @unchecked Sendable {
     }
 
     private func onQueue<T: Sendable>(_ work: @escaping @Sendable () throws -> T) async throws -> T {
-        try await withCheckedThrowingContinuation { continuation in
-            queue.async {
-                continuation.resume(with: Result {
-                    try self.performDueHealthCheck()
-                    return try work()
-                })
-            }
+        try await offPool(on: queue) {
+            try self.performDueHealthCheck()
+            return try work()
         }
     }
 
@@ -221,7 +214,7 @@ public final class PostgresConnection: @unchecked Sendable {
         idleOutsideTransaction.withLock { $0 = transactionStatus == PQTRANS_IDLE }
         guard let result else {
             if PQstatus(connection) != CONNECTION_OK { broken.withLock { $0 = true } }
-            throw PostgresError(.connectionFailure, message: PostgresConnection.lastError(connection))
+            throw PostgresError(.connectionFailure, reason: PostgresConnection.lastError(connection))
         }
         let handle = ResultHandle(result)
         let status = PQresultStatus(result)
@@ -233,13 +226,20 @@ public final class PostgresConnection: @unchecked Sendable {
         }
         let sqlState = field(UInt8(ascii: "C"))  // PG_DIAG_SQLSTATE
         let primary = field(UInt8(ascii: "M")) ?? PostgresConnection.lastError(connection)  // PG_DIAG_MESSAGE_PRIMARY
-        let detail = [field(UInt8(ascii: "D")), field(UInt8(ascii: "H"))].compactMap { $0 }.joined(separator: "; ")
+        var detail = [field(UInt8(ascii: "D")), field(UInt8(ascii: "H"))].compactMap { $0 }.joined(separator: "; ")
+        var reason = primary
+        if sqlState?.hasPrefix("22") == true {
+            // A data exception's primary message may quote the value (`invalid input syntax for type
+            // integer: "…"`): it goes to the detail, which only `debugDescription` shows.
+            reason = "a value does not fit its type (data exception)"
+            detail = detail.isEmpty ? primary : "\(primary); \(detail)"
+        }
         var code = sqlState.map(PostgresError.code(forSQLState:)) ?? .server
         if PQstatus(connection) != CONNECTION_OK {
             broken.withLock { $0 = true }
             code = .connectionFailure
         }
-        throw PostgresError(code, sqlState: sqlState, message: primary, detail: detail.isEmpty ? nil : detail)
+        throw PostgresError(code, sqlState: sqlState, reason: reason, detail: detail.isEmpty ? nil : detail)
     }
 
     private static func lastError(_ connection: OpaquePointer) -> String {

@@ -39,12 +39,12 @@ enum PostgresOID {
 }
 
 private func notNull(_ bytes: UnsafeBufferPointer<UInt8>?, _ type: String) throws -> UnsafeBufferPointer<UInt8> {
-    guard let bytes else { throw PostgresError(.decoding, message: "NULL where \(type) was expected") }
+    guard let bytes else { throw PostgresError(.decoding, reason: "NULL where \(type) was expected") }
     return bytes
 }
 
 private func decodingError(_ type: String) -> PostgresError {
-    PostgresError(.decoding, message: "column value is not a valid \(type)")
+    PostgresError(.decoding, reason: "column value is not a valid \(type)")
 }
 
 extension String: PostgresEncodable, PostgresDecodable {

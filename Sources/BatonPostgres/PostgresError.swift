@@ -37,16 +37,16 @@ public struct PostgresError: Error, Sendable, CustomStringConvertible, CustomDeb
     public var code: Code
     /// The five-character SQLSTATE, when the server reported one.
     public var sqlState: String?
-    /// The primary message (from the server's primary message field or libpq); contains no parameter values.
-    public var message: String
+    /// Why, in words: the server's primary message or libpq's; contains no parameter values.
+    public var reason: String
     /// Server detail and hint; may contain values, so only in `debugDescription`.
     public var detail: String?
 
     /// Creates an error.
-    public init(_ code: Code, sqlState: String? = nil, message: String, detail: String? = nil) {
+    public init(_ code: Code, sqlState: String? = nil, reason: String, detail: String? = nil) {
         self.code = code
         self.sqlState = sqlState
-        self.message = message
+        self.reason = reason
         self.detail = detail
     }
 
@@ -59,8 +59,8 @@ public struct PostgresError: Error, Sendable, CustomStringConvertible, CustomDeb
     }
 
     public var description: String {
-        if let sqlState { return "postgres \(code.rawValue) (\(sqlState)): \(message)" }
-        return "postgres \(code.rawValue): \(message)"
+        if let sqlState { return "postgres \(code.rawValue) (\(sqlState)): \(reason)" }
+        return "postgres \(code.rawValue): \(reason)"
     }
 
     public var debugDescription: String {

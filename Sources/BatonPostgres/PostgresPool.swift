@@ -94,14 +94,14 @@ public actor PostgresPool {
         let pending = waiters
         waiters.removeAll()
         for waiter in pending {
-            waiter.continuation.resume(throwing: PostgresError(.poolClosed, message: "the connection pool is closed"))
+            waiter.continuation.resume(throwing: PostgresError(.poolClosed, reason: "the connection pool is closed"))
         }
         open -= idle.count
         idle.removeAll()
     }
 
     private func acquire() async throws -> PostgresConnection {
-        guard !closed else { throw PostgresError(.poolClosed, message: "the connection pool is closed") }
+        guard !closed else { throw PostgresError(.poolClosed, reason: "the connection pool is closed") }
         while let connection = idle.popLast() {
             if !connection.isBroken { return connection }
             open -= 1
@@ -133,7 +133,7 @@ public actor PostgresPool {
     private func expireDueWaiters() -> ContinuousClock.Instant? {
         let now = ContinuousClock.now
         while let oldest = waiters.first, oldest.deadline <= now {
-            waiters.removeFirst().continuation.resume(throwing: PostgresError(.poolTimeout, message: "no database connection became free in time"))
+            waiters.removeFirst().continuation.resume(throwing: PostgresError(.poolTimeout, reason: "no database connection became free in time"))
         }
         guard let oldest = waiters.first else {
             expiry = nil

@@ -78,7 +78,7 @@ public struct PostgresIdentifier: Sendable, Hashable, CustomStringConvertible {
     public init(_ name: String) throws {
         let parts = name.split(separator: ".", omittingEmptySubsequences: false).map(String.init)
         guard (1...2).contains(parts.count), parts.allSatisfy(PostgresIdentifier.isValidPart) else {
-            throw PostgresError(.invalidConfiguration, message: "invalid SQL identifier '\(name)': use letters, digits and '_', optionally 'schema.name'")
+            throw PostgresError(.invalidConfiguration, reason: "invalid SQL identifier '\(name)': use letters, digits and '_', optionally 'schema.name'")
         }
         self.parts = parts
     }

@@ -47,7 +47,7 @@ public struct PostgresResult: Sendable, RandomAccessCollection {
     /// The index of the column named `name`.
     func columnIndex(_ name: String) throws -> Int {
         guard let index = columnIndexes[name] else {
-            throw PostgresError(.decoding, message: "no column named '\(name)' in the result")
+            throw PostgresError(.decoding, reason: "no column named '\(name)' in the result")
         }
         return index
     }
@@ -62,7 +62,7 @@ public struct PostgresRow: Sendable {
     /// - Throws: ``PostgresError`` with code `decoding`.
     public func decode<T: PostgresDecodable>(_ type: T.Type = T.self, at column: Int) throws -> T {
         guard let handle = result.handle, column >= 0, column < Int(PQnfields(handle.pointer)) else {
-            throw PostgresError(.decoding, message: "column \(column) is out of range")
+            throw PostgresError(.decoding, reason: "column \(column) is out of range")
         }
         let r = Int32(row), c = Int32(column)
         if PQgetisnull(handle.pointer, r, c) == 1 {

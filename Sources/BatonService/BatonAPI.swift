@@ -16,7 +16,7 @@ import BatonLogging
 /// | `GET /report` | the same report as an HTML page (admin token) |
 /// | `GET /healthz`, `/readyz`, `/metrics` | liveness, readiness, Prometheus text |
 ///
-/// Errors are `{"error": code, "reason": text}` with the status of ``BatonError/httpStatus``; bad input is
+/// Errors are `{"error": code, "reason": text}` with the status its code maps to (`HTTPStatusMapping.swift`); bad input is
 /// 4xx, an unreachable database 503. Each request logs one line (route, status, duration, outcome or
 /// error), never tokens, secrets or emails.
 public final class BatonAPI: Sendable {
@@ -151,7 +151,7 @@ public final class BatonAPI: Sendable {
             do {
                 (response, outcome) = try await handler(request)
             } catch let error as BatonError {
-                response = HTTPError(error.httpStatus, code: error.code.rawValue, reason: error.reason).response
+                response = HTTPError(error.code.httpStatus, code: error.code.rawValue, reason: error.reason).response
                 rejection = error.code == .invalidToken || error.code == .invalidNotification ? error.reason : error.code.rawValue
             } catch let error as HTTPError {
                 response = error.response

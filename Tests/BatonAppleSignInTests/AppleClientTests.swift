@@ -270,6 +270,30 @@ struct AppleClientTests {
         #expect(error?.code == .invalidResponse)
     }
 
+    @Test("an exchange answer of the wrong shape is an invalid response naming the member", arguments: [
+        ("", "no sub"), (#"{"email":"x@example.com"}"#, "no sub"), (#"{"sub":""}"#, "no sub"),
+        (#"{"sub":"001.a","email":5}"#, "email is not a string"), (#"{"sub":"001.a","email":""}"#, "email is not a string"),
+        (#"{"sub":"001.a","is_private_email":"yes"}"#, "is_private_email is not a boolean"),
+    ])
+    func invalidExchangeResponses(_ body: String, _ reason: String) async throws {
+        let transport = ScriptedTransport()
+        transport.script("usermigrationinfo", [.respond(200, body)])
+        let error = await #expect(throws: AppleClientError.self) { try await makeClient(transport, clock: FakeClock()).exchange(transferIdentifier: "T.1") }
+        #expect(error?.code == .invalidResponse)
+        #expect(error?.reason == reason)
+    }
+
+    @Test("an exchange answer takes is_private_email as a Boolean or as the string Apple sometimes sends")
+    func exchangeFlagShapes() async throws {
+        let transport = ScriptedTransport()
+        transport.script("usermigrationinfo", [
+            .respond(200, #"{"sub":"001.a","email":null,"is_private_email":"true"}"#), .respond(200, #"{"sub":"001.b","is_private_email":false}"#),
+        ])
+        let client = makeClient(transport, clock: FakeClock())
+        #expect(try await client.exchange(transferIdentifier: "T.1") == ExchangedUser(sub: "001.a", email: nil, isPrivateEmail: true))
+        #expect(try await client.exchange(transferIdentifier: "T.2") == ExchangedUser(sub: "001.b", email: nil, isPrivateEmail: false))
+    }
+
     @Test("secrets and tokens appear in no log line and no error")
     func noSecretsLeak() async throws {
         let transport = ScriptedTransport()

@@ -36,7 +36,7 @@ struct FuzzCorpusTests {
     }
 
     @Test("refusals carry the reason the seed was built to trigger", arguments: [
-        ("forged-alg-none", VerificationError.Reason.algorithmNotAllowed),
+        ("forged-alg-none", VerificationError.Code.algorithmNotAllowed),
         ("forged-es256-valid-signature", .algorithmNotAllowed),
         ("forged-hs256", .algorithmNotAllowed),
         ("forged-kid-swapped", .badSignature),
@@ -52,7 +52,7 @@ struct FuzzCorpusTests {
         ("signed-wrong-aud", .wrongAudience),
         ("signed-wrong-iss", .wrongIssuer),
     ])
-    func reasons(name: String, reason: VerificationError.Reason) throws {
+    func reasons(name: String, reason: VerificationError.Code) throws {
         let keySet = try JWKSet(json: Data(contentsOf: Self.corpus.appendingPathComponent("verifier-keys.json")))
         let verifier = IdentityTokenVerifier(clientIDs: ["com.example.app", "com.example.web"], keys: FixedKeySet(keySet),
                                              now: { Date(timeIntervalSince1970: 1_795_953_660) })

@@ -87,18 +87,18 @@ struct KeySetCacheTests {
         let verifier = verifier(cache, clock)
         let tokens = (0..<1_000).map { _ in Fixture.token(kid: UUID().uuidString) }
         for round in 1...3 {
-            let reasons = await withTaskGroup(of: VerificationError.Reason?.self) { group in
+            let reasons = await withTaskGroup(of: VerificationError.Code?.self) { group in
                 for token in tokens {
                     group.addTask {
                         do {
                             _ = try await verifier.verify(token)
                             return nil
                         } catch {
-                            return (error as? VerificationError)?.reason
+                            return (error as? VerificationError)?.code
                         }
                     }
                 }
-                var reasons: [VerificationError.Reason?] = []
+                var reasons: [VerificationError.Code?] = []
                 for await reason in group { reasons.append(reason) }
                 return reasons
             }

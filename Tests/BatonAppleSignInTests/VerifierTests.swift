@@ -8,10 +8,10 @@ struct Forgery: Sendable, CustomTestStringConvertible {
     let name: String
     let token: @Sendable () -> String
     let nonce: ExpectedNonce?
-    let reason: VerificationError.Reason
+    let reason: VerificationError.Code
     var testDescription: String { "\(name) → \(reason.rawValue)" }
 
-    init(_ name: String, _ reason: VerificationError.Reason, nonce: ExpectedNonce? = nil, _ token: @escaping @Sendable () -> String) {
+    init(_ name: String, _ reason: VerificationError.Code, nonce: ExpectedNonce? = nil, _ token: @escaping @Sendable () -> String) {
         self.name = name
         self.reason = reason
         self.nonce = nonce
@@ -162,7 +162,7 @@ struct VerifierTests {
             let claims = try await Fixture.verifier().verify(token, nonce: forgery.nonce)
             Issue.record("accepted: \(claims.subject)")
         } catch let error as VerificationError {
-            #expect(error.reason == forgery.reason, "\(error)")
+            #expect(error.code == forgery.reason, "\(error)")
             #expect(!error.description.contains(token), "the error must not echo the token")
         } catch {
             Issue.record("unexpected error \(error)")
@@ -172,7 +172,7 @@ struct VerifierTests {
     @Test("Every reason code has a forged token except keys_unavailable (a cache test)")
     func everyReasonCovered() {
         let covered = Set(forgeries.map(\.reason))
-        #expect(Set(VerificationError.Reason.allCases).subtracting(covered) == [.keysUnavailable])
+        #expect(Set(VerificationError.Code.allCases).subtracting(covered) == [.keysUnavailable])
     }
 
     @Test("A genuine token verifies and its claims decode")

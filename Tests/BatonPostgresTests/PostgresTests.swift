@@ -121,6 +121,18 @@ struct PostgresTests {
         }
     }
 
+    @Test("a data exception, whose server message quotes the value, keeps the value out of its description")
+    func dataExceptionHidesValue() async throws {
+        do {
+            try await pool.query("SELECT \("001234.secretsub")::integer")
+            Issue.record("expected a data exception")
+        } catch let error as PostgresError {
+            #expect(error.sqlState == "22P02")
+            #expect(!error.description.contains("001234.secretsub"))
+            #expect(error.debugDescription.contains("001234.secretsub"))
+        }
+    }
+
     @Test("SQL errors carry SQLSTATE codes")
     func sqlState() async throws {
         await #expect(throws: PostgresError.self) { try await pool.query("SELECT * FROM no_such_table") }

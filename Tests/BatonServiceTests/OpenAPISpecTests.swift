@@ -68,7 +68,7 @@ struct OpenAPISpecTests {
     func rejectionReasons() throws {
         let spec = try Spec(path: Self.specPath)
         // keys_unavailable is answered as the 503 error code keys_unavailable, never as an invalid_token reason.
-        let expected = Set(VerificationError.Reason.allCases.filter { $0 != .keysUnavailable }.map(\.rawValue))
+        let expected = Set(VerificationError.Code.allCases.filter { $0 != .keysUnavailable }.map(\.rawValue))
         let documented = Set(try spec.enumeration(schema: "TokenRejectionReason"))
         #expect(documented.subtracting(expected).isEmpty, "in the spec but never answered: \(documented.subtracting(expected).sorted())")
         #expect(expected.subtracting(documented).isEmpty, "answered but missing from the spec: \(expected.subtracting(documented).sorted())")

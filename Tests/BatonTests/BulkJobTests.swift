@@ -245,7 +245,7 @@ struct LegacySeederTests {
             #expect(first.count == 6 && second.count == 4)
             #expect(Set(first.map(\.oldSub)).isDisjoint(with: second.map(\.oldSub)))
             #expect(try await a.claim(limit: 6).isEmpty)
-            #expect(try await a.postpone(first[0], reason: "serverError (HTTP 503)") == false)
+            #expect(try await a.postpone(first[0], reason: "server_error (HTTP 503)") == false)
             let again = try await a.claim(limit: 1)
             #expect(again.map(\.oldSub) == [first[0].oldSub] && again[0].attempts == 1)
             #expect(try await a.postpone(again[0], reason: "timeout") == true)

@@ -215,13 +215,13 @@ struct FailureKindTests {
 
     @Test("database errors: transient ones are retried, others stop the job")
     func database() {
-        #expect(FailureKind.of(PostgresError(.connectionFailure, message: "x")) == .transient)
-        #expect(FailureKind.of(PostgresError(.undefinedObject, message: "x")) == .fatal)
+        #expect(FailureKind.of(PostgresError(.connectionFailure, reason: "x")) == .transient)
+        #expect(FailureKind.of(PostgresError(.undefinedObject, reason: "x")) == .fatal)
     }
 
     @Test("reasons carry Apple's code, never an identifier")
     func reasons() {
         #expect(FailureKind.reason(AppleClientError(.invalidRequest, status: 400, appleError: "invalid_request")) == "invalid_request")
-        #expect(FailureKind.reason(AppleClientError(.serverError, status: 503)) == "serverError (HTTP 503)")
+        #expect(FailureKind.reason(AppleClientError(.serverError, status: 503)) == "server_error (HTTP 503)")
     }
 }

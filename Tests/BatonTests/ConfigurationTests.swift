@@ -256,9 +256,30 @@ struct ConfigurationTests {
 
         let readme = try String(contentsOf: packageRoot.appendingPathComponent("docs/configuration.md"), encoding: .utf8)
         for key in BatonConfiguration.keys {
-            #expect(readme.contains("| `\(key.path)` | `\(key.environmentVariable)` |"), "README misses \(key.path)")
+            let row = "| `\(key.path)` | `\(key.environmentVariable)` | \(key.defaultDescription) | \(key.summary) |"
+            #expect(readme.contains(row), "docs/configuration.md does not have the row \(row)")
         }
         #expect(readme.contains(BatonConfiguration.adminTokenVariable))
+    }
+
+    @Test("the key table and the Codable shape name the same keys")
+    func keyTableMatchesCodingKeys() throws {
+        var full = try load(try configJSON())
+        full.database.statementTimeoutMilliseconds = 1_000
+        full.apple.transfer?.acceptedAt = Date(timeIntervalSince1970: 1_793_491_200)
+        full.legacy.transferColumn = "transfer_id"
+        full.adminTokenFile = "/etc/baton/admin-token"
+        let encoder = JSONEncoder()
+        encoder.dateEncodingStrategy = .iso8601
+        let tree = try #require(try JSONSerialization.jsonObject(with: encoder.encode(full)) as? [String: Any])
+        func leaves(_ object: [String: Any], _ prefix: String) -> [String] {
+            object.flatMap { name, value -> [String] in
+                let path = prefix.isEmpty ? name : "\(prefix).\(name)"
+                guard let child = value as? [String: Any] else { return [path] }
+                return leaves(child, path)
+            }
+        }
+        #expect(Set(leaves(tree, "")) == Set(BatonConfiguration.keys.map(\.path)))
     }
 
     @Test("a configuration round-trips through JSON without its admin token")

@@ -21,17 +21,17 @@ public struct BulkJobError: Error, Equatable, CustomStringConvertible {
 
     /// The stable code.
     public let code: Code
-    /// One line for the operator.
-    public let message: String
+    /// Why, in one line for the operator.
+    public let reason: String
 
     /// Creates an error.
-    public init(_ code: Code, _ message: String) {
+    public init(_ code: Code, _ reason: String) {
         self.code = code
-        self.message = message
+        self.reason = reason
     }
 
     /// Equality over the code.
     public static func == (lhs: BulkJobError, rhs: BulkJobError) -> Bool { lhs.code == rhs.code }
 
-    public var description: String { message }
+    public var description: String { reason }
 }

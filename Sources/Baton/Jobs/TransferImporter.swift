@@ -1,3 +1,4 @@
+import BatonConcurrency
 import Foundation
 import BatonLogging
 import BatonPostgres
@@ -20,30 +21,27 @@ final class LineReader: @unchecked Sendable {
 
     /// Up to `count` lines without their line ends (`\n` or `\r\n`); empty at the end of the file.
     func next(_ count: Int) async throws -> [String] {
-        try await withCheckedThrowingContinuation { continuation in
-            queue.async { [self] in
-                var lines: [String] = []
-                lines.reserveCapacity(count)
-                var buffer: UnsafeMutablePointer<CChar>?
-                var capacity = 0
-                defer { free(buffer) }
-                while lines.count < count {
-                    let length = getline(&buffer, &capacity, self.file)
-                    if length < 0 {
-                        if ferror(self.file) != 0 {
-                            continuation.resume(throwing: BulkJobError(.unreadableFile, "cannot read the file: \(String(cString: strerror(errno)))"))
-                            return
-                        }
-                        break
+        try await offPool(on: queue) { [self] () throws(BulkJobError) -> [String] in
+            var lines: [String] = []
+            lines.reserveCapacity(count)
+            var buffer: UnsafeMutablePointer<CChar>?
+            var capacity = 0
+            defer { free(buffer) }
+            while lines.count < count {
+                let length = getline(&buffer, &capacity, self.file)
+                if length < 0 {
+                    if ferror(self.file) != 0 {
+                        throw BulkJobError(.unreadableFile, "cannot read the file: \(String(cString: strerror(errno)))")
                     }
-                    var end = length
-                    while end > 0, buffer![end - 1] == 10 || buffer![end - 1] == 13 { end -= 1 }
-                    lines.append(buffer!.withMemoryRebound(to: UInt8.self, capacity: end) {
-                        String(decoding: UnsafeBufferPointer(start: $0, count: end), as: UTF8.self)
-                    })
+                    break
                 }
-                continuation.resume(returning: lines)
+                var end = length
+                while end > 0, buffer![end - 1] == 10 || buffer![end - 1] == 13 { end -= 1 }
+                lines.append(buffer!.withMemoryRebound(to: UInt8.self, capacity: end) {
+                    String(decoding: UnsafeBufferPointer(start: $0, count: end), as: UTF8.self)
+                })
             }
+            return lines
         }
     }
 }

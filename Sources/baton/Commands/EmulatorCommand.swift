@@ -132,19 +132,20 @@ func runEmulatorBenchmark(_ arguments: [String]) async throws -> Int32 {
 
     let runs = [(keys, requests), (authorize, tokens), (exchange, exchanges)]
     let errors = runs.reduce(0) { $0 + $1.0.failures + ($1.1 - ($1.0.statuses[200] ?? 0)) }
-    let figures: [String: Any] = [
-        "benchmark": "emulator",
-        "concurrency": concurrency,
-        "keys_requests": requests,
-        "keys_requests_per_s": Int(keys.perSecond),
-        "authorize_tokens": tokens,
-        "authorize_tokens_per_s": Int(authorize.perSecond),
-        "exchange_requests": exchanges,
-        "exchange_requests_per_s": Int(exchange.perSecond),
-        "errors": errors,
+    let figures: [(String, JSONValue)] = [
+        ("benchmark", "emulator"),
+        ("concurrency", .number(Double(concurrency))),
+        ("keys_requests", .number(Double(requests))),
+        ("keys_requests_per_s", .number(Double(Int(keys.perSecond)))),
+        ("authorize_tokens", .number(Double(tokens))),
+        ("authorize_tokens_per_s", .number(Double(Int(authorize.perSecond)))),
+        ("exchange_requests", .number(Double(exchanges))),
+        ("exchange_requests_per_s", .number(Double(Int(exchange.perSecond)))),
+        ("errors", .number(Double(errors))),
     ]
-    let line = try JSONSerialization.data(withJSONObject: figures, options: [.sortedKeys])
-    print(String(decoding: line, as: UTF8.self))
+    var line = JSONObject()
+    for (name, value) in figures.sorted(by: { $0.0 < $1.0 }) { line[name] = value }
+    print(JSON.serialize(.object(line)))
     return errors == 0 ? 0 : 1
 }
 

@@ -1,3 +1,4 @@
+import BatonConcurrency
 import BatonAppleSignIn
 import Baton
 import Foundation
@@ -96,9 +97,7 @@ func runBulkCommand(_ arguments: [String], side: BatonConfiguration.TransferSide
                 throw CommandFailure.usage("confirm the target team with --yes (standard input is not a terminal)")
             }
             print("Create transfer identifiers for team \(target)? Type the team ID to confirm: ", terminator: "")
-            let answer = await withCheckedContinuation { continuation in
-                DispatchQueue.global().async { continuation.resume(returning: readLine()) }
-            }
+            let answer = await offPool { readLine() }
             guard answer?.trimmingCharacters(in: .whitespaces) == target else {
                 throw CommandFailure.rejected("not confirmed; nothing was done")
             }

@@ -1,3 +1,4 @@
+import BatonConcurrency
 import Baton
 import Foundation
 import BatonPostgres
@@ -129,20 +130,12 @@ private final class ReportOutput: @unchecked Sendable {
 
     func write(_ text: String) async throws {
         let handle = self.handle
-        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
-            queue.async {
-                continuation.resume(with: Result { try handle.write(contentsOf: Data(text.utf8)) })
-            }
-        }
+        try await offPool(on: queue) { try handle.write(contentsOf: Data(text.utf8)) }
     }
 
     func close() async throws {
         guard ownsHandle else { return }
         let handle = self.handle
-        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
-            queue.async {
-                continuation.resume(with: Result { try handle.close() })
-            }
-        }
+        try await offPool(on: queue) { try handle.close() }
     }
 }

@@ -1,3 +1,4 @@
+import BatonConcurrency
 import BatonEmulator
 import Baton
 import Dispatch
@@ -307,9 +308,7 @@ private final class ServiceProcess: Sendable {
         let executable = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath().path
         // The service logs one line per request; they go to /dev/null so the pipe never fills.
         let child = try SpawnedProcess([executable, "serve", "--config", path], stderrToStdout: false)
-        let line = await withCheckedContinuation { (continuation: CheckedContinuation<String, Never>) in
-            DispatchQueue.global().async { continuation.resume(returning: child.readLine()) }
-        }
+        let line = await offPool { child.readLine() }
         guard line.hasPrefix("baton listening on "), let portText = line.split(separator: ":").last, let port = Int(portText) else {
             child.signal(SIGKILL)
             _ = child.waitForExit()
@@ -329,12 +328,7 @@ private final class ServiceProcess: Sendable {
     /// SIGTERM (the service drains and exits), then waits for it.
     func stop() async {
         child.signal(SIGTERM)
-        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            DispatchQueue.global().async {
-                _ = self.child.waitForExit()
-                continuation.resume()
-            }
-        }
+        await offPool { _ = self.child.waitForExit() }
         try? FileManager.default.removeItem(atPath: configPath)
     }
 

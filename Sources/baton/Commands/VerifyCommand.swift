@@ -1,3 +1,4 @@
+import BatonConcurrency
 import BatonAppleSignIn
 import Foundation
 import BatonJOSE
@@ -58,7 +59,7 @@ private func runVerify(_ rawArguments: [String]) async throws -> Int32 {
     let keys: any VerificationKeyProvider
     switch (arguments.value("jwks"), arguments.value("jwks-url")) {
     case (let path?, nil):
-        let bytes = try await offCooperativePool { try readFile(path, limit: keySetFileLimit) }
+        let bytes = try await offPool { try readFile(path, limit: keySetFileLimit) }
         do {
             keys = FixedKeySet(try JWKSet(json: bytes))
         } catch {
@@ -83,9 +84,9 @@ private func runVerify(_ rawArguments: [String]) async throws -> Int32 {
 
     let token: String
     if tokenArgument == "-" {
-        let bytes = try await offCooperativePool { readStandardInput(limit: standardInputLimit) }
+        let bytes = try await offPool { readStandardInput(limit: standardInputLimit) }
         guard bytes.count <= standardInputLimit else {
-            throw CommandFailure.rejected("rejected: \(VerificationError.Reason.tooLarge.rawValue): standard input exceeds \(standardInputLimit) bytes")
+            throw CommandFailure.rejected("rejected: \(VerificationError.Code.tooLarge.rawValue): standard input exceeds \(standardInputLimit) bytes")
         }
         token = String(decoding: bytes, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
     } else {
@@ -98,14 +99,7 @@ private func runVerify(_ rawArguments: [String]) async throws -> Int32 {
         print(JSON.serialize(.object(verified.claims)))
         return 0
     } catch let error as VerificationError {
-        throw CommandFailure.rejected("rejected: \(error.reason.rawValue): \(error.explanation)")
-    }
-}
-
-/// Runs blocking work (file and pipe reads) on a Dispatch thread, off Swift's cooperative pool.
-private func offCooperativePool<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
-    try await withCheckedThrowingContinuation { continuation in
-        DispatchQueue.global().async { continuation.resume(with: Result { try body() }) }
+        throw CommandFailure.rejected("rejected: \(error.code.rawValue): \(error.reason)")
     }
 }
 

@@ -101,7 +101,7 @@ struct DemoDevices: Sendable {
             query.queryItems = [URLQueryItem(name: "user", value: oldSub)]
             tally.requests += 1
             let (stateStatus, stateBody) = try await send(session, URLRequest(url: query.url!))
-            let state = stateStatus == 200 ? (jsonObject(stateBody)?["state"] as? String ?? "malformed") : "http \(stateStatus)"
+            let state = stateStatus == 200 ? (jsonObject(stateBody)?["state"]?.stringValue ?? "malformed") : "http \(stateStatus)"
             tally.credentialStates[state, default: 0] += 1
             guard state == "transferred" else {
                 tally.failures += 1
@@ -111,7 +111,7 @@ struct DemoDevices: Sendable {
             tally.requests += 1
             let (authorizeStatus, authorizeBody) = try await send(session, post(apple.appendingPathComponent("emulator/authorize"),
                                                                                   ["client_id": clientID, "user": oldSub]))
-            guard authorizeStatus == 200, let answer = jsonObject(authorizeBody), let token = answer["id_token"] as? String else {
+            guard authorizeStatus == 200, let answer = jsonObject(authorizeBody), let token = answer["id_token"]?.stringValue else {
                 tally.failures += 1
                 return tally
             }
@@ -120,7 +120,7 @@ struct DemoDevices: Sendable {
 
             tally.requests += 1
             let (signInStatus, signInBody) = try await send(session, post(service.appendingPathComponent("v1/signin"), ["id_token": token]))
-            let outcome = signInStatus == 200 ? (jsonObject(signInBody)?["outcome"] as? String ?? "malformed") : "http \(signInStatus)"
+            let outcome = signInStatus == 200 ? (jsonObject(signInBody)?["outcome"]?.stringValue ?? "malformed") : "http \(signInStatus)"
             tally.signInOutcomes[outcome, default: 0] += 1
             if outcome != "migrated" { tally.failures += 1 }
         } catch {
@@ -134,7 +134,7 @@ struct DemoDevices: Sendable {
         var request = URLRequest(url: url)
         request.httpMethod = "POST"
         request.setValue("application/json", forHTTPHeaderField: "Content-Type")
-        request.httpBody = try JSONSerialization.data(withJSONObject: body)
+        request.httpBody = try JSONEncoder().encode(body)
         return request
     }
 
@@ -144,9 +144,9 @@ struct DemoDevices: Sendable {
         return ((response as? HTTPURLResponse)?.statusCode ?? 0, data)
     }
 
-    /// `data` as a JSON object, or nil.
-    private func jsonObject(_ data: Data) -> [String: Any]? {
-        (try? JSONSerialization.jsonObject(with: data)) as? [String: Any]
+    /// `data` as a JSON object (read by the strict reader: the answers are the demo's input), or nil.
+    private func jsonObject(_ data: Data) -> JSONObject? {
+        try? JSON.parseObject(Array(data))
     }
 
     /// Whether the (unverified) payload of `token` has a `transfer_sub` claim: the device only looks, Baton verifies.

@@ -1,3 +1,4 @@
+import BatonConcurrency
 import BatonEmulator
 import BatonAppleSignIn
 import Baton
@@ -402,11 +403,7 @@ struct DemoScenario {
 
     /// Writes `text` to `path` on a dispatch queue (file I/O stays off Swift's cooperative threads).
     private func writeFile(_ path: String, _ text: String) async throws {
-        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
-            DispatchQueue.global().async {
-                continuation.resume(with: Result { try Data(text.utf8).write(to: URL(fileURLWithPath: path), options: .atomic) })
-            }
-        }
+        try await offPool { try Data(text.utf8).write(to: URL(fileURLWithPath: path), options: .atomic) }
     }
 }
 

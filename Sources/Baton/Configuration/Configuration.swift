@@ -8,7 +8,7 @@ import BatonPostgres
 /// comma-separated; an empty value removes the key. The admin token comes only from `BATON_ADMIN_TOKEN` or from
 /// the file named by `admin_token_file`, never from the JSON itself. Paths in the JSON file are relative to the
 /// file's directory; paths from the environment are relative to the current directory.
-/// ``BatonConfiguration/keys`` lists every key; `sample-config/README.md` documents them.
+/// ``BatonConfiguration/keys`` declares every key, its default and its meaning; `docs/configuration.md` documents them.
 ///
 /// Loading validates everything it can without I/O beyond reading the admin token file, and a failure is a
 /// ``ConfigurationError`` naming the key and its environment variable.
@@ -46,27 +46,6 @@ public struct BatonConfiguration: Sendable, Equatable, Codable {
     enum CodingKeys: String, CodingKey {
         case listen, database, apple, legacy
         case adminTokenFile = "admin_token_file"
-    }
-
-    /// Decodes the JSON shape, applying defaults; the admin token is not part of it.
-    public init(from decoder: any Decoder) throws {
-        let container = try decoder.container(keyedBy: CodingKeys.self)
-        listen = try container.decodeIfPresent(ListenAddress.self, forKey: .listen) ?? ListenAddress(host: "127.0.0.1", port: 8080)
-        database = try container.decode(Database.self, forKey: .database)
-        apple = try container.decode(Apple.self, forKey: .apple)
-        legacy = try container.decode(Legacy.self, forKey: .legacy)
-        adminTokenFile = try container.decodeIfPresent(String.self, forKey: .adminTokenFile)
-        adminToken = nil
-    }
-
-    /// Encodes the JSON shape (without the admin token).
-    public func encode(to encoder: any Encoder) throws {
-        var container = encoder.container(keyedBy: CodingKeys.self)
-        try container.encode(listen, forKey: .listen)
-        try container.encode(database, forKey: .database)
-        try container.encode(apple, forKey: .apple)
-        try container.encode(legacy, forKey: .legacy)
-        try container.encodeIfPresent(adminTokenFile, forKey: .adminTokenFile)
     }
 
     // MARK: - Sections
@@ -144,14 +123,6 @@ public struct BatonConfiguration: Sendable, Equatable, Codable {
             case poolSize = "pool_size"
             case statementTimeoutMilliseconds = "statement_timeout_ms"
         }
-
-        /// Decodes, defaulting `pool_size` to 8.
-        public init(from decoder: any Decoder) throws {
-            let container = try decoder.container(keyedBy: CodingKeys.self)
-            url = try container.decode(String.self, forKey: .url)
-            poolSize = try container.decodeIfPresent(Int.self, forKey: .poolSize) ?? 8
-            statementTimeoutMilliseconds = try container.decodeIfPresent(Int.self, forKey: .statementTimeoutMilliseconds)
-        }
     }
 
     /// The `apple` section.
@@ -198,20 +169,6 @@ public struct BatonConfiguration: Sendable, Equatable, Codable {
             case clientIDs = "client_ids"
             case legacyClientIDs = "legacy_client_ids"
             case transfer
-        }
-
-        /// Decodes, applying the defaults.
-        public init(from decoder: any Decoder) throws {
-            let container = try decoder.container(keyedBy: CodingKeys.self)
-            let baseURL = try container.decodeIfPresent(URL.self, forKey: .baseURL) ?? Apple.defaultBaseURL
-            self.init(
-                baseURL: baseURL,
-                keysURL: try container.decodeIfPresent(URL.self, forKey: .keysURL),
-                issuer: try container.decodeIfPresent(String.self, forKey: .issuer) ?? Apple.defaultIssuer,
-                clientIDs: try container.decode([String].self, forKey: .clientIDs),
-                legacyClientIDs: try container.decodeIfPresent([String].self, forKey: .legacyClientIDs) ?? [],
-                transfer: try container.decodeIfPresent(Transfer.self, forKey: .transfer)
-            )
         }
 
         /// `base` + `/auth/keys`, keeping any path prefix of `base`.
@@ -311,16 +268,6 @@ public struct BatonConfiguration: Sendable, Equatable, Codable {
             case transferColumn = "transfer_column"
         }
 
-        /// Encodes, writing `transfer_column` as null when absent.
-        public func encode(to encoder: any Encoder) throws {
-            var container = encoder.container(keyedBy: CodingKeys.self)
-            try container.encode(table, forKey: .table)
-            try container.encode(keyColumn, forKey: .keyColumn)
-            try container.encode(subjectColumn, forKey: .subjectColumn)
-            try container.encode(emailColumn, forKey: .emailColumn)
-            try container.encode(transferColumn, forKey: .transferColumn)
-        }
-
         /// The validated identifiers, ready for `PostgresQuery` interpolation (which quotes them).
         /// - Throws: ``ConfigurationError`` (`invalidValue`) naming the first invalid one.
         public func identifiers() throws -> LegacyIdentifiers {
@@ -413,15 +360,15 @@ public struct ConfigurationError: Error, Equatable, CustomStringConvertible {
     /// What went wrong.
     public enum Code: String, Sendable {
         /// The configuration file (or the admin token file) cannot be read.
-        case fileUnreadable
+        case fileUnreadable = "file_unreadable"
         /// The configuration file is not a JSON object.
-        case invalidJSON
+        case invalidJSON = "invalid_json"
         /// A key the configuration does not know (a typo, or `admin_token` in the file).
-        case unknownKey
+        case unknownKey = "unknown_key"
         /// A required key is absent.
         case missing
         /// A value of the wrong type or shape.
-        case invalidValue
+        case invalidValue = "invalid_value"
     }
 
     /// The stable code.

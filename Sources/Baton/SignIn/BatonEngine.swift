@@ -114,9 +114,9 @@ public final class BatonEngine: Sendable {
     public func signIn(idToken: String, nonce: String? = nil) async throws -> SignInResult {
         let token = try await verify(idToken, with: verifier)
         if let nonce {
-            guard let claim = token.nonce else { throw BatonError(.invalidToken, VerificationError.Reason.missingClaim.rawValue) }
+            guard let claim = token.nonce else { throw BatonError(.invalidToken, VerificationError.Code.missingClaim.rawValue) }
             guard claim == nonce || claim == Digest.sha256Hex(Array(nonce.utf8)) else {
-                throw BatonError(.invalidToken, VerificationError.Reason.nonceMismatch.rawValue)
+                throw BatonError(.invalidToken, VerificationError.Code.nonceMismatch.rawValue)
             }
         }
         let identity = VerifiedIdentity(sub: token.subject, transferSub: token.transferSubject, email: token.email,
@@ -200,23 +200,23 @@ public final class BatonEngine: Sendable {
             throw BatonError(.invalidNotification, "malformed")
         }
         guard jws.header.alg == "RS256", let kid = jws.header.kid else {
-            throw BatonError(.invalidNotification, VerificationError.Reason.algorithmNotAllowed.rawValue)
+            throw BatonError(.invalidNotification, VerificationError.Code.algorithmNotAllowed.rawValue)
         }
         let key: JWK
         do {
             key = try await keys.key(withID: kid)
         } catch let error as VerificationError {
-            throw error.reason == .keysUnavailable ? BatonError.rejected(error) : BatonError(.invalidNotification, error.reason.rawValue)
+            throw error.code == .keysUnavailable ? BatonError.rejected(error) : BatonError(.invalidNotification, error.code.rawValue)
         }
         guard key.allowedAlgorithm == "RS256", key.verifies(jws) else {
-            throw BatonError(.invalidNotification, VerificationError.Reason.badSignature.rawValue)
+            throw BatonError(.invalidNotification, VerificationError.Code.badSignature.rawValue)
         }
         guard claims["iss"]?.stringValue == verifier.issuer else {
-            throw BatonError(.invalidNotification, VerificationError.Reason.wrongIssuer.rawValue)
+            throw BatonError(.invalidNotification, VerificationError.Code.wrongIssuer.rawValue)
         }
         let audiences = claims["aud"]?.stringValue.map { [$0] } ?? claims["aud"]?.arrayValue?.compactMap(\.stringValue) ?? []
         guard audiences.contains(where: verifier.clientIDs.contains) else {
-            throw BatonError(.invalidNotification, VerificationError.Reason.wrongAudience.rawValue)
+            throw BatonError(.invalidNotification, VerificationError.Code.wrongAudience.rawValue)
         }
         let events: JSONObject
         if let text = claims["events"]?.stringValue, let parsed = try? JSON.parseObject(Array(text.utf8)) {

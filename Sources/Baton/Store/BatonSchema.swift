@@ -13,7 +13,7 @@ public enum BatonSchema {
     /// - Throws: ``PostgresError`` when the bundled files are missing or misnamed.
     public static func migrations() throws -> [Migration] {
         guard let directory = Bundle.module.url(forResource: "Schema", withExtension: nil) else {
-            throw PostgresError(.invalidConfiguration, message: "Baton's schema files are missing from the build")
+            throw PostgresError(.invalidConfiguration, reason: "Baton's schema files are missing from the build")
         }
         return try Migration.load(directory: directory)
     }

@@ -1,76 +1,10 @@
+import BatonConcurrency
+import BatonJOSE
 import Foundation
 
 extension BatonConfiguration {
-    /// The kind of value a key holds, which decides how its environment variable is read.
-    public enum KeyKind: Sendable, Equatable {
-        /// Text.
-        case string
-        /// A whole number.
-        case integer
-        /// A list: comma-separated in the environment.
-        case list
-        /// A file path: relative to the JSON file's directory, or to the current directory from the environment.
-        case path
-    }
-
-    /// One configuration key: its path in the JSON file and the kind of value it holds.
-    public struct Key: Sendable, Equatable {
-        /// Dotted path, e.g. `apple.transfer.sender.team_id`.
-        public let path: String
-        /// How the value is read from the environment.
-        public let kind: KeyKind
-        /// Whether the key must be present when its section is (`apple.transfer` itself is optional).
-        public let required: Bool
-
-        init(path: String, kind: KeyKind, required: Bool = false) {
-            self.path = path
-            self.kind = kind
-            self.required = required
-        }
-        /// The environment variable that overrides it.
-        public var environmentVariable: String { BatonConfiguration.environmentVariable(for: path) }
-    }
-
-    /// Every key of the JSON file, in file order. A key added to the configuration must be added here too:
-    /// keys not listed are refused as typos, and only listed keys are read from the environment.
-    public static let keys: [Key] = [
-        Key(path: "listen", kind: .string),
-        Key(path: "database.url", kind: .string, required: true),
-        Key(path: "database.pool_size", kind: .integer),
-        Key(path: "database.statement_timeout_ms", kind: .integer),
-        Key(path: "apple.base_url", kind: .string),
-        Key(path: "apple.keys_url", kind: .string),
-        Key(path: "apple.issuer", kind: .string),
-        Key(path: "apple.client_ids", kind: .list, required: true),
-        Key(path: "apple.legacy_client_ids", kind: .list),
-        Key(path: "apple.transfer.client_id", kind: .string, required: true),
-        Key(path: "apple.transfer.accepted_at", kind: .string),
-        Key(path: "apple.transfer.sender.team_id", kind: .string, required: true),
-        Key(path: "apple.transfer.sender.key_id", kind: .string, required: true),
-        Key(path: "apple.transfer.sender.private_key_path", kind: .path, required: true),
-        Key(path: "apple.transfer.recipient.team_id", kind: .string, required: true),
-        Key(path: "apple.transfer.recipient.key_id", kind: .string, required: true),
-        Key(path: "apple.transfer.recipient.private_key_path", kind: .path, required: true),
-        Key(path: "legacy.table", kind: .string, required: true),
-        Key(path: "legacy.key_column", kind: .string, required: true),
-        Key(path: "legacy.subject_column", kind: .string, required: true),
-        Key(path: "legacy.email_column", kind: .string, required: true),
-        Key(path: "legacy.transfer_column", kind: .string),
-        Key(path: "admin_token_file", kind: .path),
-    ]
-
-    /// The environment variable holding the admin token itself (it has no JSON key).
-    public static let adminTokenVariable = "BATON_ADMIN_TOKEN"
-
     /// The default configuration file, `baton.json` in the current directory.
     public static let defaultPath = "baton.json"
-
-    /// `BATON_` + the path upper-cased with `.` as `_`: `database.url` → `BATON_DATABASE_URL`.
-    /// An index in a list (`apple.client_ids[1]`) names the list's variable.
-    public static func environmentVariable(for path: String) -> String {
-        let key = path.split(separator: "[", maxSplits: 1).first.map(String.init) ?? path
-        return "BATON_" + key.uppercased().replacingOccurrences(of: ".", with: "_")
-    }
 
     /// Loads the configuration file at `path`, then applies `environment` and validates.
     ///
@@ -100,34 +34,31 @@ extension BatonConfiguration {
     /// ``load(path:environment:)`` on `queue`, keeping the file reads off Swift's cooperative threads.
     /// - Throws: ``ConfigurationError`` as ``load(path:environment:)``.
     public static func load(path: String?, environment: [String: String], queue: DispatchQueue) async throws -> BatonConfiguration {
-        try await withCheckedThrowingContinuation { continuation in
-            queue.async {
-                continuation.resume(with: Result { try load(path: path, environment: environment) })
-            }
-        }
+        try await offPool(on: queue) { try load(path: path, environment: environment) }
     }
 
     /// Decodes `json`, resolves its relative paths against `baseDirectory`, applies `environment` and validates.
     /// - Throws: ``ConfigurationError`` as ``load(path:environment:)``.
     public static func load(json: Data, baseDirectory: String, environment: [String: String]) throws -> BatonConfiguration {
-        let parsed: Any
+        let parsed: JSONValue
         do {
-            parsed = try JSONSerialization.jsonObject(with: json, options: [])
+            parsed = try JSON.parse(Array(json))
         } catch {
             throw ConfigurationError(.invalidJSON, key: "", reason: "the configuration file is not valid JSON")
         }
-        guard var tree = parsed as? [String: Any] else {
+        guard case .object(var tree) = parsed else {
             throw ConfigurationError(.invalidJSON, key: "", reason: "the configuration file must hold a JSON object")
         }
         try checkKnownKeys(tree, prefix: "")
         for key in keys where key.kind == .path {
-            if let relative = try value(at: key.path, in: tree) as? String, !relative.isEmpty, !relative.hasPrefix("/") {
-                try set(URL(fileURLWithPath: baseDirectory).appendingPathComponent(relative).standardized.path, at: key.path, in: &tree)
+            if case .string(let relative)? = value(at: key.path, in: tree), !relative.isEmpty, !relative.hasPrefix("/") {
+                try set(.string(URL(fileURLWithPath: baseDirectory).appendingPathComponent(relative).standardized.path), at: key.path, in: &tree)
             }
         }
         try applyEnvironment(environment, to: &tree)
+        try applyDefaults(to: &tree)
 
-        let normalized = try JSONSerialization.data(withJSONObject: tree, options: [])
+        let normalized = Data(JSON.serializeBytes(.object(tree)))
         var configuration: BatonConfiguration
         do {
             configuration = try makeDecoder().decode(BatonConfiguration.self, from: normalized)
@@ -165,9 +96,9 @@ extension BatonConfiguration {
     // MARK: - The JSON tree
 
     /// Refuses keys the configuration does not know, and the admin token in the file.
-    private static func checkKnownKeys(_ object: [String: Any], prefix: String) throws {
-        for (name, child) in object {
-            let path = prefix.isEmpty ? name : "\(prefix).\(name)"
+    private static func checkKnownKeys(_ object: JSONObject, prefix: String) throws {
+        for member in object {
+            let path = prefix.isEmpty ? member.key : "\(prefix).\(member.key)"
             if path == "admin_token" {
                 throw ConfigurationError(.unknownKey, key: path, reason: "the admin token is never read from the configuration file: put it in the file named by admin_token_file, or in \(adminTokenVariable)")
             }
@@ -175,14 +106,14 @@ extension BatonConfiguration {
             guard keys.contains(where: { $0.path.hasPrefix(path + ".") }) else {
                 throw ConfigurationError(.unknownKey, key: path, reason: "unknown key (a typo?)")
             }
-            if let childObject = child as? [String: Any] {
-                try checkKnownKeys(childObject, prefix: path)
+            if case .object(let child) = member.value {
+                try checkKnownKeys(child, prefix: path)
             }
         }
     }
 
     /// Sets every key whose environment variable is present: an empty value removes the key.
-    private static func applyEnvironment(_ environment: [String: String], to tree: inout [String: Any]) throws {
+    private static func applyEnvironment(_ environment: [String: String], to tree: inout JSONObject) throws {
         for key in keys {
             guard let text = environment[key.environmentVariable] else { continue }
             let trimmed = text.trimmingCharacters(in: .whitespacesAndNewlines)
@@ -192,50 +123,70 @@ extension BatonConfiguration {
             }
             switch key.kind {
             case .string, .path:
-                try set(trimmed, at: key.path, in: &tree)
+                try set(.string(trimmed), at: key.path, in: &tree)
             case .integer:
                 guard let number = Int(trimmed) else {
                     throw ConfigurationError(.invalidValue, key: key.path, reason: "must be a whole number")
                 }
-                try set(number, at: key.path, in: &tree)
+                try set(.number(Double(number)), at: key.path, in: &tree)
             case .list:
                 let items = trimmed.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
-                try set(items, at: key.path, in: &tree)
+                try set(.array(items.map(JSONValue.string)), at: key.path, in: &tree)
             }
         }
     }
 
-    private static func value(at path: String, in tree: [String: Any]) throws -> Any? {
-        var current: Any = tree
-        for part in path.split(separator: ".").map(String.init) {
-            guard let object = current as? [String: Any] else { return nil }
-            guard let next = object[part] else { return nil }
+    /// Fills in each absent (or `null`) key that has a default, where its section is present; a missing
+    /// section stays missing so that the error names the section.
+    private static func applyDefaults(to tree: inout JSONObject) throws {
+        for key in keys {
+            let parts = key.path.split(separator: ".")
+            let section = parts.dropLast().joined(separator: ".")
+            guard section.isEmpty || value(at: section, in: tree)?.objectValue != nil else { continue }
+            if let present = value(at: key.path, in: tree), !present.isNull { continue }
+            switch key.defaultValue {
+            case .required, .absent:
+                continue
+            case .value(let value, _):
+                try set(value, at: key.path, in: &tree)
+            case .appending(let suffix, let base, _):
+                guard case .string(let text)? = value(at: base, in: tree), let url = URL(string: text) else { continue }
+                let appended = suffix.split(separator: "/").reduce(url) { $0.appendingPathComponent(String($1)) }
+                try set(.string(appended.absoluteString), at: key.path, in: &tree)
+            }
+        }
+    }
+
+    private static func value(at path: String, in tree: JSONObject) -> JSONValue? {
+        var current = JSONValue.object(tree)
+        for part in path.split(separator: ".") {
+            guard let next = current[String(part)] else { return nil }
             current = next
         }
         return current
     }
 
     /// Sets (or with nil removes) the value at `path`, creating intermediate objects.
-    private static func set(_ value: Any?, at path: String, in tree: inout [String: Any]) throws {
+    private static func set(_ value: JSONValue?, at path: String, in tree: inout JSONObject) throws {
         let parts = path.split(separator: ".").map(String.init)
-        func assign(_ object: inout [String: Any], _ index: Int) throws {
+        func assign(_ object: inout JSONObject, _ index: Int) throws {
             let name = parts[index]
             if index == parts.count - 1 {
                 object[name] = value
                 return
             }
-            var child: [String: Any]
+            var child: JSONObject
             switch object[name] {
-            case nil, is NSNull:
+            case nil, .null?:
                 guard value != nil else { return }
-                child = [:]
-            case let existing as [String: Any]:
+                child = JSONObject()
+            case .object(let existing)?:
                 child = existing
             default:
                 throw ConfigurationError(.invalidValue, key: parts[...index].joined(separator: "."), reason: "must be an object")
             }
             try assign(&child, index + 1)
-            object[name] = child
+            object[name] = .object(child)
         }
         try assign(&tree, 0)
     }
@@ -260,21 +211,6 @@ extension BatonConfiguration {
             throw ConfigurationError(.invalidValue, key: key, reason: "the admin token must be at least \(AdminToken.minimumLength) characters")
         }
         return token
-    }
-}
-
-extension BatonConfiguration {
-    /// Whether `path` (an index such as `[0]` ignored) is one of ``keys``, rather than a section.
-    static func isKey(_ path: String) -> Bool {
-        let key = path.split(separator: "[", maxSplits: 1).first.map(String.init) ?? path
-        return keys.contains { $0.path == key }
-    }
-
-    /// `database.url (BATON_DATABASE_URL)`, … : the required keys directly in `section`.
-    static func requiredKeys(in section: String) -> String {
-        let depth = section.split(separator: ".").count + 1
-        return keys.filter { $0.required && $0.path.hasPrefix(section + ".") && $0.path.split(separator: ".").count == depth }
-            .map { "\($0.path) (\($0.environmentVariable))" }.joined(separator: ", ")
     }
 }
 

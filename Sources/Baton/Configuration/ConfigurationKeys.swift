@@ -1,0 +1,147 @@
+import Foundation
+import BatonJOSE
+
+extension BatonConfiguration {
+    /// The kind of value a key holds, which decides how its environment variable is read.
+    public enum KeyKind: Sendable, Equatable {
+        /// Text.
+        case string
+        /// A whole number.
+        case integer
+        /// A list: comma-separated in the environment.
+        case list
+        /// A file path: relative to the JSON file's directory, or to the current directory from the environment.
+        case path
+    }
+
+    /// What an absent key means.
+    public enum KeyDefault: Sendable, Equatable {
+        /// The key must be present once its section is (`apple.transfer` and its sides are optional sections).
+        case required
+        /// The key may stay absent; the text says what that means, for the documentation.
+        case absent(String)
+        /// The loader fills in `value` when the key is absent and its section present; the text documents it.
+        case value(JSONValue, String)
+        /// The loader fills in the key named `base` with `suffix` appended as path components (`apple.keys_url`
+        /// is `apple.base_url` + `auth/keys`); the text documents it.
+        case appending(suffix: String, to: String, String)
+    }
+
+    /// One configuration key: its path in the JSON file, the kind of value it holds, its default and its meaning.
+    ///
+    /// ``BatonConfiguration/keys`` is the one list of them: the loader reads it to refuse unknown keys, to apply
+    /// `BATON_*` variables, to resolve relative paths and to fill in defaults; errors name a key's variable
+    /// through it; `docs/configuration.md` has one row per key, checked against it by the tests.
+    public struct Key: Sendable, Equatable {
+        /// Dotted path, e.g. `apple.transfer.sender.team_id`.
+        public let path: String
+        /// How the value is read from the environment.
+        public let kind: KeyKind
+        /// What an absent key means.
+        public let defaultValue: KeyDefault
+        /// One line saying what the key is for, as the documentation's table shows it.
+        public let summary: String
+
+        init(_ path: String, _ kind: KeyKind, _ defaultValue: KeyDefault, _ summary: String) {
+            self.path = path
+            self.kind = kind
+            self.defaultValue = defaultValue
+            self.summary = summary
+        }
+
+        /// The environment variable that overrides it.
+        public var environmentVariable: String { BatonConfiguration.environmentVariable(for: path) }
+
+        /// Whether the key must be present when its section is.
+        public var required: Bool { defaultValue == .required }
+
+        /// The default as the documentation states it: `required`, `required in \`sender\``, or the default's text.
+        public var defaultDescription: String {
+            switch defaultValue {
+            case .required:
+                let sections = path.split(separator: ".").dropLast()
+                return sections.count < 2 ? "required" : "required in `\(sections.last!)`"
+            case .absent(let text), .value(_, let text), .appending(_, _, let text):
+                return text
+            }
+        }
+    }
+
+    /// Every key of the JSON file, in file order: the one place a key is declared, besides its property and
+    /// `CodingKeys` case. Keys not listed are refused as typos, and only listed keys are read from the environment.
+    public static let keys: [Key] = [
+        Key("listen", .string, .value("127.0.0.1:8080", "`127.0.0.1:8080`"),
+            "address of `baton serve`: `host:port`, `[v6]:port`; port 0 picks a free port"),
+        Key("database.url", .string, .required,
+            "libpq URL (`postgresql://user@host/db` or `postgresql:///db?host=/socket/dir`); may hold a password, never printed"),
+        Key("database.pool_size", .integer, .value(8, "`8`"),
+            "connections per process, 1–1000"),
+        Key("database.statement_timeout_ms", .integer, .absent("none (the server's)"),
+            "`baton serve`: longest a statement may run or wait for a lock, 1–3600000; past it the request gets a 503 instead of hanging (replaces `options` in the URL)"),
+        Key("apple.base_url", .string, .value(.string(Apple.defaultBaseURL.absoluteString), "`https://appleid.apple.com`"),
+            "where `/auth/token` and `/auth/usermigrationinfo` live; the emulator's URL in tests and rehearsals"),
+        Key("apple.keys_url", .string, .appending(suffix: "auth/keys", to: "apple.base_url", "`base_url` + `/auth/keys`"),
+            "the key set that signs identity tokens"),
+        Key("apple.issuer", .string, .value(.string(Apple.defaultIssuer), "`https://appleid.apple.com`"),
+            "the `iss` identity tokens must carry"),
+        Key("apple.client_ids", .list, .required,
+            "client IDs accepted as `aud`: bundle IDs and Services IDs, **without** a `TEAMID.` prefix"),
+        Key("apple.legacy_client_ids", .list, .value([], "empty"),
+            "client IDs of the sending team accepted for re-linking (`POST /v1/link`)"),
+        Key("apple.transfer.client_id", .string, .required,
+            "the transferred app's client ID, sent as `client_id` and as the secret's `sub`"),
+        Key("apple.transfer.accepted_at", .string, .absent("absent"),
+            "when the recipient accepted the transfer (ISO 8601 with a zone); the 60-day window starts here"),
+        Key("apple.transfer.sender.team_id", .string, .required,
+            "the sending team's ID: 10 upper-case letters or digits"),
+        Key("apple.transfer.sender.key_id", .string, .required,
+            "the ID of the sending team's Sign in with Apple key (10 characters)"),
+        Key("apple.transfer.sender.private_key_path", .path, .required,
+            "that key's `.p8` file (PKCS#8 PEM, EC P-256); used to create transfer identifiers (`baton transfer-ids`)"),
+        Key("apple.transfer.recipient.team_id", .string, .required,
+            "the receiving team's ID; must differ from the sender's"),
+        Key("apple.transfer.recipient.key_id", .string, .required,
+            "the ID of the receiving team's key"),
+        Key("apple.transfer.recipient.private_key_path", .path, .required,
+            "that key's `.p8` file; used to exchange transfer identifiers (`baton exchange`)"),
+        Key("legacy.table", .string, .required,
+            "the application's user table, optionally schema-qualified (`public.users`); quoted, so case-sensitive"),
+        Key("legacy.key_column", .string, .required,
+            "its primary key column"),
+        Key("legacy.subject_column", .string, .required,
+            "the column holding the Apple `sub`; should carry a unique constraint (`baton doctor` checks)"),
+        Key("legacy.email_column", .string, .required,
+            "the column holding the user's email (rewritten to the new private relay address)"),
+        Key("legacy.transfer_column", .string, .absent("`null`"),
+            "a column holding each user's transfer identifier, if the application stores them"),
+        Key("admin_token_file", .path, .absent("absent"),
+            "a file holding the admin token for `GET /v1/report`"),
+    ]
+
+    /// The environment variable holding the admin token itself (it has no JSON key).
+    public static let adminTokenVariable = "BATON_ADMIN_TOKEN"
+
+    /// `BATON_` + the path upper-cased with `.` as `_`: `database.url` → `BATON_DATABASE_URL`.
+    /// An index in a list (`apple.client_ids[1]`) names the list's variable.
+    public static func environmentVariable(for path: String) -> String {
+        "BATON_" + keyPath(of: path).uppercased().replacingOccurrences(of: ".", with: "_")
+    }
+
+    /// Whether `path` (an index such as `[0]` ignored) is one of ``keys``, rather than a section.
+    static func isKey(_ path: String) -> Bool {
+        let key = keyPath(of: path)
+        return keys.contains { $0.path == key }
+    }
+
+    /// `database.url (BATON_DATABASE_URL)`, … : the required keys directly in `section`.
+    static func requiredKeys(in section: String) -> String {
+        let depth = section.split(separator: ".").count + 1
+        return keys.filter { $0.required && $0.path.hasPrefix(section + ".") && $0.path.split(separator: ".").count == depth }
+            .map { "\($0.path) (\($0.environmentVariable))" }.joined(separator: ", ")
+    }
+
+    /// `path` without a list index: `apple.client_ids[1]` → `apple.client_ids`.
+    private static func keyPath(of path: String) -> String {
+        path.split(separator: "[", maxSplits: 1).first.map(String.init) ?? path
+    }
+}
