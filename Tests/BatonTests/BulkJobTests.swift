@@ -65,7 +65,7 @@ struct BulkJobTests {
             options.retryDelay = 0
             let summary = try await fixture.exchangeJob(options: options).run()
             #expect(summary.stopReason?.code == .stopped)
-            #expect(summary.stopReason?.message.contains("5 consecutive failures") == true)
+            #expect(summary.stopReason?.reason.contains("5 consecutive failures") == true)
             #expect(summary.remaining == 30)
             #expect(try fixture.count("SELECT count(*) FROM baton.events WHERE kind = 'migrated'") == 0)
             #expect(try fixture.count("SELECT count(*) FROM baton.transfers WHERE lease_owner IS NOT NULL") == 0)
