@@ -10,27 +10,22 @@ import BatonLogging
 let emulatorCommand = Command(
     name: "emulator",
     summary: "run the appleid.apple.com emulator",
-    usage: """
-    usage: baton emulator [--host H] [--port P] [--state FILE] [--log-level L]
-
+    abstract: """
     Serves Apple's endpoints (/auth/keys, /auth/token, /auth/usermigrationinfo), simulated devices
     (/emulator/authorize, /emulator/credential-state) and scenario control (/emulator/teams, apps,
     users, transfers, transfers/accept, revoke, clock, rotate-keys, faults, stats).
-
-      --host H        address to bind (default 127.0.0.1)
-      --port P        port, 0 for a free one (default 8090)
-      --state FILE    load state from FILE if it exists; save it after every change and on exit
-      --log-level L   trace|debug|info|notice|warning|error (default info)
-
-    Prints 'emulator listening on http://HOST:PORT' once ready; stops gracefully on SIGINT/SIGTERM.
     """,
-    run: { arguments in
-        let parsed = try Arguments(arguments, options: ["host", "port", "state", "log-level"])
-        guard parsed.positionals.isEmpty else { throw CommandFailure.usage("unexpected argument '\(parsed.positionals[0])'") }
-        let port = try parsed.integer("port", default: 8090, in: 0...65535)
-        let host = parsed.value("host") ?? "127.0.0.1"
-        let levelName = parsed.value("log-level") ?? "info"
-        guard let level = Logger.Level(name: levelName) else { throw CommandFailure.usage("--log-level must be trace, debug, info, notice, warning or error") }
+    options: [
+        .text("host", "H", default: "127.0.0.1", "address to bind"),
+        .integer("port", "P", default: 8090, in: 0...65535, "port, 0 for a free one"),
+        .text("state", "FILE", "load state from FILE if it exists; save it after every change and on exit"),
+        .logLevel,
+    ],
+    discussion: "Prints 'emulator listening on http://HOST:PORT' once ready; stops gracefully on SIGINT/SIGTERM.",
+    run: { parsed in
+        let port = parsed.integer("port")
+        let host = parsed.required("host")
+        let level = parsed.logLevel
         let logger = Logger(label: "baton.emulator", level: level)
         let emulator: AppleEmulator
         do {
@@ -86,12 +81,11 @@ private final class SignalLatch: @unchecked Sendable {
 /// recipient side of `/auth/usermigrationinfo`, over keep-alive connections (default 32), against
 /// an in-process emulator; 100,000 key requests, 10,000 tokens and 20,000 exchanges by default.
 @Sendable
-func runEmulatorBenchmark(_ arguments: [String]) async throws -> Int32 {
-    let parsed = try Arguments(arguments, options: ["concurrency", "requests", "tokens", "exchanges"])
-    let concurrency = try parsed.integer("concurrency", default: 32, in: 1...1024)
-    let requests = try parsed.integer("requests", default: 100_000, in: 1...10_000_000)
-    let tokens = try parsed.integer("tokens", default: 10_000, in: 1...1_000_000)
-    let exchanges = try parsed.integer("exchanges", default: 20_000, in: 1...1_000_000)
+func runEmulatorBenchmark(_ parsed: Arguments) async throws -> Int32 {
+    let concurrency = parsed.integer("concurrency")
+    let requests = parsed.integer("requests")
+    let tokens = parsed.integer("tokens")
+    let exchanges = parsed.integer("exchanges")
 
     var configuration = HTTPServerConfiguration()
     configuration.connectionLimit = max(configuration.connectionLimit, concurrency * 2)
