@@ -1,3 +1,4 @@
+import BatonTools
 import Foundation
 
 // `baton`: the command-line entry point. Dispatches to a subcommand and maps failures to exit codes:

@@ -1,3 +1,4 @@
+import BatonTools
 import Baton
 import Foundation
 import BatonLogging

@@ -1,3 +1,4 @@
+import BatonTools
 import BatonAppleSignIn
 import Baton
 import Foundation

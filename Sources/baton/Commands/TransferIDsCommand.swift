@@ -1,3 +1,4 @@
+import BatonTools
 import Baton
 
 /// `baton transfer-ids`: the sender side, creating a transfer identifier for every legacy user.

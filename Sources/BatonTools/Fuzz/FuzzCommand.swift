@@ -3,7 +3,7 @@ import BatonJOSE
 
 /// `baton fuzz http`: random and mutated raw HTTP requests against a server on loopback, then checks
 /// that it is still up, answers its probes as before, and kept its memory bounded.
-let fuzzCommand = Command(
+package let fuzzCommand = Command(
     name: "fuzz",
     summary: "fuzz a Baton or emulator HTTP server on loopback (fuzz http)",
     subcommands: [Command(

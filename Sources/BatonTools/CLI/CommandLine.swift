@@ -3,7 +3,7 @@ import Foundation
 import BatonLogging
 
 /// Why a command stopped; decides the exit code.
-enum CommandFailure: Error {
+package enum CommandFailure: Error {
     /// Bad usage or configuration: exit 2, with a hint.
     case usage(String)
     /// Input rejected (a bad token, a bad file): exit 1.
@@ -11,7 +11,7 @@ enum CommandFailure: Error {
     /// The command ran and failed (Apple unreachable, a job with failures): exit 1.
     case failed(String)
 
-    var exitCode: Int32 {
+    package var exitCode: Int32 {
         switch self {
         case .usage: 2
         case .rejected, .failed: 1
@@ -20,9 +20,9 @@ enum CommandFailure: Error {
 }
 
 /// One option of a command, declared once: parsing, validation, the default and the `--help` line all come from it.
-struct Option: Sendable {
+package struct Option: Sendable {
     /// What the option takes.
-    enum Kind: Sendable {
+    package enum Kind: Sendable {
         /// `--name` alone.
         case flag
         /// `--name VALUE`, any text; the last one given wins.
@@ -37,57 +37,57 @@ struct Option: Sendable {
         case choice([String], default: String?)
     }
 
-    let name: String
+    package let name: String
     /// The value's name in usage text (`FILE`, `N`); empty for a flag.
-    let placeholder: String
-    let kind: Kind
+    package let placeholder: String
+    package let kind: Kind
     /// One line (or a few) for `--help`; the default is appended unless `defaultText` is empty.
-    let help: String
+    package let help: String
     /// Absent or empty is a usage error ("missing --name").
-    var isRequired = false
+    package var isRequired = false
 
-    static func flag(_ name: String, _ help: String) -> Option {
+    package static func flag(_ name: String, _ help: String) -> Option {
         Option(name: name, placeholder: "", kind: .flag, help: help)
     }
 
-    static func text(_ name: String, _ placeholder: String, default value: String? = nil, _ help: String) -> Option {
+    package static func text(_ name: String, _ placeholder: String, default value: String? = nil, _ help: String) -> Option {
         Option(name: name, placeholder: placeholder, kind: .text(default: value), help: help)
     }
 
-    static func repeatable(_ name: String, _ placeholder: String, _ help: String) -> Option {
+    package static func repeatable(_ name: String, _ placeholder: String, _ help: String) -> Option {
         Option(name: name, placeholder: placeholder, kind: .repeatable, help: help)
     }
 
-    static func integer(_ name: String, _ placeholder: String = "N", default value: Int? = nil, in range: ClosedRange<Int>, _ help: String) -> Option {
+    package static func integer(_ name: String, _ placeholder: String = "N", default value: Int? = nil, in range: ClosedRange<Int>, _ help: String) -> Option {
         Option(name: name, placeholder: placeholder, kind: .integer(default: value, in: range), help: help)
     }
 
-    static func number(_ name: String, _ placeholder: String = "R", default value: Double? = nil, in range: ClosedRange<Double>, _ help: String) -> Option {
+    package static func number(_ name: String, _ placeholder: String = "R", default value: Double? = nil, in range: ClosedRange<Double>, _ help: String) -> Option {
         Option(name: name, placeholder: placeholder, kind: .number(default: value, in: range), help: help)
     }
 
-    static func choice(_ name: String, _ words: [String], default value: String? = nil, _ help: String) -> Option {
+    package static func choice(_ name: String, _ words: [String], default value: String? = nil, _ help: String) -> Option {
         Option(name: name, placeholder: words.joined(separator: "|"), kind: .choice(words, default: value), help: help)
     }
 
     /// The same option, required.
-    func required() -> Option {
+    package func required() -> Option {
         var option = self
         option.isRequired = true
         return option
     }
 
     /// `--config FILE`, read by `Arguments.configuration()`.
-    static let config = Option.text("config", "FILE", "the configuration file (default baton.json; BATON_* variables override it)")
+    package static let config = Option.text("config", "FILE", "the configuration file (default baton.json; BATON_* variables override it)")
 
     /// `--log-level L`, read by `Arguments.logLevel`.
-    static let logLevel = Option.choice("log-level", ["trace", "debug", "info", "notice", "warning", "error"], default: "info", "how much to log")
+    package static let logLevel = Option.choice("log-level", ["trace", "debug", "info", "notice", "warning", "error"], default: "info", "how much to log")
 
     /// `--database-url URL`, read by `Arguments.databaseURL(...)`.
-    static func databaseURL(_ help: String) -> Option { .text("database-url", "URL", help) }
+    package static func databaseURL(_ help: String) -> Option { .text("database-url", "URL", help) }
 
     /// The default as `--help` shows it, or nil.
-    var defaultText: String? {
+    package var defaultText: String? {
         switch kind {
         case .flag, .repeatable: nil
         case .text(let value): value
@@ -98,7 +98,7 @@ struct Option: Sendable {
     }
 
     /// `--name VALUE` or `--name`.
-    var synopsis: String { placeholder.isEmpty ? "--\(name)" : "--\(name) \(placeholder)" }
+    package var synopsis: String { placeholder.isEmpty ? "--\(name)" : "--\(name) \(placeholder)" }
 
     /// Checks one given value; the error names the option and what it takes.
     fileprivate func validate(_ value: String) throws {
@@ -123,26 +123,38 @@ struct Option: Sendable {
 }
 
 /// One subcommand of `baton` (or of a command with subcommands, like `baton bench`).
-struct Command: Sendable {
+package struct Command: Sendable {
     /// The word that selects it, e.g. `verify`.
-    let name: String
+    package let name: String
     /// One line for the list of commands.
-    let summary: String
+    package let summary: String
     /// What follows the options in the usage line (`TOKEN`, `FILE.csv`); empty when the command takes no
     /// positional arguments, and then any is refused as unexpected.
-    var arguments = ""
+    package var arguments = ""
     /// Text before the list of options in `--help`.
-    var abstract = ""
-    var options: [Option] = []
+    package var abstract = ""
+    package var options: [Option] = []
     /// Text after the list of options in `--help` (outputs, exit status).
-    var discussion = ""
+    package var discussion = ""
     /// Commands selected by the next word (`baton bench verify`); `run` is then unused.
-    var subcommands: [Command] = []
+    package var subcommands: [Command] = []
     /// Runs the command with its parsed arguments; returns the exit code.
-    var run: @Sendable (Arguments) async throws -> Int32 = { _ in 0 }
+    package var run: @Sendable (Arguments) async throws -> Int32
+
+    package init(name: String, summary: String, arguments: String = "", abstract: String = "", options: [Option] = [],
+                 discussion: String = "", subcommands: [Command] = [], run: @escaping @Sendable (Arguments) async throws -> Int32 = { _ in 0 }) {
+        self.name = name
+        self.summary = summary
+        self.arguments = arguments
+        self.abstract = abstract
+        self.options = options
+        self.discussion = discussion
+        self.subcommands = subcommands
+        self.run = run
+    }
 
     /// The `--help` text, from the declaration. `path` is the words before the name (`baton`, `baton bench`).
-    func usage(path: String) -> String {
+    package func usage(path: String) -> String {
         let prefix = "\(path) \(name)"
         if !subcommands.isEmpty {
             let width = subcommands.map(\.name.count).max() ?? 0
@@ -191,14 +203,14 @@ struct Command: Sendable {
 ///
 /// An undeclared option is a usage error rather than a silently ignored typo; every given value is validated
 /// when parsed, and required options are checked then. `--name=value` is accepted too; `--` ends the options.
-struct Arguments: Sendable {
+package struct Arguments: Sendable {
     private let declared: [String: Option]
     private var repeated: [String: [String]] = [:]
     private var flags: Set<String> = []
-    private(set) var positionals: [String] = []
+    package private(set) var positionals: [String] = []
 
     /// Parses `arguments` against `command`'s options.
-    init(_ arguments: [String], for command: Command) throws {
+    package init(_ arguments: [String], for command: Command) throws {
         declared = Dictionary(uniqueKeysWithValues: command.options.map { ($0.name, $0) })
         var index = 0
         var onlyPositionals = false
@@ -250,43 +262,40 @@ struct Arguments: Sendable {
     }
 
     /// The value given for `--name` (the last one), else its declared default.
-    func value(_ name: String) -> String? {
+    package func value(_ name: String) -> String? {
         if let given = repeated[name]?.last { return given }
         if case .text(let value) = declaration(name).kind { return value }
         if case .choice(_, let value) = declaration(name).kind { return value }
         return nil
     }
 
-    /// Whether `--name` was given.
-    func isGiven(_ name: String) -> Bool { repeated[name] != nil || flags.contains(name) }
-
     /// Every value given for a repeatable option, in order.
-    func values(_ name: String) -> [String] { repeated[name] ?? [] }
+    package func values(_ name: String) -> [String] { repeated[name] ?? [] }
 
     /// Whether the flag `--name` was given.
-    func flag(_ name: String) -> Bool { flags.contains(name) }
+    package func flag(_ name: String) -> Bool { flags.contains(name) }
 
     /// The value of `--name`, which the declaration makes required or gives a default.
-    func required(_ name: String) -> String {
+    package func required(_ name: String) -> String {
         guard let value = value(name) else { preconditionFailure("--\(name) has neither a value nor a default") }
         return value
     }
 
     /// The whole number given for `--name` (validated when parsed), else its declared default, else nil.
-    func optionalInteger(_ name: String) -> Int? {
+    package func optionalInteger(_ name: String) -> Int? {
         if let given = repeated[name]?.last { return Int(given) }
         if case .integer(let value, _) = declaration(name).kind { return value }
         return nil
     }
 
     /// The whole number for `--name`, defaulting to its declaration.
-    func integer(_ name: String) -> Int {
+    package func integer(_ name: String) -> Int {
         guard let value = optionalInteger(name) else { preconditionFailure("--\(name) has no default") }
         return value
     }
 
     /// The whole number for `--name` within a range known only at run time (it depends on other options).
-    func integer(_ name: String, default defaultValue: Int, in range: ClosedRange<Int>) throws -> Int {
+    package func integer(_ name: String, default defaultValue: Int, in range: ClosedRange<Int>) throws -> Int {
         guard let text = repeated[name]?.last, let number = Int(text) else { return defaultValue }
         guard range.contains(number) else {
             throw CommandFailure.usage("--\(name) must be a whole number from \(range.lowerBound) to \(range.upperBound)")
@@ -295,23 +304,23 @@ struct Arguments: Sendable {
     }
 
     /// The number for `--name` (validated when parsed), defaulting to its declaration.
-    func number(_ name: String) -> Double {
+    package func number(_ name: String) -> Double {
         if let given = repeated[name]?.last, let number = Double(given) { return number }
         guard case .number(let value?, _) = declaration(name).kind else { preconditionFailure("--\(name) has no default") }
         return value
     }
 
     /// The level of `--log-level` (default info).
-    var logLevel: Logger.Level { Logger.Level(name: required("log-level")) ?? .info }
+    package var logLevel: Logger.Level { Logger.Level(name: required("log-level")) ?? .info }
 
     /// `--database-url`, else `BATON_DATABASE_URL`, else nil.
-    var databaseURLOrEnvironment: String? {
+    package var databaseURLOrEnvironment: String? {
         guard let url = value("database-url") ?? ProcessInfo.processInfo.environment["BATON_DATABASE_URL"], !url.isEmpty else { return nil }
         return url
     }
 
     /// The configuration from `--config` (default `baton.json`) and the `BATON_*` variables; errors are usage errors.
-    func configuration() async throws -> BatonConfiguration {
+    package func configuration() async throws -> BatonConfiguration {
         do {
             return try await BatonConfiguration.load(path: value("config"), environment: ProcessInfo.processInfo.environment, queue: .global())
         } catch let error as ConfigurationError {
@@ -320,13 +329,13 @@ struct Arguments: Sendable {
     }
 
     /// The database URL: `--database-url`, else `BATON_DATABASE_URL`, else the configuration's `database.url`.
-    func databaseURL() async throws -> String {
+    package func databaseURL() async throws -> String {
         if let url = databaseURLOrEnvironment { return url }
         return try await configuration().database.url
     }
 }
 
 /// Writes a line to standard error.
-func printError(_ line: String) {
+package func printError(_ line: String) {
     FileHandle.standardError.write(Data((line + "\n").utf8))
 }

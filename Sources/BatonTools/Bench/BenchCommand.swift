@@ -1,7 +1,7 @@
 import Foundation
 
 /// `baton bench NAME`: runs a benchmark; its last line of output is one JSON object of figures.
-let benchCommand = Command(
+package let benchCommand = Command(
     name: "bench",
     summary: "run a benchmark (verify, emulator, signin, exchange)",
     discussion: "The last line of output is one JSON object of figures. Build with -c release for meaningful numbers.",

@@ -3,7 +3,7 @@ import Foundation
 import BatonPostgres
 
 /// `baton demo`: the end-to-end scenario on a throwaway PostgreSQL and the Apple emulator.
-let demoCommand = Command(
+package let demoCommand = Command(
     name: "demo",
     summary: "end-to-end scenario: a transfer of 10,000 users on a throwaway PostgreSQL and the Apple emulator",
     abstract: """
