@@ -83,12 +83,10 @@ func runExchangeBenchmark(_ arguments: Arguments) async throws -> Int32 {
         emulator.resetStats()
         let client = AppleClient(baseURL: emulator.baseURL, credentials: secret,
                                  options: AppleClient.Options(retry: RetryPolicy(maxAttempts: 1), maxConnectionsPerHost: workers))
-        let queue = TransferQueue(pool: pool, kind: .exchange)
-        let job = BulkJob(queue: queue, step: ExchangeStep(client: client, applier: store), options: BulkJobOptions(workers: workers, rate: limit),
-                          window: TransferWindow(acceptedAt: acceptedAt), requireOpenWindow: true, now: { emulator.now },
-                          logger: Logger(label: "bench.exchange", level: .info))
-        let reporter = ProgressReporter(total: users, counters: job.counters)
-        reporter.start()
+        let run = try BulkRun(queue: TransferQueue(pool: pool, kind: .exchange), work: .exchange(applier: store), client: client,
+                              options: BulkJobOptions(workers: workers, rate: limit), window: TransferWindow(acceptedAt: acceptedAt),
+                              now: { emulator.now }, logger: Logger(label: "bench.exchange", level: .info))
+        let job = run.job
         let jobStart = ContinuousClock.now
         let watcher = Task {
             // The job's time is from its start to its last user's rewrite; then it is stopped (with a backlog the
@@ -97,11 +95,10 @@ func runExchangeBenchmark(_ arguments: Arguments) async throws -> Int32 {
             job.stop(BulkJobError(.stopped, "benchmark users done"))
             return ContinuousClock.now - jobStart
         }
-        let summary = await job.run()
+        let summary = await run.run(total: users)
         watcher.cancel()
         let jobDuration = (try? await watcher.value) ?? (ContinuousClock.now - jobStart)
         let jobSeconds = Double(jobDuration.components.seconds) + Double(jobDuration.components.attoseconds) / 1e18
-        await reporter.finish()
         let stats = emulator.stats()
         let overLimit = stats.endpoints.filter { $0.key.hasPrefix("/auth/") }.map(\.value.rateLimited).reduce(0, +)
         let achieved = Double(summary.counts.requests) / jobSeconds

@@ -143,18 +143,15 @@ func runBulkCommand(_ parsed: Arguments, side: BatonConfiguration.TransferSide) 
         return 0
     }
 
-    let step: any BulkJobStep
+    let work: BulkRun.Work
     if side == .recipient {
-        step = ExchangeStep(client: client, applier: try migrationStore(configuration: configuration, pool: pool))
+        work = .exchange(applier: try migrationStore(configuration: configuration, pool: pool))
     } else {
-        step = try TransferIdentifierStep(client: client, targetTeamID: targetTeamID, queue: queue)
+        work = .transferIdentifiers(targetTeamID: targetTeamID)
     }
-    let job = BulkJob(queue: queue, step: step, options: BulkJobOptions(workers: workers, rate: rate, maxConsecutiveFailures: maxFailures),
-                      window: window, requireOpenWindow: side == .recipient, logger: logger)
-    let reporter = ProgressReporter(total: pending, counters: job.counters)
-    reporter.start()
-    let summary = await job.run()
-    await reporter.finish()
+    let run = try BulkRun(queue: queue, work: work, client: client, options: BulkJobOptions(workers: workers, rate: rate, maxConsecutiveFailures: maxFailures),
+                          window: window, logger: logger)
+    let summary = await run.run(total: pending)
     printSummary(name, summary)
     return summary.hasFailures ? 1 : 0
 }
