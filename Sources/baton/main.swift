@@ -27,7 +27,8 @@ guard var command = commands.first(where: { $0.name == name }) else {
     printError("baton: unknown command '\(name)'; run 'baton --help' for the list")
     exit(2)
 }
-var path = "baton"
+/// The words that chose `command` (`bench signin`), for messages and usage.
+var chosen = [name]
 var rest = Array(arguments.dropFirst())
 let wantsHelp = rest.contains("--help") || rest.contains("-h")
 do {
@@ -39,17 +40,17 @@ do {
             if wantsHelp { break }
             throw CommandFailure.usage(rest.first.map { "unknown \(command.name) command '\($0)': expected \(expected)" } ?? "expected \(expected)")
         }
-        path += " \(command.name)"
         command = sub
+        chosen.append(sub.name)
         rest.removeFirst()
     }
     if wantsHelp {
-        print(command.usage(path: path))
+        print(command.usage(path: (["baton"] + chosen.dropLast()).joined(separator: " ")))
         exit(0)
     }
     exit(try await command.run(try Arguments(rest, for: command)))
 } catch let failure as CommandFailure {
-    let full = path == "baton" ? command.name : "\(path.dropFirst(6)) \(command.name)"
+    let full = chosen.joined(separator: " ")
     switch failure {
     case .usage(let message):
         printError("baton \(full): \(message); run 'baton \(full) --help' for usage")
@@ -58,6 +59,6 @@ do {
     }
     exit(failure.exitCode)
 } catch {
-    printError("baton \(command.name): \(error)")
+    printError("baton \(chosen.joined(separator: " ")): \(error)")
     exit(1)
 }

@@ -41,7 +41,7 @@ package struct Option: Sendable {
     /// The value's name in usage text (`FILE`, `N`); empty for a flag.
     package let placeholder: String
     package let kind: Kind
-    /// One line (or a few) for `--help`; the default is appended unless `defaultText` is empty.
+    /// One line (or a few, split by `\n`) for `--help`; `(default X)` is appended when the kind declares a default.
     package let help: String
     /// Absent or empty is a usage error ("missing --name").
     package var isRequired = false
