@@ -107,6 +107,14 @@ struct DbMigrateCommandTests {
         }
     }
 
+    @Test("bench --help lists the benchmarks under 'benchmarks:', one per line, as scripts/bench.sh reads them")
+    func benchList() throws {
+        let lines = try runBaton(["bench", "--help"]).stdout.split(separator: "\n", omittingEmptySubsequences: false)
+        let start = try #require(lines.firstIndex(of: "benchmarks:"))
+        let names = lines[(start + 1)...].prefix { !$0.isEmpty }.map { $0.split(separator: " ")[0] }
+        #expect(names == ["verify", "emulator", "signin", "exchange"])
+    }
+
     @Test("commands with subcommands name them when none or an unknown one is given")
     func subcommandExpected() throws {
         for (arguments, expected) in [(["db"], "expected 'migrate' or 'status'"), (["bench", "nope"], "expected 'verify', 'emulator', 'signin' or 'exchange'")] {

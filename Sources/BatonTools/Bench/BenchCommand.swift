@@ -52,5 +52,6 @@ package let benchCommand = Command(
             ],
             run: runExchangeBenchmark
         ),
-    ]
+    ],
+    subcommandsTitle: "benchmarks"
 )

@@ -138,11 +138,13 @@ package struct Command: Sendable {
     package var discussion = ""
     /// Commands selected by the next word (`baton bench verify`); `run` is then unused.
     package var subcommands: [Command] = []
+    /// The heading of the subcommands in `--help` (`benchmarks`; scripts/bench.sh reads that list).
+    package var subcommandsTitle = "commands"
     /// Runs the command with its parsed arguments; returns the exit code.
     package var run: @Sendable (Arguments) async throws -> Int32
 
     package init(name: String, summary: String, arguments: String = "", abstract: String = "", options: [Option] = [],
-                 discussion: String = "", subcommands: [Command] = [], run: @escaping @Sendable (Arguments) async throws -> Int32 = { _ in 0 }) {
+                 discussion: String = "", subcommands: [Command] = [], subcommandsTitle: String = "commands", run: @escaping @Sendable (Arguments) async throws -> Int32 = { _ in 0 }) {
         self.name = name
         self.summary = summary
         self.arguments = arguments
@@ -150,6 +152,7 @@ package struct Command: Sendable {
         self.options = options
         self.discussion = discussion
         self.subcommands = subcommands
+        self.subcommandsTitle = subcommandsTitle
         self.run = run
     }
 
@@ -160,7 +163,7 @@ package struct Command: Sendable {
             let width = subcommands.map(\.name.count).max() ?? 0
             var text = "usage: \(prefix) <\(subcommands.map(\.name).joined(separator: "|"))> [options]\n"
             if !abstract.isEmpty { text += "\n\(abstract)\n" }
-            text += "\n"
+            text += "\n\(subcommandsTitle):\n"
             for command in subcommands {
                 text += "  \(command.name.padding(toLength: width, withPad: " ", startingAt: 0))  \(command.summary)\n"
             }
