@@ -31,9 +31,16 @@ let package = Package(
         .target(name: "Baton", dependencies: ["BatonAppleSignIn", "BatonJOSE", "BatonPostgres", "BatonLogging", "BatonConcurrency"], resources: [.copy("Schema")], swiftSettings: swiftSettings),
         .target(name: "BatonService", dependencies: ["Baton", "BatonHTTPServer", "BatonJOSE", "BatonLogging"], swiftSettings: swiftSettings),
         .target(name: "BatonEmulator", dependencies: ["BatonJOSE", "BatonHTTPServer", "BatonLogging", "BatonConcurrency"], swiftSettings: swiftSettings),
+        // What the `baton` executable runs besides the product: its command-line kit, benchmarks, the HTTP fuzzer,
+        // the demo scenario, and the one raw HTTP client of tools and tests. No library product exposes it.
+        .target(
+            name: "BatonTools",
+            dependencies: ["BatonService", "Baton", "BatonEmulator", "BatonAppleSignIn", "BatonJOSE", "BatonPostgres", "BatonHTTPServer", "BatonLogging", "BatonConcurrency"],
+            swiftSettings: swiftSettings
+        ),
         .executableTarget(
             name: "baton",
-            dependencies: ["BatonService", "Baton", "BatonEmulator", "BatonAppleSignIn", "BatonJOSE", "BatonPostgres", "BatonHTTPServer", "BatonLogging", "BatonConcurrency"],
+            dependencies: ["BatonTools", "BatonService", "Baton", "BatonEmulator", "BatonAppleSignIn", "BatonJOSE", "BatonPostgres", "BatonHTTPServer", "BatonLogging", "BatonConcurrency"],
             swiftSettings: swiftSettings
         ),
 
@@ -42,7 +49,7 @@ let package = Package(
         .testTarget(name: "BatonJOSETests", dependencies: ["BatonJOSE"], swiftSettings: swiftSettings),
         .testTarget(name: "BatonAppleSignInTests", dependencies: ["BatonAppleSignIn", "BatonJOSE", "BatonEmulator", "BatonHTTPServer", "TestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "BatonPostgresTests", dependencies: ["BatonPostgres", "TestSupport"], swiftSettings: swiftSettings),
-        .testTarget(name: "BatonHTTPServerTests", dependencies: ["BatonHTTPServer", "TestSupport"], swiftSettings: swiftSettings),
+        .testTarget(name: "BatonHTTPServerTests", dependencies: ["BatonHTTPServer", "BatonTools", "TestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "BatonTests", dependencies: ["Baton", "BatonAppleSignIn", "TestSupport", "BatonEmulator"], swiftSettings: swiftSettings),
         .testTarget(name: "BatonServiceTests", dependencies: ["BatonService", "TestSupport", "Baton", "BatonEmulator", "BatonAppleSignIn", "BatonHTTPServer", "BatonJOSE", "BatonPostgres"], swiftSettings: swiftSettings),
         .testTarget(name: "BatonEmulatorTests", dependencies: ["BatonEmulator", "BatonAppleSignIn", "TestSupport"], swiftSettings: swiftSettings),

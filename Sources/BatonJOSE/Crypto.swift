@@ -259,8 +259,7 @@ public final class RSAPublicKey: @unchecked Sendable, Equatable {
 
     /// The verification primitive behind ``verifyRS256(signature:message:)-([UInt8],[UInt8])`` without its
     /// length check: a baseline for `baton bench verify`.
-    @_spi(Benchmark)
-    public func primitiveVerifyRS256(signature: [UInt8], message: [UInt8]) -> Bool {
+    package func primitiveVerifyRS256(signature: [UInt8], message: [UInt8]) -> Bool {
         signature.withUnsafeBufferPointer { signature in
             message.withUnsafeBufferPointer { pooledVerify(signature: signature, message: $0) }
         }
@@ -307,8 +306,7 @@ public final class RSAPublicKey: @unchecked Sendable, Equatable {
 
     /// The bare OpenSSL verification (`EVP_DigestVerifyInit` + `EVP_DigestVerify` with this key), without
     /// the length check: the baseline `baton bench verify` compares full token verification against.
-    @_spi(Benchmark)
-    public func opensslVerifyRS256(signature: [UInt8], message: [UInt8]) -> Bool {
+    package func opensslVerifyRS256(signature: [UInt8], message: [UInt8]) -> Bool {
         signature.withUnsafeBufferPointer { signature in
             message.withUnsafeBufferPointer { digestVerify(key, signature: signature, message: $0) }
         }
@@ -380,8 +378,7 @@ public final class RSAPrivateKey: @unchecked Sendable {
     /// Signs `message` with RS512 (`pss: false`) or PS256 (`pss: true`): algorithms Baton never accepts,
     /// for tests that must show a correctly signed token under a refused algorithm is still refused.
     /// - Throws: ``JOSEError`` `.cryptoFailure` if OpenSSL fails.
-    @_spi(Testing)
-    public func signRefusedAlgorithm(_ message: [UInt8], pss: Bool) throws -> [UInt8] {
+    package func signRefusedAlgorithm(_ message: [UInt8], pss: Bool) throws -> [UInt8] {
         guard let context = EVP_MD_CTX_new() else { throw openSSLError(.cryptoFailure, "digest context") }
         defer { EVP_MD_CTX_free(context) }
         var keyContext: OpaquePointer?

@@ -1,6 +1,6 @@
 import BatonAppleSignIn
 import Foundation
-@_spi(Testing) import BatonJOSE
+import BatonJOSE
 import Synchronization
 
 /// Keys, tokens and a clock shared by the verification and key-set cache tests.

@@ -1,6 +1,6 @@
 import BatonAppleSignIn
 import Foundation
-@_spi(Testing) import BatonJOSE
+import BatonJOSE
 import Testing
 
 /// One forged or broken token and the reason it must be refused with.

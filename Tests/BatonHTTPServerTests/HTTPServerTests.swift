@@ -1,5 +1,6 @@
 import Foundation
 import FoundationNetworking
+import BatonTools
 import TestSupport
 import Testing
 @testable import BatonHTTPServer
@@ -109,10 +110,10 @@ struct HTTPServerTests {
             #expect(body.contains("payload_too_large"))
 
             let chunkedStatus = try await offPool { () -> Int? in
-                let socket = try RawSocket(port: port)
+                let socket = try RawHTTPConnection.open(port: port)
                 let chunk = String(repeating: "B", count: 800)
                 try socket.send("POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n320\r\n\(chunk)\r\n320\r\n\(chunk)\r\n0\r\n\r\n")
-                return try socket.readResponse()?.status
+                return socket.response()?.status
             }
             #expect(chunkedStatus == 413)
         }
@@ -131,14 +132,14 @@ struct HTTPServerTests {
     func keepAlive() async throws {
         try await withServer(echoRouter()) { _, port in
             let bodies = try await offPool { () -> [String?] in
-                let socket = try RawSocket(port: port)
+                let socket = try RawHTTPConnection.open(port: port)
                 var bodies: [String?] = []
                 for index in 0..<5 {
                     try socket.send("GET /hello?name=n\(index) HTTP/1.1\r\nHost: x\r\n\r\n")
-                    bodies.append(try socket.readResponse()?.body)
+                    bodies.append(socket.response()?.body)
                 }
                 try socket.send("POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\nabc")
-                bodies.append(try socket.readResponse()?.body)
+                bodies.append(socket.response()?.body)
                 return bodies
             }
             #expect(bodies == (0..<5).map { "hello n\($0) from 127.0.0.1" } + ["abc"])
@@ -151,9 +152,9 @@ struct HTTPServerTests {
         configuration.maxHeaderSize = 2048
         try await withServer(echoRouter(), configuration: configuration) { _, port in
             let (status, closed) = try await offPool { () -> (Int?, Bool) in
-                let socket = try RawSocket(port: port)
+                let socket = try RawHTTPConnection.open(port: port)
                 try socket.send("GET /hello HTTP/1.1\r\nHost: x\r\nX-Big: \(String(repeating: "z", count: 20_000))\r\n\r\n")
-                return (try socket.readResponse()?.status, socket.isClosedByServer())
+                return (socket.response()?.status, socket.isClosedByServer())
             }
             #expect(status == 431)
             #expect(closed)
@@ -166,7 +167,7 @@ struct HTTPServerTests {
         configuration.connectionTimeout = 1
         try await withServer(echoRouter(), configuration: configuration) { _, port in
             let closed = try await offPool { () -> Bool in
-                let socket = try RawSocket(port: port)
+                let socket = try RawHTTPConnection.open(port: port)
                 try socket.send("GET /hello HTTP/1.1\r\nHost: x\r\n")
                 return socket.isClosedByServer()
             }
@@ -180,16 +181,16 @@ struct HTTPServerTests {
         configuration.connectionLimit = 2
         try await withServer(echoRouter(), configuration: configuration) { _, port in
             let (answeredEarly, thirdBody) = try await offPool { () -> (Bool, String?) in
-                let first = try RawSocket(port: port), second = try RawSocket(port: port)
+                let first = try RawHTTPConnection.open(port: port), second = try RawHTTPConnection.open(port: port)
                 try first.send("GET /hello?name=1 HTTP/1.1\r\nHost: x\r\n\r\n")
                 try second.send("GET /hello?name=2 HTTP/1.1\r\nHost: x\r\n\r\n")
-                _ = try first.readResponse()
-                _ = try second.readResponse()
-                let third = try RawSocket(port: port)
+                _ = first.response()
+                _ = second.response()
+                let third = try RawHTTPConnection.open(port: port)
                 try third.send("GET /hello?name=3 HTTP/1.1\r\nHost: x\r\n\r\n")
                 let answeredEarly = third.isReadable(within: 300)
                 first.shutdown()
-                return (answeredEarly, try third.readResponse()?.body)
+                return (answeredEarly, third.response()?.body)
             }
             #expect(!answeredEarly)
             #expect(thirdBody == "hello 3 from 127.0.0.1")
@@ -212,7 +213,7 @@ struct HTTPServerTests {
         await server.stop()
         let (status, _, body) = try await slow
         #expect(status == 200 && body == "done")
-        #expect(throws: (any Error).self) { try RawSocket(port: port) }
+        #expect(throws: (any Error).self) { try RawHTTPConnection.open(port: port) }
     }
 
     @Test("200 concurrent requests all answered")
@@ -296,5 +297,13 @@ struct LoadClientTests {
             #expect(report.responses == 2_000)
             #expect(report.statuses == [201: 1_800, 404: 200])
         }
+    }
+}
+
+extension RawHTTPConnection {
+    /// The next response as its status and text body; nil when the server closed or timed out instead.
+    func response() -> (status: Int, body: String)? {
+        guard case .response(let status, let body) = readResponse() else { return nil }
+        return (status, String(decoding: body, as: UTF8.self))
     }
 }

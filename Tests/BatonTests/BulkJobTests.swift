@@ -176,20 +176,20 @@ struct BulkJobTests {
             let pool = fixture.database.pool
             #expect(try await LegacySeeder(pool: pool, legacy: legacy, pageSize: 7).seed() == 25)
             #expect(try await LegacySeeder(pool: pool, legacy: legacy, pageSize: 7).seed() == 0)
-            let queue = TransferQueue(pool: pool, kind: .transferIdentifiers)
-            let step = try TransferIdentifierStep(client: try fixture.client(fixture.sender), targetTeamID: fixture.recipient.teamID, queue: queue)
-            let job = BulkJob(queue: queue, step: step, options: BulkJobOptions(workers: 3, rate: 500),
-                              window: TransferWindow(acceptedAt: nil), requireOpenWindow: false)
-            let summary = await job.run()
+            // Through the one entry point the commands, the demo and the benchmark use.
+            let sender = try BulkRun(queue: TransferQueue(pool: pool, kind: .transferIdentifiers),
+                                     work: .transferIdentifiers(targetTeamID: fixture.recipient.teamID), client: try fixture.client(fixture.sender),
+                                     options: BulkJobOptions(workers: 3, rate: 500), window: TransferWindow(acceptedAt: nil))
+            let summary = await sender.run(total: 25, isTerminal: false, write: { _ in })
             #expect(summary.counts.succeeded == 25 && summary.remaining == 0)
             for (oldSub, transferSub) in fixture.transfers {
                 #expect(try TestDatabase.psql(fixture.database.url, "SELECT transfer_sub FROM baton.transfers WHERE old_sub = '\(oldSub)'") == transferSub)
             }
             let acceptedAt = try fixture.emulator.acceptTransfer(clientID: BulkJobFixture.clientID)
-            let exchangeQueue = TransferQueue(pool: pool, kind: .exchange)
-            let exchange = BulkJob(queue: exchangeQueue, step: ExchangeStep(client: try fixture.client(fixture.recipient), applier: fixture.database.store),
-                                   options: BulkJobOptions(workers: 3, rate: 500), window: TransferWindow(acceptedAt: acceptedAt), requireOpenWindow: true)
-            let exchanged = await exchange.run()
+            let exchange = try BulkRun(queue: TransferQueue(pool: pool, kind: .exchange), work: .exchange(applier: fixture.database.store),
+                                       client: try fixture.client(fixture.recipient), options: BulkJobOptions(workers: 3, rate: 500),
+                                       window: TransferWindow(acceptedAt: acceptedAt))
+            let exchanged = await exchange.run(total: 25, isTerminal: false, write: { _ in })
             #expect(exchanged.counts.succeeded == 25)
             #expect(try fixture.count("SELECT count(*) FROM baton.events WHERE kind = 'migrated' AND method = 'exchange'") == 25)
         }

@@ -74,4 +74,68 @@ struct DbMigrateCommandTests {
         #expect(result.status == 1)
         #expect(result.stderr.contains("connection_failure"))
     }
+
+    /// Every command's options, as the command line accepts them: `--help` is generated from each command's
+    /// declaration, so this table is the contract the declarations must keep.
+    static let options: [([String], [String])] = [
+        (["verify"], ["client-id", "jwks", "jwks-url", "nonce", "nonce-flow", "now"]),
+        (["client-secret"], ["team-id", "key-id", "key", "client-id", "days"]),
+        (["db", "migrate"], ["database-url"]),
+        (["db", "status"], ["database-url"]),
+        (["doctor"], ["config"]),
+        (["emulator"], ["host", "port", "state", "log-level"]),
+        (["serve"], ["config", "port", "log-level"]),
+        (["import", "transfers"], ["dry-run", "config", "database-url"]),
+        (["transfer-ids"], ["target", "yes", "workers", "rate", "dry-run", "config", "lease", "max-failures", "retry-failed"]),
+        (["exchange"], ["workers", "rate", "dry-run", "config", "lease", "max-failures", "retry-failed"]),
+        (["bench", "verify"], ["seconds"]),
+        (["bench", "emulator"], ["concurrency", "requests", "tokens", "exchanges"]),
+        (["bench", "signin"], ["database-url", "users", "transfers", "migrations", "current-requests", "concurrency", "pgbench-seconds", "pool-size"]),
+        (["bench", "exchange"], ["database-url", "users", "backlog", "limit", "latency-ms", "workers", "sequential-seconds"]),
+        (["report"], ["format", "out", "config", "limit", "unmasked", "now", "accepted-at"]),
+        (["demo"], ["database-url", "users", "concurrency", "rate", "stragglers", "out", "keep-data"]),
+        (["fuzz", "http"], ["url", "requests", "seed", "concurrency", "paths", "probe", "pid", "max-rss-growth-mb", "seconds"]),
+    ]
+
+    @Test("each command's --help lists every option it accepts, and exits 0", arguments: options)
+    func commandHelp(command: [String], options: [String]) throws {
+        let result = try runBaton(command + ["--help"])
+        #expect(result.status == 0)
+        #expect(result.stdout.hasPrefix("usage: baton \(command.joined(separator: " "))"))
+        for option in options {
+            #expect(result.stdout.contains("  --\(option)"), "--\(option) missing from 'baton \(command.joined(separator: " ")) --help'")
+        }
+    }
+
+    @Test("bench --help lists the benchmarks under 'benchmarks:', one per line, as scripts/bench.sh reads them")
+    func benchList() throws {
+        let lines = try runBaton(["bench", "--help"]).stdout.split(separator: "\n", omittingEmptySubsequences: false)
+        let start = try #require(lines.firstIndex(of: "benchmarks:"))
+        let names = lines[(start + 1)...].prefix { !$0.isEmpty }.map { $0.split(separator: " ")[0] }
+        #expect(names == ["verify", "emulator", "signin", "exchange"])
+    }
+
+    @Test("commands with subcommands name them when none or an unknown one is given")
+    func subcommandExpected() throws {
+        for (arguments, expected) in [(["db"], "expected 'migrate' or 'status'"), (["bench", "nope"], "expected 'verify', 'emulator', 'signin' or 'exchange'")] {
+            let result = try runBaton(arguments)
+            #expect(result.status == 2)
+            #expect(result.stderr.contains(expected))
+        }
+    }
+
+    @Test("values are checked against the declaration: a number out of range or a word not among the choices exits 2")
+    func declaredValues() throws {
+        for (arguments, expected) in [
+            (["exchange", "--workers", "0"], "--workers must be a whole number from 1 to 256"),
+            (["serve", "--log-level", "loud"], "--log-level must be trace, debug, info, notice, warning or error"),
+            (["report", "--format", "xml"], "--format must be table, csv, json or html"),
+            (["exchange", "--dry-run=yes"], "--dry-run takes no value"),
+            (["exchange", "--rate"], "--rate needs a value"),
+        ] {
+            let result = try runBaton(arguments)
+            #expect(result.status == 2)
+            #expect(result.stderr.contains(expected))
+        }
+    }
 }

@@ -66,7 +66,7 @@ public struct LegacyStore: BatonStore {
     }
 
     /// The statement of ``lookupForSignIn(subject:)`` (also the SQL `baton bench signin` gives pgbench).
-    public func lookupQuery(subject sub: String) -> PostgresQuery {
+    package func lookupQuery(subject sub: String) -> PostgresQuery {
         let l = legacy
         return """
             SELECT u.\(l.keyColumn)::text, u.\(l.emailColumn)::text, s.state
@@ -175,7 +175,7 @@ public struct LegacyStore: BatonStore {
     /// The migration statement of ``applyMigration(oldSub:newSub:newEmail:isPrivateEmail:transferSub:method:)``
     /// and ``applyMigration(transferSub:newSub:newEmail:isPrivateEmail:method:)`` (also the SQL
     /// `baton bench signin` gives pgbench).
-    public func migrationQuery(from source: OldSubjectSource, newSub: String, newEmail: String?, isPrivateEmail: Bool?,
+    package func migrationQuery(from source: OldSubjectSource, newSub: String, newEmail: String?, isPrivateEmail: Bool?,
                                transferSub: String?, method: MigrationMethod) -> PostgresQuery {
         let l = legacy
         let relay = "%" + LegacyStore.privateRelayDomain

@@ -3,7 +3,7 @@ import BatonLogging
 
 /// Number, date and email formatting shared by the report's renderings: fixed, locale-independent output
 /// (UTC, `,` between thousands), so tests and scripts can rely on it.
-enum ReportFormat {
+package enum ReportFormat {
     /// `j***@example.com`: the first character and the domain (idempotent).
     static func maskEmail(_ email: String) -> String {
         Logger.maskEmail(email)
@@ -49,8 +49,8 @@ enum ReportFormat {
         return Date(timeIntervalSince1970: TimeInterval(timegm(&parts)))
     }
 
-    /// `100,000`.
-    static func count(_ value: Int) -> String {
+    /// `100,000` (also the demo's figures).
+    package static func count(_ value: Int) -> String {
         let digits = String(value.magnitude)
         var grouped = ""
         for (index, digit) in digits.enumerated() {

@@ -1,3 +1,4 @@
+import BatonTools
 import BatonAppleSignIn
 import Foundation
 
@@ -5,29 +6,27 @@ import Foundation
 let clientSecretCommand = Command(
     name: "client-secret",
     summary: "print an ES256 client_secret for Apple's REST API",
-    usage: """
-        usage: baton client-secret --team-id T --key-id K --key FILE.p8 --client-id C [--days D]
-
-        Prints a client secret (an ES256 JWT) signed with the team's Sign in with Apple key, for calls made by
-        hand (curl). Baton's own jobs make short-lived secrets themselves and never need this.
-
-          --team-id T     the team that owns the key (10 upper-case letters or digits): the secret's iss
-          --key-id K      the key's ID (10 characters): the header's kid
-          --key FILE.p8   the key, as downloaded from the developer account (PKCS#8 PEM, EC P-256)
-          --client-id C   the bundle ID or Services ID, without the team prefix: the secret's sub
-          --days D        lifetime in days, 1 to 182 (Apple's limit is six months); default 1
-
-        The secret is printed on standard output and nowhere else; its expiry goes to standard error.
-        Exit status: 0 printed, 1 the key file is unreadable or not a P-256 key, 2 usage.
-        """,
-    run: { arguments in
-        let parsed = try Arguments(arguments, options: ["team-id", "key-id", "key", "client-id", "days"])
-        if let extra = parsed.positionals.first { throw CommandFailure.usage("unexpected argument '\(extra)'") }
-        let teamID = try parsed.required("team-id")
-        let keyID = try parsed.required("key-id")
-        let keyPath = try parsed.required("key")
-        let clientID = try parsed.required("client-id")
-        let days = try parsed.integer("days", default: 1, in: 1...182)
+    abstract: """
+    Prints a client secret (an ES256 JWT) signed with the team's Sign in with Apple key, for calls made by
+    hand (curl). Baton's own jobs make short-lived secrets themselves and never need this.
+    """,
+    options: [
+        Option.text("team-id", "T", "the team that owns the key (10 upper-case letters or digits): the secret's iss").required(),
+        Option.text("key-id", "K", "the key's ID (10 characters): the header's kid").required(),
+        Option.text("key", "FILE.p8", "the key, as downloaded from the developer account (PKCS#8 PEM, EC P-256)").required(),
+        Option.text("client-id", "C", "the bundle ID or Services ID, without the team prefix: the secret's sub").required(),
+        .integer("days", "D", default: 1, in: 1...182, "lifetime in days, 1 to 182 (Apple's limit is six months)"),
+    ],
+    discussion: """
+    The secret is printed on standard output and nowhere else; its expiry goes to standard error.
+    Exit status: 0 printed, 1 the key file is unreadable or not a P-256 key, 2 usage.
+    """,
+    run: { parsed in
+        let teamID = parsed.required("team-id")
+        let keyID = parsed.required("key-id")
+        let keyPath = parsed.required("key")
+        let clientID = parsed.required("client-id")
+        let days = parsed.integer("days")
         guard AppleIdentifierFormat.isTeamID(teamID) else {
             throw CommandFailure.usage("--team-id must be 10 upper-case letters or digits")
         }

@@ -1,3 +1,4 @@
+import BatonTools
 import BatonAppleSignIn
 import Baton
 import Foundation
@@ -8,22 +9,21 @@ import BatonPostgres
 let doctorCommand = Command(
     name: "doctor",
     summary: "check a configuration end to end: keys, Apple, the transfer window, the database",
-    usage: """
-        usage: baton doctor [--config FILE]
-
-        Loads the configuration (default baton.json, then BATON_* variables) and checks, printing one line each:
-          - each team's key file: readable, private to its owner, an EC P-256 PKCS#8 key;
-          - each team's client secret: accepted by Apple's /auth/token;
-          - the transfer: acceptance date and the days left in the 60-day window;
-          - the identity-token key set: reachable, with keys;
-          - the database: reachable, Baton's schema migrated, the legacy table and its columns present,
-            a unique constraint on the subject column.
-        Lines start with 'ok', 'warn' or 'FAIL'; a FAIL line ends with a fix.
-        Exit status: 0 nothing failed, 1 a check failed, 2 the configuration is invalid.
-        """,
-    run: { arguments in
-        let parsed = try Arguments(arguments, options: ["config"])
-        if let extra = parsed.positionals.first { throw CommandFailure.usage("unexpected argument '\(extra)'") }
+    abstract: """
+    Loads the configuration (default baton.json, then BATON_* variables) and checks, printing one line each:
+      - each team's key file: readable, private to its owner, an EC P-256 PKCS#8 key;
+      - each team's client secret: accepted by Apple's /auth/token;
+      - the transfer: acceptance date and the days left in the 60-day window;
+      - the identity-token key set: reachable, with keys;
+      - the database: reachable, Baton's schema migrated, the legacy table and its columns present,
+        a unique constraint on the subject column.
+    """,
+    options: [.config],
+    discussion: """
+    Lines start with 'ok', 'warn' or 'FAIL'; a FAIL line ends with a fix.
+    Exit status: 0 nothing failed, 1 a check failed, 2 the configuration is invalid.
+    """,
+    run: { parsed in
         var doctor = Doctor()
         return await doctor.run(configPath: parsed.value("config"), environment: ProcessInfo.processInfo.environment, now: Date())
     }

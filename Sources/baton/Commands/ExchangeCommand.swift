@@ -1,4 +1,5 @@
 import BatonConcurrency
+import BatonTools
 import BatonAppleSignIn
 import Baton
 import Foundation
@@ -9,42 +10,40 @@ import BatonPostgres
 let exchangeCommand = Command(
     name: "exchange",
     summary: "recipient side: exchange pending transfer identifiers and migrate their users",
-    usage: """
-        usage: baton exchange [--workers N] [--rate R] [--dry-run] [--config FILE]
-                              [--lease SECONDS] [--max-failures N] [--retry-failed]
-
-        For every pending row of baton.transfers, asks Apple (recipient team's credentials) for the
-        user's new identifier and rewrites the legacy record as a sign-in would (method 'exchange').
-          --workers N       concurrent requests in this process (default 4)
-          --rate R          requests per second for this process (default 10); lowered on 429
-          --dry-run         show what would be done and check the credentials; change nothing
-          --lease SECONDS   how long a claimed row stays reserved (default 60); a dead process's rows
-                            are taken over after it
-          --max-failures N  consecutive failures that stop the job (default 25)
-          --retry-failed    make rows that failed their last attempt pending again first
-        Resumable and safe to run from several processes and machines at once. Refuses to start once the
-        60-day window after apple.transfer.accepted_at has closed.
-        Exit status: 0 every user done, 1 some user failed or the job stopped, 2 usage or configuration.
-        """,
-    run: { arguments in
-        try await runBulkCommand(arguments, side: .recipient)
+    abstract: """
+    For every pending row of baton.transfers, asks Apple (recipient team's credentials) for the
+    user's new identifier and rewrites the legacy record as a sign-in would (method 'exchange').
+    """,
+    options: bulkOptions,
+    discussion: """
+    Resumable and safe to run from several processes and machines at once. Refuses to start once the
+    60-day window after apple.transfer.accepted_at has closed.
+    Exit status: 0 every user done, 1 some user failed or the job stopped, 2 usage or configuration.
+    """,
+    run: { parsed in
+        try await runBulkCommand(parsed, side: .recipient)
     }
 )
 
 /// Options shared by `baton exchange` and `baton transfer-ids`.
-let bulkOptionNames: Set<String> = ["workers", "rate", "config", "lease", "max-failures", "target"]
+let bulkOptions: [Option] = [
+    .integer("workers", default: 4, in: 1...256, "concurrent requests in this process"),
+    .number("rate", default: 10, in: 0.1...100_000, "requests per second for this process; lowered on 429"),
+    .flag("dry-run", "show what would be done and check the credentials; change nothing"),
+    .config,
+    .integer("lease", "SECONDS", default: 60, in: 1...86_400, "how long a claimed row stays reserved; a dead process's rows\nare taken over after it"),
+    .integer("max-failures", default: 25, in: 1...1_000_000, "consecutive failures that stop the job"),
+    .flag("retry-failed", "make rows that failed their last attempt pending again first"),
+]
 
 /// Runs `baton exchange` (recipient) or `baton transfer-ids` (sender).
-func runBulkCommand(_ arguments: [String], side: BatonConfiguration.TransferSide) async throws -> Int32 {
+func runBulkCommand(_ parsed: Arguments, side: BatonConfiguration.TransferSide) async throws -> Int32 {
     let name = side == .recipient ? "exchange" : "transfer-ids"
-    let flags: Set<String> = side == .recipient ? ["dry-run", "retry-failed"] : ["dry-run", "retry-failed", "yes"]
-    let parsed = try Arguments(arguments, options: side == .recipient ? bulkOptionNames.subtracting(["target"]) : bulkOptionNames, flags: flags)
-    if let extra = parsed.positionals.first { throw CommandFailure.usage("unexpected argument '\(extra)'") }
-    let workers = try parsed.integer("workers", default: 4, in: 1...256)
-    let rate = try parsed.double("rate", default: 10, in: 0.1...100_000)
-    let lease = try parsed.integer("lease", default: 60, in: 1...86_400)
-    let maxFailures = try parsed.integer("max-failures", default: 25, in: 1...1_000_000)
-    let configuration = try await loadConfiguration(parsed)
+    let workers = parsed.integer("workers")
+    let rate = parsed.number("rate")
+    let lease = parsed.integer("lease")
+    let maxFailures = parsed.integer("max-failures")
+    let configuration = try await parsed.configuration()
     guard let transfer = configuration.apple.transfer else {
         throw CommandFailure.usage("no transfer is configured: set apple.transfer (see sample-config/README.md)")
     }
@@ -143,18 +142,15 @@ func runBulkCommand(_ arguments: [String], side: BatonConfiguration.TransferSide
         return 0
     }
 
-    let step: any BulkJobStep
+    let work: BulkRun.Work
     if side == .recipient {
-        step = ExchangeStep(client: client, applier: try migrationStore(configuration: configuration, pool: pool))
+        work = .exchange(applier: try migrationStore(configuration: configuration, pool: pool))
     } else {
-        step = try TransferIdentifierStep(client: client, targetTeamID: targetTeamID, queue: queue)
+        work = .transferIdentifiers(targetTeamID: targetTeamID)
     }
-    let job = BulkJob(queue: queue, step: step, options: BulkJobOptions(workers: workers, rate: rate, maxConsecutiveFailures: maxFailures),
-                      window: window, requireOpenWindow: side == .recipient, logger: logger)
-    let reporter = ProgressReporter(total: pending, counters: job.counters)
-    reporter.start()
-    let summary = await job.run()
-    await reporter.finish()
+    let run = try BulkRun(queue: queue, work: work, client: client, options: BulkJobOptions(workers: workers, rate: rate, maxConsecutiveFailures: maxFailures),
+                          window: window, logger: logger)
+    let summary = await run.run(total: pending)
     printSummary(name, summary)
     return summary.hasFailures ? 1 : 0
 }

@@ -1,3 +1,5 @@
+import BatonTools
+
 /// Every subcommand, in the order `baton --help` lists them.
 let commands: [Command] = [
     verifyCommand,

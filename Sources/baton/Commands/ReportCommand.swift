@@ -1,4 +1,5 @@
 import BatonConcurrency
+import BatonTools
 import Baton
 import Foundation
 import BatonPostgres
@@ -7,44 +8,34 @@ import BatonPostgres
 let reportCommand = Command(
     name: "report",
     summary: "the correlation report: totals, pace against day 60, failures, unresolved users (table, csv, json, html)",
-    usage: """
-        usage: baton report [--format table|csv|json|html] [--out FILE] [--config FILE]
-                            [--limit N] [--unmasked] [--now TIME] [--accepted-at TIME]
-
-          --format       table (default) for a terminal; csv: the unresolved users for a mailer; json: the
-                         report as GET /v1/report returns it; html: one self-contained page with charts
-          --out FILE     write to FILE instead of standard output
-          --config FILE  the configuration (default baton.json, then BATON_* variables): database.url,
-                         legacy.*, apple.transfer.accepted_at
-          --limit N      unresolved users to list; default 20 (table), 100 (html, json), every one (csv)
-          --unmasked     CSV and JSON carry the stored email addresses instead of masked ones (j***@example.com);
-                         the table and the page always mask them. With --out the file is created private (0600).
-          --now TIME     the report's clock (ISO 8601 like 2026-12-31T00:00:00Z, or UNIX seconds); default now
-          --accepted-at TIME   override apple.transfer.accepted_at (same forms)
-
-        Every figure is counted by PostgreSQL (GROUP BY); only the unresolved users listed are read.
-        Exit status: 0 written, 1 the database failed, 2 usage or configuration errors.
-        """,
-    run: { arguments in
-        let parsed = try Arguments(arguments, options: ["format", "out", "config", "limit", "now", "accepted-at"], flags: ["unmasked"])
-        if let extra = parsed.positionals.first { throw CommandFailure.usage("unexpected argument '\(extra)'") }
-        let format = parsed.value("format") ?? "table"
-        guard ["table", "csv", "json", "html"].contains(format) else {
-            throw CommandFailure.usage("--format must be table, csv, json or html")
-        }
+    options: [
+        .choice("format", ["table", "csv", "json", "html"], default: "table", """
+            table for a terminal; csv: the unresolved users for a mailer; json: the
+            report as GET /v1/report returns it; html: one self-contained page with charts
+            """),
+        .text("out", "FILE", "write to FILE instead of standard output"),
+        .config,
+        .integer("limit", in: 0...Int(Int32.max), "unresolved users to list; default 20 (table), 100 (html, json), every one (csv)"),
+        .flag("unmasked", """
+            CSV and JSON carry the stored email addresses instead of masked ones (j***@example.com);
+            the table and the page always mask them. With --out the file is created private (0600).
+            """),
+        .text("now", "TIME", "the report's clock (ISO 8601 like 2026-12-31T00:00:00Z, or UNIX seconds); default now"),
+        .text("accepted-at", "TIME", "override apple.transfer.accepted_at (same forms)"),
+    ],
+    discussion: """
+    Every figure is counted by PostgreSQL (GROUP BY); only the unresolved users listed are read.
+    Exit status: 0 written, 1 the database failed, 2 usage or configuration errors.
+    """,
+    run: { parsed in
+        let format = parsed.required("format")
         let unmasked = parsed.flag("unmasked")
         if unmasked && (format == "table" || format == "html") {
             throw CommandFailure.usage("--unmasked applies to csv and json only: the table and the page always mask emails")
         }
-        let limit: Int? = parsed.value("limit") == nil ? nil : try parsed.integer("limit", default: 0, in: 0...Int(Int32.max))
+        let limit = parsed.optionalInteger("limit")
         let now = try parsed.value("now").map { try parseTime($0, option: "now") } ?? Date()
-
-        let configuration: BatonConfiguration
-        do {
-            configuration = try await BatonConfiguration.load(path: parsed.value("config"), environment: ProcessInfo.processInfo.environment, queue: .global())
-        } catch let error as ConfigurationError {
-            throw CommandFailure.usage(error.description)
-        }
+        let configuration = try await parsed.configuration()
         let acceptedAt = try parsed.value("accepted-at").map { try parseTime($0, option: "accepted-at") }
             ?? configuration.apple.transfer?.acceptedAt
 

@@ -1,3 +1,4 @@
+import BatonTools
 import Baton
 import BatonService
 import Foundation
@@ -8,35 +9,24 @@ import BatonLogging
 let serveCommand = Command(
     name: "serve",
     summary: "run the HTTP service (/v1/signin, /v1/credential-state, /v1/link, /v1/notifications, …)",
-    usage: """
-    usage: baton serve [--config FILE] [--port P] [--log-level L]
-
+    abstract: """
     Loads the configuration (default baton.json; BATON_* environment variables override it), checks the
     database (Baton's schema and the legacy table, whose subject column must be unique), loads Apple's
     key set, and serves the HTTP API on `listen`.
-
-      --config FILE   the configuration file (default baton.json)
-      --port P        override the listen port (0: a free one)
-      --log-level L   trace|debug|info|notice|warning|error (default info)
-
+    """,
+    options: [
+        .config,
+        .integer("port", "P", in: 0...65535, "override the listen port (0: a free one)"),
+        .logLevel,
+    ],
+    discussion: """
     Prints 'baton listening on http://HOST:PORT' once ready. SIGTERM or SIGINT stop accepting
     connections, let in-flight requests finish, and exit 0.
     """,
-    run: { arguments in
-        let parsed = try Arguments(arguments, options: ["config", "port", "log-level"])
-        guard parsed.positionals.isEmpty else { throw CommandFailure.usage("unexpected argument '\(parsed.positionals[0])'") }
-        guard let level = Logger.Level(name: parsed.value("log-level") ?? "info") else {
-            throw CommandFailure.usage("--log-level must be trace, debug, info, notice, warning or error")
-        }
-        let port: Int? = parsed.value("port") == nil ? nil : try parsed.integer("port", default: 0, in: 0...65535)
-        let logger = Logger(label: "baton.service", level: level)
-        let configuration: BatonConfiguration
-        do {
-            configuration = try await BatonConfiguration.load(path: parsed.value("config"), environment: ProcessInfo.processInfo.environment,
-                                                              queue: DispatchQueue(label: "baton.config"))
-        } catch let error as ConfigurationError {
-            throw CommandFailure.usage("\(error)")
-        }
+    run: { parsed in
+        let port = parsed.optionalInteger("port")
+        let logger = Logger(label: "baton.service", level: parsed.logLevel)
+        let configuration = try await parsed.configuration()
         let server: BatonServer
         do {
             server = try await BatonServer.start(configuration: configuration, port: port, logger: logger)

@@ -1,4 +1,5 @@
 import BatonConcurrency
+import BatonTools
 import BatonAppleSignIn
 import Foundation
 import BatonJOSE
@@ -7,20 +8,21 @@ import BatonJOSE
 let verifyCommand = Command(
     name: "verify",
     summary: "verify an identity token and print its claims as JSON",
-    usage: """
-    usage: baton verify --client-id ID (--jwks FILE | --jwks-url URL) [--nonce N] [--nonce-flow native|web] [--now UNIX] TOKEN
-
+    arguments: "TOKEN",
+    abstract: """
     Verifies TOKEN (or standard input when TOKEN is '-') as a Sign in with Apple identity token:
     RS256 only, key by 'kid', iss https://appleid.apple.com, aud one of the --client-id values,
     exp/iat/nbf with 60 s leeway, and the nonce when --nonce is given.
-
-      --client-id ID      an accepted audience; repeat for several
-      --jwks FILE         a JWK Set file
-      --jwks-url URL      fetch the JWK Set from URL (e.g. https://appleid.apple.com/auth/keys)
-      --nonce N           require this nonce: its SHA-256 hex (native flow, the default) or itself (web flow)
-      --nonce-flow FLOW   native (default) or web
-      --now UNIX          judge exp/iat/nbf at this Unix time instead of the system clock
-
+    """,
+    options: [
+        Option.repeatable("client-id", "ID", "an accepted audience; repeat for several").required(),
+        .text("jwks", "FILE", "a JWK Set file"),
+        .text("jwks-url", "URL", "fetch the JWK Set from URL (e.g. https://appleid.apple.com/auth/keys)"),
+        .text("nonce", "N", "require this nonce: its SHA-256 hex (native flow) or itself (web flow)"),
+        .choice("nonce-flow", ["native", "web"], default: "native", "the flow that made the nonce"),
+        .text("now", "UNIX", "judge exp/iat/nbf at this Unix time instead of the system clock"),
+    ],
+    discussion: """
     Exit 0 with the claims as JSON on stdout; 1 with 'rejected: <reason>: <explanation>' on stderr;
     2 for usage or configuration errors.
     """,
@@ -34,19 +36,16 @@ private let standardInputLimit = 1 << 20
 private let keySetFileLimit = 1 << 20
 
 @Sendable
-private func runVerify(_ rawArguments: [String]) async throws -> Int32 {
-    let arguments = try Arguments(rawArguments, options: ["client-id", "jwks", "jwks-url", "nonce", "nonce-flow", "now"])
+private func runVerify(_ arguments: Arguments) async throws -> Int32 {
     let clientIDs = arguments.values("client-id").filter { !$0.isEmpty }
-    guard !clientIDs.isEmpty else { throw CommandFailure.usage("missing --client-id") }
     guard arguments.positionals.count == 1, let tokenArgument = arguments.positionals.first else {
         throw CommandFailure.usage(arguments.positionals.isEmpty ? "missing TOKEN" : "expected one TOKEN")
     }
     let nonce: ExpectedNonce?
-    switch (arguments.value("nonce"), arguments.value("nonce-flow") ?? "native") {
+    switch (arguments.value("nonce"), arguments.required("nonce-flow")) {
     case (nil, _): nonce = nil
-    case (let value?, "native"): nonce = .native(raw: value)
     case (let value?, "web"): nonce = .web(value)
-    default: throw CommandFailure.usage("--nonce-flow must be native or web")
+    case (let value?, _): nonce = .native(raw: value)
     }
     var now: @Sendable () -> Date = { Date() }
     if let text = arguments.value("now") {

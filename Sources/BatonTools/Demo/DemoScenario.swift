@@ -201,10 +201,9 @@ struct DemoScenario {
         output.line("App Store Connect › Transfer App: \(clientID) from team A \(teamA.teamID) to team B \(teamB.teamID), pending acceptance")
         let seeded = try await LegacySeeder(pool: pool, legacy: legacy).seed()
         let sender = try appleClient(emulator, team: teamA)
-        let senderQueue = TransferQueue(pool: pool, kind: .transferIdentifiers)
-        let senderStep = try TransferIdentifierStep(client: sender, targetTeamID: teamB.teamID, queue: senderQueue)
         emulator.resetStats()
-        let senderSummary = await runJob(queue: senderQueue, step: senderStep, total: seeded, acceptedAt: nil, requireOpenWindow: false)
+        let senderSummary = try await runJob(TransferQueue(pool: pool, kind: .transferIdentifiers), .transferIdentifiers(targetTeamID: teamB.teamID),
+                                             client: sender, total: seeded, acceptedAt: nil)
         let senderCalls = emulator.stats()["/auth/usermigrationinfo"].calls
         output.line("\(DemoFormat.count(seeded)) users queued from public.users (keyset pages of 1,000, never all rows at once)")
         output.line("\(DemoFormat.count(senderSummary.counts.succeeded)) transfer identifiers made in \(DemoFormat.seconds(senderSummary.elapsed)) (\(DemoFormat.rate(senderSummary.counts.succeeded, senderSummary.elapsed)), limit \(DemoFormat.count(Int(options.rate)))/s): \(DemoFormat.count(senderCalls)) calls to POST /auth/usermigrationinfo with team A's key, \(senderSummary.counts.rateLimited) rate-limited, \(senderSummary.counts.errors) failed")
@@ -292,8 +291,8 @@ struct DemoScenario {
         let store = LegacyStore(pool: pool, legacy: legacy)
         let budget = HoldBack(allowed: pending - stragglers)
         emulator.resetStats()
-        let exchangeSummary = await runJob(queue: exchangeQueue, step: HoldBackStep(inner: ExchangeStep(client: recipient, applier: store), budget: budget),
-                                           total: pending - stragglers, acceptedAt: acceptedAt, requireOpenWindow: true)
+        let exchangeSummary = try await runJob(exchangeQueue, .exchange(applier: store), client: recipient, total: pending - stragglers,
+                                               acceptedAt: acceptedAt) { HoldBackStep(inner: $0, budget: budget) }
         let exchangeCalls = emulator.stats()["/auth/usermigrationinfo"]
         let exchanged = exchangeSummary.counts.succeeded
         output.line("\(DemoFormat.count(pending)) users did not sign in; POST /auth/usermigrationinfo with each transfer_sub and team B's key")
@@ -323,8 +322,8 @@ struct DemoScenario {
         } else {
             let lateClient = try appleClient(emulator, team: teamB)
             emulator.resetStats()
-            let lateSummary = await runJob(queue: exchangeQueue, step: ExchangeStep(client: lateClient, applier: store), total: exchangeSummary.remaining,
-                                           acceptedAt: acceptedAt, requireOpenWindow: true, maxConsecutiveFailures: exchangeSummary.remaining + 1)
+            let lateSummary = try await runJob(exchangeQueue, .exchange(applier: store), client: lateClient, total: exchangeSummary.remaining,
+                                               acceptedAt: acceptedAt, maxConsecutiveFailures: exchangeSummary.remaining + 1)
             let lateCalls = emulator.stats()["/auth/usermigrationinfo"]
             output.line("a late exchange for the \(DemoFormat.count(exchangeSummary.remaining)) stragglers: Apple answers \(DemoFormat.tally(lateCalls.errors))")
             output.line("Baton marks them unresolvable (\(DemoFormat.count(lateSummary.counts.unresolvable))), keeping Apple's reason in baton.transfers.last_error; their old records stay untouched")
@@ -356,23 +355,19 @@ struct DemoScenario {
     }
 
     /// Runs a bulk job with the demo's rate and workers, printing its progress.
-    private func runJob(queue: TransferQueue, step: any BulkJobStep, total: Int, acceptedAt: Date?, requireOpenWindow: Bool,
-                        maxConsecutiveFailures: Int = 25) async -> BulkJobSummary {
-        let job = BulkJob(queue: queue, step: step,
-                          options: BulkJobOptions(workers: options.concurrency, rate: options.rate, maxConsecutiveFailures: max(1, maxConsecutiveFailures)),
-                          window: TransferWindow(acceptedAt: acceptedAt), requireOpenWindow: requireOpenWindow)
+    private func runJob(_ queue: TransferQueue, _ work: BulkRun.Work, client: AppleClient, total: Int, acceptedAt: Date?,
+                        maxConsecutiveFailures: Int = 25, wrap: (any BulkJobStep) -> any BulkJobStep = { $0 }) async throws -> BulkJobSummary {
+        let run = try BulkRun(queue: queue, work: work, client: client,
+                              options: BulkJobOptions(workers: options.concurrency, rate: options.rate, maxConsecutiveFailures: max(1, maxConsecutiveFailures)),
+                              window: TransferWindow(acceptedAt: acceptedAt), wrap: wrap)
         let output = self.output
-        let reporter = ProgressReporter(total: total, counters: job.counters, isTerminal: output.isTerminal, logInterval: 2) { text in
+        return await run.run(total: total, isTerminal: output.isTerminal, logInterval: 2) { text in
             if text.hasPrefix("\r") {
                 output.write("\r      " + text.dropFirst())
             } else {
                 output.write(text == "\n" ? text : "      " + text)
             }
         }
-        reporter.start()
-        let summary = await job.run()
-        await reporter.finish()
-        return summary
     }
 
     /// An Apple client for `team`, on the emulator's clock (a server's clock agrees with Apple's).
@@ -428,7 +423,7 @@ final class HoldBack: Sendable {
 /// stop, so the job ends with the stragglers still pending (their rows released, not leased).
 struct HoldBackStep: BulkJobStep {
     /// The real exchange.
-    let inner: ExchangeStep
+    let inner: any BulkJobStep
     /// Users it may still take.
     let budget: HoldBack
 

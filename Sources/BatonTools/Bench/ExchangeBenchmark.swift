@@ -14,17 +14,16 @@ import BatonPostgres
 /// the emulator's limit and the job's `--rate`; `--latency-ms` (20); `--workers` (32); `--sequential-seconds` (5).
 /// The database is `--database-url` or `BATON_DATABASE_URL`, and must hold no transfers yet.
 @Sendable
-func runExchangeBenchmark(_ rawArguments: [String]) async throws -> Int32 {
-    let arguments = try Arguments(rawArguments, options: ["database-url", "users", "backlog", "limit", "latency-ms", "workers", "sequential-seconds"])
-    guard let url = arguments.value("database-url") ?? ProcessInfo.processInfo.environment["BATON_DATABASE_URL"], !url.isEmpty else {
+func runExchangeBenchmark(_ arguments: Arguments) async throws -> Int32 {
+    guard let url = arguments.databaseURLOrEnvironment else {
         throw CommandFailure.usage("no database: give --database-url or set BATON_DATABASE_URL (a throwaway one)")
     }
-    let users = try arguments.integer("users", default: 20_000, in: 1...2_000_000)
-    let backlog = try arguments.integer("backlog", default: 0, in: 0...10_000_000)
-    let limit = try arguments.double("limit", default: 200, in: 1...100_000)
-    let latency = try arguments.integer("latency-ms", default: 20, in: 0...10_000)
-    let workers = try arguments.integer("workers", default: 32, in: 1...256)
-    let sequentialSeconds = try arguments.double("sequential-seconds", default: 5, in: 0.5...600)
+    let users = arguments.integer("users")
+    let backlog = arguments.integer("backlog")
+    let limit = arguments.number("limit")
+    let latency = arguments.integer("latency-ms")
+    let workers = arguments.integer("workers")
+    let sequentialSeconds = arguments.number("sequential-seconds")
     let sequentialUsers = Int(sequentialSeconds * 1000 / Double(max(1, latency))) + 50
 
     let clientID = "com.example.bench"
@@ -84,12 +83,10 @@ func runExchangeBenchmark(_ rawArguments: [String]) async throws -> Int32 {
         emulator.resetStats()
         let client = AppleClient(baseURL: emulator.baseURL, credentials: secret,
                                  options: AppleClient.Options(retry: RetryPolicy(maxAttempts: 1), maxConnectionsPerHost: workers))
-        let queue = TransferQueue(pool: pool, kind: .exchange)
-        let job = BulkJob(queue: queue, step: ExchangeStep(client: client, applier: store), options: BulkJobOptions(workers: workers, rate: limit),
-                          window: TransferWindow(acceptedAt: acceptedAt), requireOpenWindow: true, now: { emulator.now },
-                          logger: Logger(label: "bench.exchange", level: .info))
-        let reporter = ProgressReporter(total: users, counters: job.counters)
-        reporter.start()
+        let run = try BulkRun(queue: TransferQueue(pool: pool, kind: .exchange), work: .exchange(applier: store), client: client,
+                              options: BulkJobOptions(workers: workers, rate: limit), window: TransferWindow(acceptedAt: acceptedAt),
+                              now: { emulator.now }, logger: Logger(label: "bench.exchange", level: .info))
+        let job = run.job
         let jobStart = ContinuousClock.now
         let watcher = Task {
             // The job's time is from its start to its last user's rewrite; then it is stopped (with a backlog the
@@ -98,11 +95,10 @@ func runExchangeBenchmark(_ rawArguments: [String]) async throws -> Int32 {
             job.stop(BulkJobError(.stopped, "benchmark users done"))
             return ContinuousClock.now - jobStart
         }
-        let summary = await job.run()
+        let summary = await run.run(total: users)
         watcher.cancel()
         let jobDuration = (try? await watcher.value) ?? (ContinuousClock.now - jobStart)
         let jobSeconds = Double(jobDuration.components.seconds) + Double(jobDuration.components.attoseconds) / 1e18
-        await reporter.finish()
         let stats = emulator.stats()
         let overLimit = stats.endpoints.filter { $0.key.hasPrefix("/auth/") }.map(\.value.rateLimited).reduce(0, +)
         let achieved = Double(summary.counts.requests) / jobSeconds

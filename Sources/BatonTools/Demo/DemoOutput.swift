@@ -1,3 +1,4 @@
+import Baton
 import Foundation
 
 /// The demo's story on standard output: numbered steps, each with its figures, written unbuffered so a
@@ -28,15 +29,7 @@ struct DemoOutput: Sendable {
 /// Fixed, locale-independent formatting of the demo's figures.
 enum DemoFormat {
     /// `10,000`.
-    static func count(_ value: Int) -> String {
-        let digits = String(value.magnitude)
-        var grouped = ""
-        for (index, digit) in digits.enumerated() {
-            if index > 0, (digits.count - index) % 3 == 0 { grouped.append(",") }
-            grouped.append(digit)
-        }
-        return value < 0 ? "-" + grouped : grouped
-    }
+    static func count(_ value: Int) -> String { ReportFormat.count(value) }
 
     /// `1.3 s`, `0.04 s`.
     static func seconds(_ value: Double) -> String {

@@ -1,6 +1,6 @@
 import BatonAppleSignIn
 import Foundation
-@_spi(Benchmark) import BatonJOSE
+import BatonJOSE
 
 /// `baton bench verify [--seconds S]`: full identity-token verification against the bare OpenSSL RS256
 /// verification of the same signature with the same key (`EVP_DigestVerifyInit` + `EVP_DigestVerify`).
@@ -14,9 +14,8 @@ import Foundation
 /// single-threaded rounds gives microseconds of CPU per operation (`*_cpu_us`, `ratio_cpu`), which stay
 /// meaningful on a machine shared with other work.
 @Sendable
-func runVerifyBenchmark(_ rawArguments: [String]) async throws -> Int32 {
-    let arguments = try Arguments(rawArguments, options: ["seconds"])
-    let seconds = try arguments.double("seconds", default: 2, in: 0.05...600)
+func runVerifyBenchmark(_ arguments: Arguments) async throws -> Int32 {
+    let seconds = arguments.number("seconds")
 
     let fixture = try VerifyBenchmarkFixture()
     let verifier = fixture.verifier

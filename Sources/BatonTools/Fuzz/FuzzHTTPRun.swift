@@ -48,7 +48,7 @@ func runHTTPFuzz(_ settings: HTTPFuzzSettings, progress: @escaping @Sendable (St
     let probeRequests = settings.probes.map { path in
         Array("GET \(settings.basePath + path) HTTP/1.1\r\nHost: \(settings.host)\r\nUser-Agent: baton-fuzz\r\n\r\n".utf8)
     }
-    var recorded: [RawExchange.Outcome] = []
+    var recorded: [RawHTTPConnection.Outcome] = []
     for (index, request) in probeRequests.enumerated() {
         let outcome = exchange.exchange([RawExchange.Piece(bytes: request)], timeoutMilliseconds: 5_000)[0]
         guard case .response = outcome else {
@@ -59,7 +59,7 @@ func runHTTPFuzz(_ settings: HTTPFuzzSettings, progress: @escaping @Sendable (St
         recorded.append(outcome)
     }
     let baseline = recorded
-    @Sendable func checkProbe(_ index: Int, _ outcome: RawExchange.Outcome, when: String) -> String? {
+    @Sendable func checkProbe(_ index: Int, _ outcome: RawHTTPConnection.Outcome, when: String) -> String? {
         outcome == baseline[index] ? nil : "probe GET \(settings.probes[index]) \(when): \(outcome.summary), expected \(baseline[index].summary)"
     }
     report.withLock { $0.rssStartKiB = settings.pid.flatMap(residentKiB) }
@@ -127,7 +127,7 @@ func runHTTPFuzz(_ settings: HTTPFuzzSettings, progress: @escaping @Sendable (St
 }
 
 /// Counts one exchange and checks it against what the server owed.
-private func record(_ outcomes: [RawExchange.Outcome], of fuzzCase: FuzzCase, index: Int, seed: UInt64, into report: inout HTTPFuzzReport) {
+private func record(_ outcomes: [RawHTTPConnection.Outcome], of fuzzCase: FuzzCase, index: Int, seed: UInt64, into report: inout HTTPFuzzReport) {
     for outcome in outcomes {
         switch outcome {
         case .response(let status, _):
@@ -174,7 +174,7 @@ extension FuzzCase.Expectation {
     }
 }
 
-extension RawExchange.Outcome {
+extension RawHTTPConnection.Outcome {
     /// A short description without the body.
     var summary: String {
         switch self {

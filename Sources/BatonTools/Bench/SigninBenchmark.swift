@@ -23,20 +23,18 @@ import BatonPostgres
 ///
 /// The last line is one JSON object.
 @Sendable
-func runSigninBenchmark(_ rawArguments: [String]) async throws -> Int32 {
-    let arguments = try Arguments(rawArguments, options: ["database-url", "users", "transfers", "migrations", "current-requests",
-                                                           "concurrency", "pgbench-seconds", "pool-size"])
+func runSigninBenchmark(_ arguments: Arguments) async throws -> Int32 {
     let environment = ProcessInfo.processInfo.environment
     guard let serverURL = arguments.value("database-url") ?? environment["BATON_TEST_DATABASE_URL"] ?? environment["BATON_DATABASE_URL"] else {
         throw CommandFailure.usage("needs --database-url (a server where it may create a database); or run it under 'scripts/pg.sh run'")
     }
-    let users = try arguments.integer("users", default: 1_000_000, in: 1_000...100_000_000)
+    let users = arguments.integer("users")
     let transfers = try arguments.integer("transfers", default: 100_000, in: 100...users)
     let migrations = try arguments.integer("migrations", default: 20_000, in: 100...transfers)
-    let currentRequests = try arguments.integer("current-requests", default: 100_000, in: 100...100_000_000)
-    let concurrency = try arguments.integer("concurrency", default: 32, in: 1...1024)
-    let pgbenchSeconds = try arguments.integer("pgbench-seconds", default: 10, in: 1...600)
-    let poolSize = try arguments.integer("pool-size", default: 8, in: 1...256)
+    let currentRequests = arguments.integer("current-requests")
+    let concurrency = arguments.integer("concurrency")
+    let pgbenchSeconds = arguments.integer("pgbench-seconds")
+    let poolSize = arguments.integer("pool-size")
     let clientID = "com.example.bench"
 
     // 1. Apple: two teams, the app, its people, the transfer.

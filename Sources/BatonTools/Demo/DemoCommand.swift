@@ -3,47 +3,43 @@ import Foundation
 import BatonPostgres
 
 /// `baton demo`: the end-to-end scenario on a throwaway PostgreSQL and the Apple emulator.
-let demoCommand = Command(
+package let demoCommand = Command(
     name: "demo",
     summary: "end-to-end scenario: a transfer of 10,000 users on a throwaway PostgreSQL and the Apple emulator",
-    usage: """
-    usage: baton demo [--database-url URL] [--users N] [--concurrency N] [--rate R] [--stragglers N]
-                      [--out FILE] [--keep-data]
-
+    abstract: """
     Tells the story of an app transfer, step by step, with its figures: an app under team A with a legacy
     public.users table; transfer identifiers (baton transfer-ids); team B accepts; Baton's service
     (baton serve); a third of the users sign in from simulated iPhones at once; the exchange for the
     rest (baton exchange); day 61 for a few stragglers; the report (table here, HTML in FILE).
     `make demo` runs it on a throwaway PostgreSQL (scripts/pg.sh run).
-
-      --database-url URL   an empty database (default $BATON_DATABASE_URL); the demo refuses one that
-                           already has public.users or a baton schema
-      --users N            users of the legacy app (default 10000, 30 to 1000000)
-      --concurrency N      devices and job workers in flight (default 32)
-      --rate R             requests per second of the bulk jobs (default 2000)
-      --stragglers N       users the exchange leaves for after day 60 (default users/400, 3 to 25)
-      --out FILE           the HTML report (default report.html)
-      --keep-data          leave public.users and schema baton in the database afterwards
-
+    """,
+    options: [
+        .databaseURL("an empty database (default $BATON_DATABASE_URL); the demo refuses one that\nalready has public.users or a baton schema"),
+        .integer("users", default: 10_000, in: 30...1_000_000, "users of the legacy app"),
+        .integer("concurrency", default: 32, in: 1...256, "devices and job workers in flight"),
+        .number("rate", default: 2_000, in: 1...100_000, "requests per second of the bulk jobs"),
+        .integer("stragglers", in: 0...500_000, "users the exchange leaves for after day 60 (default users/400, 3 to 25)"),
+        .text("out", "FILE", default: "report.html", "the HTML report"),
+        .flag("keep-data", "leave public.users and schema baton in the database afterwards"),
+    ],
+    discussion: """
     Everything it starts (the emulator, the service, the jobs) runs in this process on 127.0.0.1 and
     stops with it, also on Ctrl-C. No secret or token is printed.
     Exit status: 0 every user accounted for, 1 a step went wrong, 2 usage errors.
     """,
-    run: { arguments in
-        let parsed = try Arguments(arguments, options: ["database-url", "users", "concurrency", "rate", "stragglers", "out"], flags: ["keep-data"])
-        if let extra = parsed.positionals.first { throw CommandFailure.usage("unexpected argument '\(extra)'") }
+    run: { parsed in
         let environment = ProcessInfo.processInfo.environment
-        guard let url = parsed.value("database-url") ?? environment["BATON_DATABASE_URL"], !url.isEmpty else {
+        guard let url = parsed.databaseURLOrEnvironment else {
             throw CommandFailure.usage("no database: give --database-url or set BATON_DATABASE_URL (make demo starts a throwaway one)")
         }
-        let users = try parsed.integer("users", default: 10_000, in: 30...1_000_000)
+        let users = parsed.integer("users")
         let options = DemoOptions(
             databaseURL: url,
             users: users,
-            concurrency: try parsed.integer("concurrency", default: 32, in: 1...256),
-            rate: try parsed.double("rate", default: 2_000, in: 1...100_000),
+            concurrency: parsed.integer("concurrency"),
+            rate: parsed.number("rate"),
             stragglers: try parsed.integer("stragglers", default: min(25, max(3, users / 400)), in: 0...users / 2),
-            reportPath: parsed.value("out") ?? "report.html",
+            reportPath: parsed.required("out"),
             keepData: parsed.flag("keep-data"),
             throwawayDatabase: environment["BATON_TEST_PG_DIR"] != nil && environment["BATON_TEST_DATABASE_URL"] == url
         )

@@ -1,0 +1,57 @@
+import Foundation
+
+/// `baton bench NAME`: runs a benchmark; its last line of output is one JSON object of figures.
+package let benchCommand = Command(
+    name: "bench",
+    summary: "run a benchmark (verify, emulator, signin, exchange)",
+    discussion: "The last line of output is one JSON object of figures. Build with -c release for meaningful numbers.",
+    subcommands: [
+        Command(
+            name: "verify",
+            summary: "identity-token verification against bare OpenSSL RS256",
+            options: [.number("seconds", "S", default: 2, in: 0.05...600, "seconds of each measurement")],
+            run: runVerifyBenchmark
+        ),
+        Command(
+            name: "emulator",
+            summary: "emulator requests/s (/auth/keys, /auth/usermigrationinfo) and tokens/s (/emulator/authorize)",
+            options: [
+                .integer("concurrency", default: 32, in: 1...1024, "keep-alive connections"),
+                .integer("requests", default: 100_000, in: 1...10_000_000, "GET /auth/keys requests"),
+                .integer("tokens", default: 10_000, in: 1...1_000_000, "POST /emulator/authorize requests"),
+                .integer("exchanges", default: 20_000, in: 1...1_000_000, "POST /auth/usermigrationinfo requests"),
+            ],
+            run: runEmulatorBenchmark
+        ),
+        Command(
+            name: "signin",
+            summary: "sign-ins/s and p99 through baton serve vs pgbench on the same SQL",
+            options: [
+                .databaseURL("a server where it may create a database (default $BATON_TEST_DATABASE_URL, then $BATON_DATABASE_URL)"),
+                .integer("users", default: 1_000_000, in: 1_000...100_000_000, "legacy users"),
+                .integer("transfers", default: 100_000, in: 100...100_000_000, "pending transfers, at most --users"),
+                .integer("migrations", default: 20_000, in: 100...100_000_000, "sign-ins that migrate a user, at most --transfers"),
+                .integer("current-requests", default: 100_000, in: 100...100_000_000, "sign-ins of current users"),
+                .integer("concurrency", default: 32, in: 1...1024, "keep-alive connections"),
+                .integer("pgbench-seconds", default: 10, in: 1...600, "seconds of each pgbench run"),
+                .integer("pool-size", default: 8, in: 1...256, "baton serve's database.pool_size"),
+            ],
+            run: runSigninBenchmark
+        ),
+        Command(
+            name: "exchange",
+            summary: "baton exchange against the emulator (20 ms, 200/s limit) vs one request at a time",
+            options: [
+                .databaseURL("a throwaway database (default $BATON_DATABASE_URL)"),
+                .integer("users", default: 20_000, in: 1...2_000_000, "pending users to exchange"),
+                .integer("backlog", default: 0, in: 0...10_000_000, "more pending rows after them, not exchanged"),
+                .number("limit", default: 200, in: 1...100_000, "the emulator's rate limit and the job's --rate"),
+                .integer("latency-ms", default: 20, in: 0...10_000, "the emulator's latency"),
+                .integer("workers", default: 32, in: 1...256, "the job's workers"),
+                .number("sequential-seconds", "S", default: 5, in: 0.5...600, "how long the one-at-a-time run lasts"),
+            ],
+            run: runExchangeBenchmark
+        ),
+    ],
+    subcommandsTitle: "benchmarks"
+)
