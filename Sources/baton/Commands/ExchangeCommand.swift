@@ -11,6 +11,7 @@ let exchangeCommand = Command(
     usage: """
         usage: baton exchange [--workers N] [--rate R] [--dry-run] [--config FILE]
                               [--lease SECONDS] [--max-failures N] [--retry-failed]
+                              [--retry-unresolvable] [--db-retry-seconds S]
 
         For every pending row of baton.transfers, asks Apple (recipient team's credentials) for the
         user's new identifier and rewrites the legacy record as a sign-in would (method 'exchange').
@@ -21,6 +22,12 @@ let exchangeCommand = Command(
                             are taken over after it
           --max-failures N  consecutive failures that stop the job (default 25)
           --retry-failed    make rows that failed their last attempt pending again first
+          --retry-unresolvable
+                            make rows marked unresolvable pending again first (after fixing a shared
+                            cause: the job stops after 10 consecutive failures with the same error)
+          --db-retry-seconds S
+                            how long to ride out a lost database (restart, failover) before stopping:
+                            workers wait with backoff, reconnect and go on (default 60)
         Resumable and safe to run from several processes and machines at once. Refuses to start once the
         60-day window after apple.transfer.accepted_at has closed.
         Exit status: 0 every user done, 1 some user failed or the job stopped, 2 usage or configuration.
@@ -31,18 +38,19 @@ let exchangeCommand = Command(
 )
 
 /// Options shared by `baton exchange` and `baton transfer-ids`.
-let bulkOptionNames: Set<String> = ["workers", "rate", "config", "lease", "max-failures", "target"]
+let bulkOptionNames: Set<String> = ["workers", "rate", "config", "lease", "max-failures", "target", "db-retry-seconds"]
 
 /// Runs `baton exchange` (recipient) or `baton transfer-ids` (sender).
 func runBulkCommand(_ arguments: [String], side: BatonConfiguration.TransferSide) async throws -> Int32 {
     let name = side == .recipient ? "exchange" : "transfer-ids"
-    let flags: Set<String> = side == .recipient ? ["dry-run", "retry-failed"] : ["dry-run", "retry-failed", "yes"]
+    let flags: Set<String> = side == .recipient ? ["dry-run", "retry-failed", "retry-unresolvable"] : ["dry-run", "retry-failed", "retry-unresolvable", "yes"]
     let parsed = try Arguments(arguments, options: side == .recipient ? bulkOptionNames.subtracting(["target"]) : bulkOptionNames, flags: flags)
     if let extra = parsed.positionals.first { throw CommandFailure.usage("unexpected argument '\(extra)'") }
     let workers = try parsed.integer("workers", default: 4, in: 1...256)
     let rate = try parsed.double("rate", default: 10, in: 0.1...100_000)
     let lease = try parsed.integer("lease", default: 60, in: 1...86_400)
     let maxFailures = try parsed.integer("max-failures", default: 25, in: 1...1_000_000)
+    let databaseRetrySeconds = try parsed.double("db-retry-seconds", default: 60, in: 0...86_400)
     let configuration = try await loadConfiguration(parsed)
     guard let transfer = configuration.apple.transfer else {
         throw CommandFailure.usage("no transfer is configured: set apple.transfer (see sample-config/README.md)")
@@ -51,7 +59,8 @@ func runBulkCommand(_ arguments: [String], side: BatonConfiguration.TransferSide
     let window = TransferWindow(acceptedAt: transfer.acceptedAt)
     let now = Date()
 
-    let pool = PostgresPool(url: configuration.database.url, maxConnections: workers + 2)
+    let pool = PostgresPool(url: configuration.database.url, maxConnections: workers + 2,
+                            statementTimeoutMilliseconds: configuration.database.statementTimeoutMilliseconds)
     defer { Task { await pool.close() } }
     let queue = TransferQueue(pool: pool, kind: side == .recipient ? .exchange : .transferIdentifiers, leaseSeconds: lease)
 
@@ -117,6 +126,10 @@ func runBulkCommand(_ arguments: [String], side: BatonConfiguration.TransferSide
         let reset = try await queue.retryFailed()
         if reset > 0 { printError("\(reset) failed rows made pending again") }
     }
+    if parsed.flag("retry-unresolvable"), !parsed.flag("dry-run") {
+        let reset = try await queue.retryUnresolvable()
+        if reset > 0 { printError("\(reset) unresolvable rows made pending again") }
+    }
     var pending: Int
     do { pending = try await queue.pendingCount() } catch let error as PostgresError {
         throw CommandFailure.failed("baton \(name): \(error)")
@@ -150,7 +163,8 @@ func runBulkCommand(_ arguments: [String], side: BatonConfiguration.TransferSide
     } else {
         step = try TransferIdentifierStep(client: client, targetTeamID: targetTeamID, queue: queue)
     }
-    let job = BulkJob(queue: queue, step: step, options: BulkJobOptions(workers: workers, rate: rate, maxConsecutiveFailures: maxFailures),
+    let job = BulkJob(queue: queue, step: step, options: BulkJobOptions(workers: workers, rate: rate, maxConsecutiveFailures: maxFailures,
+                                                                          databaseRetrySeconds: databaseRetrySeconds),
                       window: window, requireOpenWindow: side == .recipient, logger: logger)
     let reporter = ProgressReporter(total: pending, counters: job.counters)
     reporter.start()
@@ -163,14 +177,15 @@ func runBulkCommand(_ arguments: [String], side: BatonConfiguration.TransferSide
 /// Prints the end-of-run summary on standard output (and the stop reason on standard error).
 func printSummary(_ name: String, _ summary: BulkJobSummary) {
     let counts = summary.counts
+    let remaining = summary.remaining.map(String.init) ?? "unknown (the database did not answer)"
     let perSecond = summary.elapsed > 0 ? Double(counts.requests) / summary.elapsed : 0
-    print("\(name): done \(counts.succeeded), already done \(counts.alreadyDone), unresolvable \(counts.unresolvable), failed \(counts.failed), remaining \(summary.remaining); \(counts.requests) requests in \(String(format: "%.1f", summary.elapsed)) s (\(String(format: "%.1f", perSecond))/s), \(counts.rateLimited) rate-limited")
+    print("\(name): done \(counts.succeeded), already done \(counts.alreadyDone), unresolvable \(counts.unresolvable), failed \(counts.failed), remaining \(remaining); \(counts.requests) requests in \(String(format: "%.1f", summary.elapsed)) s (\(String(format: "%.1f", perSecond))/s), \(counts.rateLimited) rate-limited")
     if let reason = summary.stopReason {
         printError("baton \(name): \(reason)")
         if reason.code == .windowClosed {
-            printError("\(summary.remaining) users were left pending and can no longer be exchanged")
+            printError("\(remaining) users were left pending and can no longer be exchanged")
         } else {
-            printError("\(summary.remaining) users were left pending; rerun to continue")
+            printError("\(remaining) users were left pending; rerun to continue")
         }
     }
 }

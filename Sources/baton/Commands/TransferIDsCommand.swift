@@ -7,6 +7,7 @@ let transferIDsCommand = Command(
     usage: """
         usage: baton transfer-ids [--target TEAMID] [--yes] [--workers N] [--rate R] [--dry-run]
                                   [--config FILE] [--lease SECONDS] [--max-failures N] [--retry-failed]
+                                  [--retry-unresolvable] [--db-retry-seconds S]
 
         Walks the legacy table (legacy.*) in key order and, for every user without a transfer
         identifier, asks Apple (sending team's credentials) for one made for the target team, and
