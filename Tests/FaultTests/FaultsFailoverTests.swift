@@ -206,4 +206,34 @@ struct FaultsFailoverTests {
             try await world.expectConsistent()
         }
     }
+
+    @Test("baton exchange rides out a database restart with no restart of its own; a database that never returns stops it with remaining unknown, never -1")
+    func exchangeRidesOutRestart() async throws {
+        let migrated = "SELECT count(*) FROM baton.events WHERE kind = 'migrated'"
+        try await FaultWorld.run(users: 60, privateCluster: true) { world in
+            let config = try world.writeConfiguration()
+            let exchange = try runProcessAsync(batonBinaryPath, ["exchange", "--config", config, "--workers", "2", "--rate", "20", "--lease", "5"])
+            while try await world.count(migrated) < 10 { try await pause(seconds: 0.02) }
+            try await offPool { try world.cluster.stop() }
+            try await pause(seconds: 2)
+            try await offPool { try world.cluster.restart() }
+            let result = try await offPool { try exchange.wait(timeout: 120) }
+            #expect(result.status == 0, "\(result.stdout)\(result.stderr)")
+            #expect(result.stdout.contains("remaining 0"), "\(result.stdout)")
+            #expect(result.stdout.contains("done 60,") || result.stdout.contains("already done"), "\(result.stdout)")
+            #expect(try await world.migratedCount() == 60)
+            try await world.expectConsistent()
+        }
+        try await FaultWorld.run(users: 40, privateCluster: true) { world in
+            let config = try world.writeConfiguration()
+            let exchange = try runProcessAsync(batonBinaryPath, ["exchange", "--config", config, "--workers", "2", "--rate", "10", "--db-retry-seconds", "2"])
+            while try await world.count(migrated) < 5 { try await pause(seconds: 0.02) }
+            try await offPool { try world.cluster.stop() }
+            let result = try await offPool { try exchange.wait(timeout: 60) }
+            #expect(result.status == 1, "\(result.stdout)\(result.stderr)")
+            #expect(result.stdout.contains("remaining unknown"), "\(result.stdout)")
+            #expect(!result.stdout.contains("remaining -1") && !result.stderr.contains("-1 users"), "\(result.stdout)\(result.stderr)")
+            #expect(result.stderr.contains("rerun to continue"), "\(result.stderr)")
+        }
+    }
 }

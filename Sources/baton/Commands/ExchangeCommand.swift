@@ -182,10 +182,11 @@ func printSummary(_ name: String, _ summary: BulkJobSummary) {
     print("\(name): done \(counts.succeeded), already done \(counts.alreadyDone), unresolvable \(counts.unresolvable), failed \(counts.failed), remaining \(remaining); \(counts.requests) requests in \(String(format: "%.1f", summary.elapsed)) s (\(String(format: "%.1f", perSecond))/s), \(counts.rateLimited) rate-limited")
     if let reason = summary.stopReason {
         printError("baton \(name): \(reason)")
+        let left = summary.remaining.map { "\($0) users were" } ?? "users were"
         if reason.code == .windowClosed {
-            printError("\(remaining) users were left pending and can no longer be exchanged")
+            printError("\(left) left pending and can no longer be exchanged")
         } else {
-            printError("\(remaining) users were left pending; rerun to continue")
+            printError("\(left) left pending; rerun to continue")
         }
     }
 }
