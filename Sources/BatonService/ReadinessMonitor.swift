@@ -74,11 +74,14 @@ final class ReadinessMonitor: Sendable {
                     pending = nil
                 }
             }
-            Task { [engine] in finish(await engine.readiness()) }
             let keys = state.withLock { $0.latest?.keys } ?? false
-            Task { [timeout] in
-                try? await Task.sleep(for: timeout)
+            let timer = Task { [timeout] in
+                guard (try? await Task.sleep(for: timeout)) != nil else { return }
                 finish(BatonEngine.Readiness(database: false, keys: keys))
+            }
+            Task { [engine] in
+                finish(await engine.readiness())
+                timer.cancel()
             }
         }
     }

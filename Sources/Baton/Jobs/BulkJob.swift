@@ -243,7 +243,7 @@ public final class BulkJob: Sendable {
                     outageStarted = started
                     logger.warning("database unavailable; waiting for it", ["error": FailureKind.reason(error)])
                 }
-                guard ContinuousClock.now - started < .seconds(options.databaseRetrySeconds), !Task.isCancelled else { throw error }
+                guard ContinuousClock.now - started < .seconds(options.databaseRetrySeconds), !Task.isCancelled, stopReason == nil else { throw error }
                 try? await Task.sleep(for: .milliseconds(Int64(delay * Double.random(in: 0.5...1) * 1000)))
                 delay = min(2, delay * 2)
             }
