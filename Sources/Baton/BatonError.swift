@@ -48,11 +48,13 @@ public struct BatonError: Error, Sendable, Equatable, CustomStringConvertible {
         return BatonError(.invalidToken, error.code.rawValue)
     }
 
-    /// Maps a database failure that means "unreachable" to ``Code/databaseUnavailable``; other errors pass through.
+    /// Maps a database failure that means "unreachable" or "try later" (read-only, deadlock, serialization
+    /// failure, timeout) to ``Code/databaseUnavailable``; other errors pass through.
     static func mapDatabase(_ error: any Error) -> any Error {
         guard let error = error as? PostgresError else { return error }
         switch error.code {
-        case .connectionFailure, .serverShutdown, .poolTimeout, .poolClosed, .resourceUnavailable, .queryCanceled:
+        case .connectionFailure, .serverShutdown, .poolTimeout, .poolClosed, .resourceUnavailable, .queryCanceled, .readOnly,
+             .deadlockDetected, .serializationFailure:
             return BatonError(.databaseUnavailable, "the database is unavailable (\(error.code.rawValue))")
         default:
             return error

@@ -40,10 +40,11 @@ public final class PostgresConnection: @unchecked Sendable {
         PQfinish(connection)
     }
 
-    /// Opens a connection from a `postgresql://` URL (Unix socket or TCP), through `PQconnectdbParams`.
+    /// Opens a connection from any libpq connection string (a URI with one host or several, key/value settings,
+    /// a service; see ``PostgresConnectionString``), through `PQconnectdbParams`.
     /// - Parameter statementTimeoutMilliseconds: when set, the session's `statement_timeout` (which also bounds
     ///   waiting for locks): a statement running longer fails with `queryCanceled`. It is passed as libpq's
-    ///   `options`, so it survives reconnects, and replaces any `options` given in the URL.
+    ///   `options` (after any `options` the string gives), so it survives reconnects.
     /// - Throws: ``PostgresError`` with code `connectionFailure`.
     public static func connect(url: String, statementTimeoutMilliseconds: Int? = nil, logger: Logger = .disabled()) async throws -> PostgresConnection {
         let queue = DispatchQueue(label: "baton.postgres.connection")
@@ -58,8 +59,9 @@ public final class PostgresConnection: @unchecked Sendable {
         var keywords = ["connect_timeout", "fallback_application_name", "dbname"]
         var values = ["5", "baton", url]
         if let statementTimeoutMilliseconds {
+            let given = (try? PostgresConnectionString(url))?.value(of: "options").map { $0 + " " } ?? ""
             keywords.append("options")
-            values.append("-c statement_timeout=\(statementTimeoutMilliseconds)")
+            values.append(given + "-c statement_timeout=\(statementTimeoutMilliseconds)")
         }
         let pointer = withCStringArray(keywords) { keywordPointers in
             withCStringArray(values) { valuePointers in
@@ -235,9 +237,11 @@ public final class PostgresConnection: @unchecked Sendable {
             detail = detail.isEmpty ? primary : "\(primary); \(detail)"
         }
         var code = sqlState.map(PostgresError.code(forSQLState:)) ?? .server
-        if PQstatus(connection) != CONNECTION_OK {
+        // On a read-only server (a standby, or a primary demoted by a failover) the connection is never reused:
+        // the pool replaces it, and a multi-host string with target_session_attrs=read-write finds the primary.
+        if PQstatus(connection) != CONNECTION_OK || code == .readOnly {
             broken.withLock { $0 = true }
-            code = .connectionFailure
+            if code != .readOnly { code = .connectionFailure }
         }
         throw PostgresError(code, sqlState: sqlState, reason: reason, detail: detail.isEmpty ? nil : detail)
     }

@@ -17,7 +17,11 @@ public struct PostgresError: Error, Sendable, CustomStringConvertible, CustomDeb
         case queryCanceled = "query_canceled"
         /// The server is shutting down or refuses connections (57P01-57P03).
         case serverShutdown = "server_shutdown"
-        /// The database is read-only or out of space (25006, 53100, 53200, 53300).
+        /// The server is read-only (25006): a standby, or a primary demoted by a failover. The connection that
+        /// met it is dropped, never reused; a multi-host connection string with
+        /// `target_session_attrs=read-write` then finds the new primary.
+        case readOnly = "read_only"
+        /// The database is out of space or memory (53100, 53200, 53300).
         case resourceUnavailable = "resource_unavailable"
         /// A relation, column or schema named in the SQL does not exist (42P01, 42703, 3F000).
         case undefinedObject = "undefined_object"
@@ -50,10 +54,20 @@ public struct PostgresError: Error, Sendable, CustomStringConvertible, CustomDeb
         self.detail = detail
     }
 
-    /// Whether retrying the whole transaction may succeed (serialization failure, deadlock, lost connection).
+    /// Whether retrying the whole transaction may succeed (serialization failure, deadlock, lost connection,
+    /// a read-only server during a failover).
     public var isTransient: Bool {
         switch code {
-        case .serializationFailure, .deadlockDetected, .connectionFailure, .serverShutdown, .poolTimeout: true
+        case .serializationFailure, .deadlockDetected, .connectionFailure, .serverShutdown, .poolTimeout, .readOnly: true
+        default: false
+        }
+    }
+
+    /// Whether the error means no writable primary could be reached (lost or refused connection, a server
+    /// shutting down or read-only, no free connection): the database is unavailable, not the statement wrong.
+    public var isUnavailable: Bool {
+        switch code {
+        case .connectionFailure, .serverShutdown, .poolTimeout, .poolClosed, .readOnly: true
         default: false
         }
     }
@@ -76,7 +90,8 @@ public struct PostgresError: Error, Sendable, CustomStringConvertible, CustomDeb
         case "40P01": return .deadlockDetected
         case "57014", "55P03": return .queryCanceled
         case "57P01", "57P02", "57P03": return .serverShutdown
-        case "25006", "53100", "53200", "53300": return .resourceUnavailable
+        case "25006": return .readOnly
+        case "53100", "53200", "53300": return .resourceUnavailable
         case "42P01", "42703", "3F000", "42883": return .undefinedObject
         default:
             return state.hasPrefix("08") ? .connectionFailure : .server

@@ -34,17 +34,19 @@ public actor PostgresPool {
 
     /// Creates a pool; no connection is opened until the first use.
     /// - Parameters:
-    ///   - url: a `postgresql://` URL (Unix socket or TCP).
+    ///   - url: a libpq connection string (``PostgresConnectionString``): a URI, a multi-host URI with
+    ///     `target_session_attrs=read-write`, key/value settings or a service.
     ///   - maxConnections: at least 1; default 8.
     ///   - acquireTimeout: the longest a caller waits for a free connection; default 10 s.
     ///   - statementTimeoutMilliseconds: each connection's `statement_timeout` (see
-    ///     ``PostgresConnection/connect(url:statementTimeoutMilliseconds:logger:)``); default none (the server's).
+    ///     ``PostgresConnection/connect(url:statementTimeoutMilliseconds:logger:)``), replacements included;
+    ///     nil or 0: none (the server's setting); default none.
     public init(url: String, maxConnections: Int = 8, acquireTimeout: Duration = .seconds(10), statementTimeoutMilliseconds: Int? = nil,
                 logger: Logger = .disabled()) {
         self.url = url
         self.maxConnections = max(1, maxConnections)
         self.acquireTimeout = acquireTimeout
-        self.statementTimeoutMilliseconds = statementTimeoutMilliseconds
+        self.statementTimeoutMilliseconds = statementTimeoutMilliseconds.flatMap { $0 > 0 ? $0 : nil }
         self.logger = logger
     }
 
@@ -80,6 +82,20 @@ public actor PostgresPool {
     @discardableResult
     public nonisolated func execute(_ query: PostgresQuery) async throws -> Int {
         try await withConnection { try await $0.execute(query) }
+    }
+
+    /// Checks that a lent connection reaches a writable primary: `transaction_read_only` is off. A connection on a
+    /// standby or a demoted primary is dropped, never lent again, so the next one finds the primary a multi-host
+    /// string with `target_session_attrs=read-write` names.
+    /// - Throws: ``PostgresError`` `readOnly`, or what connecting throws.
+    public nonisolated func checkWritable() async throws {
+        try await withConnection { connection in
+            let readOnly = try await connection.query("SELECT current_setting('transaction_read_only')")[0].decode(String.self, at: 0)
+            guard readOnly == "off" else {
+                connection.markBroken()
+                throw PostgresError(.readOnly, sqlState: "25006", message: "the server is read-only (a standby, or a demoted primary)")
+            }
+        }
     }
 
     /// Current counts of open, idle and waiting.
@@ -163,7 +179,7 @@ public actor PostgresPool {
         open += 1
         let waiter = waiters.removeFirst()
         do {
-            waiter.continuation.resume(returning: try await PostgresConnection.connect(url: url, logger: logger))
+            waiter.continuation.resume(returning: try await PostgresConnection.connect(url: url, statementTimeoutMilliseconds: statementTimeoutMilliseconds, logger: logger))
         } catch {
             open -= 1
             waiter.continuation.resume(throwing: error)

@@ -26,6 +26,7 @@ public final class BatonAPI: Sendable {
     public let metrics = ServiceMetrics()
     private let adminToken: AdminToken?
     private let logger: Logger
+    private let readinessMonitor: ReadinessMonitor
 
     /// Creates the service.
     /// - Parameters:
@@ -36,6 +37,12 @@ public final class BatonAPI: Sendable {
         self.engine = engine
         self.adminToken = adminToken
         self.logger = logger
+        readinessMonitor = ReadinessMonitor(engine: engine)
+    }
+
+    /// Stops the background readiness check (``BatonServer/stop()`` calls it).
+    public func stopReadinessChecks() {
+        readinessMonitor.stop()
     }
 
     /// The routes, for an ``HTTPServer``.
@@ -129,7 +136,8 @@ public final class BatonAPI: Sendable {
     }
 
     private func readiness(_ request: HTTPRequest) async throws -> (HTTPResponse, String?) {
-        let state = await engine.readiness()
+        // From the background check: a probe never takes a pool connection of its own.
+        let state = await readinessMonitor.current()
         let answer = ReadinessAnswer(ready: state.ready, database: state.database, keys: state.keys)
         return (try HTTPResponse.json(answer, status: state.ready ? 200 : 503), nil)
     }

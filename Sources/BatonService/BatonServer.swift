@@ -26,10 +26,19 @@ public final class BatonServer: Sendable {
     /// The body limit of the service's requests: 32 KiB (a token is at most 16 KiB).
     public static let maxBodySize = 32 * 1024
 
+    /// The service's `statement_timeout` when `database.statement_timeout_ms` is not set: 5,000 ms, so a locked
+    /// or stalled database answers 503 rather than holding requests. 0 in the configuration sends none.
+    public static let defaultStatementTimeoutMilliseconds = 5_000
+
     /// Starts the engine (``BatonEngine/start(configuration:logger:)``) and listens on `configuration.listen`
-    /// (`port` overrides its port; 0 binds a free one).
+    /// (`port` overrides its port; 0 binds a free one), with ``defaultStatementTimeoutMilliseconds`` unless the
+    /// configuration sets one.
     /// - Throws: ``BatonError`` from the engine's start-up checks, `HTTPServerError` when the address cannot be bound.
     public static func start(configuration: BatonConfiguration, port: Int? = nil, logger: Logger = .disabled()) async throws -> BatonServer {
+        var configuration = configuration
+        if configuration.database.statementTimeoutMilliseconds == nil {
+            configuration.database.statementTimeoutMilliseconds = defaultStatementTimeoutMilliseconds
+        }
         let engine = try await BatonEngine.start(configuration: configuration, logger: logger)
         return try await start(engine: engine, host: configuration.listen.host, port: port ?? configuration.listen.port,
                                adminToken: configuration.adminToken, logger: logger)
@@ -55,6 +64,7 @@ public final class BatonServer: Sendable {
     /// Stops accepting connections, lets in-flight requests finish, then closes the engine's pool.
     public func stop() async {
         await server.stop()
+        service.stopReadinessChecks()
         await service.engine.shutdown()
     }
 }

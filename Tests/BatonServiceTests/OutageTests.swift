@@ -18,7 +18,7 @@ struct OutageTests {
             #expect(down.error == "database_unavailable")
             let state = try await f.send("GET", "/v1/credential-state", query: ["user": f.people[1].oldSub])
             #expect(state.status == 503)
-            let notReady = try await f.send("GET", "/readyz")
+            let notReady = try await f.readyz(expecting: 503)
             #expect(notReady.status == 503)
             #expect(notReady.json["database"]?.boolValue == false)
             try cluster.restart()
@@ -26,7 +26,7 @@ struct OutageTests {
             let back = try await f.signIn(try f.token(f.people[1]))
             #expect(back.status == 200)
             #expect(back.json["outcome"]?.stringValue == "migrated")
-            #expect(try await f.send("GET", "/readyz").status == 200)
+            #expect(try await f.readyz(expecting: 200).status == 200)
             #expect(try f.count("SELECT count(*) FROM baton.events") == 2)
         }
     }

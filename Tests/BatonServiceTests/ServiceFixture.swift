@@ -100,6 +100,7 @@ final class ServiceFixture: @unchecked Sendable {
     }
 
     func close() async {
+        service.stopReadinessChecks()
         if let server { await server.stop() } else { await engine.shutdown() }
         await emulator.stop()
     }
@@ -135,6 +136,17 @@ final class ServiceFixture: @unchecked Sendable {
             let status = (response as! HTTPURLResponse).statusCode
             return Reply(status: status, json: (try? JSON.parse(Array(data))) ?? .null, text: String(decoding: data, as: UTF8.self))
         }
+    }
+
+    /// `/readyz`, asked every 50 ms until it answers `status` (it is refreshed in the background), 5 s at most.
+    func readyz(expecting status: Int) async throws -> Reply {
+        var reply = try await send("GET", "/readyz")
+        let deadline = ContinuousClock.now + .seconds(5)
+        while reply.status != status, ContinuousClock.now < deadline {
+            try await Task.sleep(for: .milliseconds(50))
+            reply = try await send("GET", "/readyz")
+        }
+        return reply
     }
 
     func postJSON(_ path: String, _ object: JSONObject) async throws -> Reply {

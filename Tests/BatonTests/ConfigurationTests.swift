@@ -158,7 +158,7 @@ struct ConfigurationTests {
         ("database URL scheme", "database.url", "mysql://db/app", .invalidValue),
         ("pool size zero", "database.pool_size", 0, .invalidValue),
         ("pool size text", "database.pool_size", "eight", .invalidValue),
-        ("statement timeout zero", "database.statement_timeout_ms", 0, .invalidValue),
+        ("statement timeout negative", "database.statement_timeout_ms", -1, .invalidValue),
         ("statement timeout over an hour", "database.statement_timeout_ms", 3_600_001, .invalidValue),
         ("listen without port", "listen", "127.0.0.1", .invalidValue),
         ("listen port range", "listen", "127.0.0.1:70000", .invalidValue),

@@ -35,6 +35,8 @@ final class FaultWorld: @unchecked Sendable {
 
     /// The scenario's own cluster, when it asked for one.
     let privateCluster: PrivateCluster?
+    /// The scenario's primary and synchronous standby, when it asked for a failover.
+    let failoverPair: FailoverPair?
     /// URL of the cluster's maintenance database.
     let serverURL: String
     let directory: KeyDirectory
@@ -55,10 +57,11 @@ final class FaultWorld: @unchecked Sendable {
     /// The running emulator (or the last one, while it is down: it can still mint tokens in process).
     var emulator: AppleEmulator { emulatorBox.withLock { $0! } }
 
-    private init(cluster: PrivateCluster?, serverURL: String, directory: KeyDirectory, databaseName: String, databaseURL: String,
+    private init(cluster: PrivateCluster?, failoverPair: FailoverPair?, serverURL: String, directory: KeyDirectory, databaseName: String, databaseURL: String,
                  people: [FaultPerson], baseline: LegacySnapshot, emulator: AppleEmulator, transfer: EmulatedTransfer) throws {
         self.transfer = transfer
         self.privateCluster = cluster
+        self.failoverPair = failoverPair
         self.serverURL = serverURL
         self.directory = directory
         self.databaseName = databaseName
@@ -78,9 +81,18 @@ final class FaultWorld: @unchecked Sendable {
     ///     tablespace); otherwise the database is created in the shared test cluster.
     ///   - tablespace: a directory for a tablespace that holds the whole application database (disk-full scenario;
     ///     needs `privateCluster`).
-    static func run(users: Int, privateCluster: Bool = false, tablespace: String? = nil,
+    ///   - failover: a primary and a synchronous streaming standby of the scenario's own, reached through a
+    ///     multi-host URL with `target_session_attrs=read-write` (``databaseURL``, the services' and psql's alike).
+    static func run(users: Int, privateCluster: Bool = false, tablespace: String? = nil, failover: Bool = false,
                     _ body: (FaultWorld) async throws -> Void) async throws {
         let cluster = privateCluster ? try await offPool { try PrivateCluster() } : nil
+        let pair: FailoverPair?
+        do {
+            pair = failover ? try await offPool { try FailoverPair() } : nil
+        } catch {
+            try? await offPool { try cluster?.destroy() }
+            throw error
+        }
         let directory = try KeyDirectory()
         let statePath = directory.path("emulator-state.json")
         let emulator: AppleEmulator
@@ -88,21 +100,23 @@ final class FaultWorld: @unchecked Sendable {
             emulator = try await AppleEmulator.start(statePath: statePath)
         } catch {
             try? await offPool { try cluster?.destroy() }
+            try? await offPool { try pair?.destroy() }
             directory.remove()
             throw error
         }
         var world: FaultWorld?
         do {
-            world = try await build(cluster: cluster, directory: directory, emulator: emulator, users: users, tablespace: tablespace)
+            world = try await build(cluster: cluster, failoverPair: pair, directory: directory, emulator: emulator, users: users, tablespace: tablespace)
             try await body(world!)
         } catch {
-            await teardown(world, cluster: cluster, directory: directory, emulator: emulator)
+            await teardown(world, cluster: cluster, failoverPair: pair, directory: directory, emulator: emulator)
             throw error
         }
-        await teardown(world, cluster: cluster, directory: directory, emulator: emulator)
+        await teardown(world, cluster: cluster, failoverPair: pair, directory: directory, emulator: emulator)
     }
 
-    private static func teardown(_ world: FaultWorld?, cluster: PrivateCluster?, directory: KeyDirectory, emulator: AppleEmulator) async {
+    private static func teardown(_ world: FaultWorld?, cluster: PrivateCluster?, failoverPair: FailoverPair?, directory: KeyDirectory,
+                                 emulator: AppleEmulator) async {
         if let world {
             _ = try? await world.stopServe(signal: SIGKILL)
             await world.emulator.stop()
@@ -110,10 +124,11 @@ final class FaultWorld: @unchecked Sendable {
             await emulator.stop()
         }
         try? await offPool { try cluster?.destroy() }
+        try? await offPool { try failoverPair?.destroy() }
         directory.remove()
     }
 
-    private static func build(cluster: PrivateCluster?, directory: KeyDirectory, emulator: AppleEmulator, users count: Int,
+    private static func build(cluster: PrivateCluster?, failoverPair: FailoverPair?, directory: KeyDirectory, emulator: AppleEmulator, users count: Int,
                               tablespace: String?) async throws -> FaultWorld {
         let transfer = try EmulatedTransfer(on: emulator, users: count, privateEmail: true)
         let people = try transfer.users.map { user in
@@ -122,9 +137,9 @@ final class FaultWorld: @unchecked Sendable {
         }
         try transfer.writeKeys(to: directory)
 
-        let serverURL = try cluster?.url ?? TestDatabase.serverURL()
+        let serverURL = try failoverPair?.primaryURL ?? cluster?.url ?? TestDatabase.serverURL()
         let databaseName = "faults_\(UUID().uuidString.prefix(8).lowercased())"
-        let databaseURL = TestDatabase.url(serverURL, database: databaseName)
+        let databaseURL = failoverPair?.multiHostURL(database: databaseName) ?? TestDatabase.url(serverURL, database: databaseName)
         try await offPool {
             if let tablespace {
                 _ = try TestDatabase.psql(serverURL, "CREATE TABLESPACE tiny LOCATION '\(tablespace)'")
@@ -139,22 +154,26 @@ final class FaultWorld: @unchecked Sendable {
             try TestDatabase.createUsersTable(databaseURL, subjects: subjects, emails: subjects.indices.map { "legacy.\($0 + 1)@privaterelay.appleid.com" })
             try TestDatabase.addTransfers(databaseURL, transfer.transferIdentifiers)
         }
+        // Only now does every commit wait for the standby: loading the data needs no second copy acknowledged.
+        try await offPool { try failoverPair?.makeSynchronous() }
         let baseline = try await offPool { try LegacySnapshot.take(databaseURL) }
-        return try FaultWorld(cluster: cluster, serverURL: serverURL, directory: directory, databaseName: databaseName, databaseURL: databaseURL,
+        return try FaultWorld(cluster: cluster, failoverPair: failoverPair, serverURL: serverURL, directory: directory, databaseName: databaseName, databaseURL: databaseURL,
                               people: people, baseline: baseline, emulator: emulator, transfer: transfer)
     }
 
     // MARK: - Configuration
 
     /// Writes `baton.json` for this world and returns its path.
-    /// - Parameter statementTimeoutMilliseconds: the service's `database.statement_timeout_ms`, if any.
-    func writeConfiguration(statementTimeoutMilliseconds: Int? = nil) throws -> String {
+    /// - Parameters:
+    ///   - statementTimeoutMilliseconds: the service's `database.statement_timeout_ms`, if any.
+    ///   - port: the listen port (default ``servePort``), written to `baton-PORT.json` when given (a second replica).
+    func writeConfiguration(statementTimeoutMilliseconds: Int? = nil, port: Int? = nil) throws -> String {
         var tree = transfer.configuration(databaseURL: databaseURL, appleBaseURL: URL(string: "http://127.0.0.1:\(emulatorPort)")!)
         var database: [String: Any] = ["url": databaseURL, "pool_size": 4]
         if let statementTimeoutMilliseconds { database["statement_timeout_ms"] = statementTimeoutMilliseconds }
         tree["database"] = database
-        tree["listen"] = "127.0.0.1:\(servePort)"
-        return try directory.writeJSON("baton.json", tree)
+        tree["listen"] = "127.0.0.1:\(port ?? servePort)"
+        return try directory.writeJSON(port.map { "baton-\($0).json" } ?? "baton.json", tree)
     }
 
     // MARK: - baton serve

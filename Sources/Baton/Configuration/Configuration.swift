@@ -107,8 +107,9 @@ public struct BatonConfiguration: Sendable, Equatable, Codable {
         /// Connections in the pool; default 8, 1...1000.
         public var poolSize: Int
         /// The `statement_timeout` of the service's connections, in milliseconds (it also bounds waiting for
-        /// locks), so a request facing a slow or locked database fails with a 503 instead of hanging; default
-        /// none (the server's setting). 1...3,600,000.
+        /// locks), so a request facing a slow or locked database fails with a 503 instead of hanging, on every
+        /// connection including replacements; `baton serve` defaults to 5,000, other commands to none; 0 sends
+        /// none (the server's or the role's setting, behind PgBouncer). 0...3,600,000.
         public var statementTimeoutMilliseconds: Int?
 
         /// Creates the section.

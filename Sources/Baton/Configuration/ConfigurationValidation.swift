@@ -1,12 +1,13 @@
 import BatonAppleSignIn
+import BatonPostgres
 import Foundation
 
 extension BatonConfiguration {
     /// Checks every value's shape; ``load(path:environment:)`` calls it, and so should code that builds a
     /// configuration by hand.
     ///
-    /// Checks: `listen` port range; URLs parse (`http`/`https` for Apple, `postgres`/`postgresql` for the
-    /// database); `pool_size` 1...1000; `statement_timeout_ms` 1...3,600,000; client IDs non-empty, made of letters, digits, `.` and `-`, listed
+    /// Checks: `listen` port range; Apple's URLs parse (`http`/`https`); `database.url` is a connection string
+    /// libpq accepts (URI, multi-host URI, key/value, service); `pool_size` 1...1000; `statement_timeout_ms` 0...3,600,000; client IDs non-empty, made of letters, digits, `.` and `-`, listed
     /// once, and not prefixed by a team ID; team IDs 10 upper-case letters or digits, different for the two
     /// sides; key IDs 10 letters or digits; key paths non-empty; SQL identifiers valid and the subject, email and
     /// transfer columns distinct. Files are not opened here (`baton doctor` does that).
@@ -15,12 +16,16 @@ extension BatonConfiguration {
         guard !listen.host.isEmpty, (0...65_535).contains(listen.port) else {
             throw ConfigurationError(.invalidValue, key: "listen", reason: "expected host:port, such as 127.0.0.1:8080")
         }
-        try Self.checkURL(database.url, key: "database.url", schemes: ["postgres", "postgresql"], requireHost: false)
+        do {
+            _ = try PostgresConnectionString(database.url)
+        } catch let error as PostgresError {
+            throw ConfigurationError(.invalidValue, key: "database.url", reason: error.message)
+        }
         guard (1...1000).contains(database.poolSize) else {
             throw ConfigurationError(.invalidValue, key: "database.pool_size", reason: "must be from 1 to 1000")
         }
-        if let timeout = database.statementTimeoutMilliseconds, !(1...3_600_000).contains(timeout) {
-            throw ConfigurationError(.invalidValue, key: "database.statement_timeout_ms", reason: "must be from 1 to 3600000 (milliseconds)")
+        if let timeout = database.statementTimeoutMilliseconds, !(0...3_600_000).contains(timeout) {
+            throw ConfigurationError(.invalidValue, key: "database.statement_timeout_ms", reason: "must be from 0 (none) to 3600000 (milliseconds)")
         }
         try Self.checkURL(apple.baseURL.absoluteString, key: "apple.base_url", schemes: ["http", "https"], requireHost: true)
         try Self.checkURL(apple.keysURL.absoluteString, key: "apple.keys_url", schemes: ["http", "https"], requireHost: true)

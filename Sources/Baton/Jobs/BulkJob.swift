@@ -36,15 +36,26 @@ public struct BulkJobOptions: Sendable, Equatable {
     public var retryDelay: Double
     /// 429s for one user before the row is deferred; default 20.
     public var maxRateLimitedRetries: Int
+    /// Failures in a row with the same reason that stop the job; default 10. A shared cause (a mistyped target
+    /// team makes Apple refuse every user with `invalid_request`) then stops the job after a few rows instead of
+    /// marking the whole table `unresolvable`; `--retry-unresolvable` gives those rows another chance.
+    public var maxIdenticalFailures: Int
+    /// How long the job rides out a lost database (a restart, a failover) before it stops, in seconds: a
+    /// worker whose statement fails with a connection error waits with bounded backoff, reconnects and goes
+    /// on; default 60.
+    public var databaseRetrySeconds: Double
 
     /// Creates options.
-    public init(workers: Int = 4, rate: Double = 10, maxConsecutiveFailures: Int = 25, transientRetries: Int = 2, retryDelay: Double = 0.5, maxRateLimitedRetries: Int = 20) {
+    public init(workers: Int = 4, rate: Double = 10, maxConsecutiveFailures: Int = 25, transientRetries: Int = 2, retryDelay: Double = 0.5,
+                maxRateLimitedRetries: Int = 20, maxIdenticalFailures: Int = 10, databaseRetrySeconds: Double = 60) {
         self.workers = max(1, workers)
         self.rate = rate
         self.maxConsecutiveFailures = max(1, maxConsecutiveFailures)
         self.transientRetries = max(0, transientRetries)
         self.retryDelay = max(0, retryDelay)
         self.maxRateLimitedRetries = max(0, maxRateLimitedRetries)
+        self.maxIdenticalFailures = max(1, maxIdenticalFailures)
+        self.databaseRetrySeconds = max(0, databaseRetrySeconds)
     }
 }
 
@@ -52,8 +63,9 @@ public struct BulkJobOptions: Sendable, Equatable {
 public struct BulkJobSummary: Sendable, Equatable {
     /// The counts of this run.
     public var counts: JobCounters.Snapshot
-    /// Users still pending for this job when it ended (this run's deferred ones included).
-    public var remaining: Int
+    /// Users still pending for this job when it ended (this run's deferred ones included); nil when the
+    /// database did not answer the count within the job's database retry time.
+    public var remaining: Int?
     /// Why the job stopped before finishing, or nil when it ran out of work.
     public var stopReason: BulkJobError?
     /// Seconds the run took.
@@ -124,6 +136,7 @@ public final class BulkJob: Sendable {
     private struct Control {
         var stopReason: BulkJobError?
         var consecutiveFailures = 0
+        var identicalFailures = 0
         var lastFailure = ""
     }
 
@@ -175,7 +188,7 @@ public final class BulkJob: Sendable {
             }
         }
         await feeder.releaseAll()
-        let remaining = (try? await queue.pendingCount()) ?? -1
+        let remaining = try? await ridingOutage { try await queue.pendingCount() }
         let elapsed = ContinuousClock.now - started
         return BulkJobSummary(
             counts: counters.snapshot,
@@ -187,19 +200,14 @@ public final class BulkJob: Sendable {
     }
 
     private func work(_ feeder: Feeder) async {
-        var claimFailures = 0
         while stopReason == nil {
             let item: TransferQueue.Item?
             do {
-                item = try await feeder.next()
-                claimFailures = 0
+                // The slot first, then the row: a row taken after the wait has its whole lease ahead of it.
+                try await limiter.acquire()
+                // A lost connection, a restarting server or a failover: wait it out, then claim again.
+                item = try await ridingOutage { try await feeder.next() }
             } catch {
-                // A lost connection or a restarting server: a few tries a second apart, then stop (a rerun resumes).
-                claimFailures += 1
-                if FailureKind.of(error) == .transient, claimFailures < 5 {
-                    try? await Task.sleep(for: .seconds(1))
-                    continue
-                }
                 stop(BulkJobError(.stopped, "the database failed while claiming work: \(FailureKind.reason(error))"))
                 return
             }
@@ -209,7 +217,36 @@ public final class BulkJob: Sendable {
                 try? await queue.release([item])
                 return
             }
-            await process(item)
+            await process(item, holdingSlot: true)
+        }
+    }
+
+    /// Whether `error` means the database is out of reach for now (connection lost or refused, server shutting
+    /// down or read-only during a failover, no connection free): worth waiting for, not the row's fault.
+    static func isDatabaseOutage(_ error: any Error) -> Bool {
+        guard let error = error as? PostgresError else { return false }
+        return error.isUnavailable && error.code != .poolClosed
+    }
+
+    /// Runs `operation`; while it fails with a database outage, waits (0.1 s doubling to 2 s, jittered) and runs it
+    /// again, for at most ``BulkJobOptions/databaseRetrySeconds`` from the first failure. A stopped job waits no more.
+    /// - Throws: the last error once the time is up, or any other error at once.
+    private func ridingOutage<T>(_ operation: () async throws -> T) async throws -> T {
+        var outageStarted: ContinuousClock.Instant?
+        var delay = 0.1
+        while true {
+            do {
+                return try await operation()
+            } catch where BulkJob.isDatabaseOutage(error) {
+                let started = outageStarted ?? .now
+                if outageStarted == nil {
+                    outageStarted = started
+                    logger.warning("database unavailable; waiting for it", ["error": FailureKind.reason(error)])
+                }
+                guard ContinuousClock.now - started < .seconds(options.databaseRetrySeconds), !Task.isCancelled, stopReason == nil else { throw error }
+                try? await Task.sleep(for: .milliseconds(Int64(delay * Double.random(in: 0.5...1) * 1000)))
+                delay = min(2, delay * 2)
+            }
         }
     }
 
@@ -220,16 +257,25 @@ public final class BulkJob: Sendable {
         return BulkJobError(.windowClosed, "the 60-day transfer window closed at \(window.closesAt.map { "\($0)" } ?? "?"): Apple no longer answers")
     }
 
-    private func process(_ item: TransferQueue.Item) async {
+    /// Works on `item` until it is finished, recorded, deferred or given back; `holdingSlot` says whether the
+    /// rate limiter's slot for the first request was already taken (later requests wait for their own).
+    private func process(_ item: TransferQueue.Item, holdingSlot: Bool) async {
         var transientTries = 0
         var rateLimitedTries = 0
+        var holdingSlot = holdingSlot
         while true {
             if stopReason != nil || Date() >= item.leaseEnds {
                 try? await queue.release([item])
                 return
             }
             do {
-                try await limiter.acquire()
+                if !holdingSlot { try await limiter.acquire() }
+                holdingSlot = false
+                // The wait for the limiter may have outlived the lease: the row may be someone else's by now.
+                if stopReason != nil || Date() >= item.leaseEnds {
+                    try? await queue.release([item])
+                    return
+                }
                 counters.update { $0.requests += 1 }
                 let outcome = try await step.perform(item)
                 switch outcome {
@@ -239,9 +285,22 @@ public final class BulkJob: Sendable {
                     await recordUnresolvable(item, reason: reason)
                     return
                 }
-                control.withLock { $0.consecutiveFailures = 0 }
+                control.withLock {
+                    $0.consecutiveFailures = 0
+                    $0.identicalFailures = 0
+                    $0.lastFailure = ""
+                }
                 return
             } catch is CancellationError {
+                return
+            } catch where BulkJob.isDatabaseOutage(error) {
+                // Apple answered, but the database did not store it: wait for the database, then give the row
+                // back; it is simply leased again (the answer is asked for again, and applying it twice is a no-op).
+                do {
+                    try await ridingOutage { try await queue.release([item]) }
+                } catch {
+                    stop(BulkJobError(.stopped, "the database failed for \(Int(options.databaseRetrySeconds)) s: \(FailureKind.reason(error)); rerun to continue"))
+                }
                 return
             } catch {
                 let kind = FailureKind.of(error)
@@ -290,8 +349,15 @@ public final class BulkJob: Sendable {
 
     /// Records the row `unresolvable` and counts a failure.
     private func recordUnresolvable(_ item: TransferQueue.Item, reason: String) async {
+        // A shared cause (every row refused alike) stops the job before this row is marked.
+        if identicalFailuresWouldStop(reason) {
+            noteFailure(reason)
+            try? await ridingOutage { try await queue.release([item]) }
+            return
+        }
         do {
-            try await queue.markUnresolvable(item, reason: reason)
+            // Fenced by the lease: a row another worker took over after this lease ended is left alone.
+            guard try await ridingOutage({ try await queue.markUnresolvable(item, reason: reason) }) else { return }
         } catch {
             stop(BulkJobError(.stopped, "the database failed: \(FailureKind.reason(error))"))
             return
@@ -305,7 +371,7 @@ public final class BulkJob: Sendable {
     private func recordFailure(_ item: TransferQueue.Item, reason: String) async {
         let final: Bool
         do {
-            final = try await queue.postpone(item, reason: reason)
+            final = try await ridingOutage { try await queue.postpone(item, reason: reason) }
         } catch {
             stop(BulkJobError(.stopped, "the database failed: \(FailureKind.reason(error))"))
             return
@@ -318,13 +384,25 @@ public final class BulkJob: Sendable {
         noteFailure(reason)
     }
 
-    private func noteFailure(_ reason: String) {
-        let (count, stopNow) = control.withLock { control -> (Int, Bool) in
-            control.consecutiveFailures += 1
-            control.lastFailure = reason
-            return (control.consecutiveFailures, control.consecutiveFailures >= options.maxConsecutiveFailures)
+    /// Whether one more failure with `reason` makes ``BulkJobOptions/maxIdenticalFailures`` in a row.
+    private func identicalFailuresWouldStop(_ reason: String) -> Bool {
+        control.withLock { control in
+            control.lastFailure == reason && control.identicalFailures + 1 >= options.maxIdenticalFailures
         }
-        if stopNow {
+    }
+
+    private func noteFailure(_ reason: String) {
+        let (count, identical, stopNow) = control.withLock { control -> (Int, Int, Bool) in
+            control.consecutiveFailures += 1
+            control.identicalFailures = control.lastFailure == reason ? control.identicalFailures + 1 : 1
+            control.lastFailure = reason
+            return (control.consecutiveFailures, control.identicalFailures,
+                    control.consecutiveFailures >= options.maxConsecutiveFailures || control.identicalFailures >= options.maxIdenticalFailures)
+        }
+        guard stopNow else { return }
+        if identical >= options.maxIdenticalFailures {
+            stop(BulkJobError(.stopped, "stopped after \(identical) consecutive failures with the same error (\(reason)): a shared cause, such as a wrong target team or client ID, rather than these users; fix it, then rerun with --retry-unresolvable"))
+        } else {
             stop(BulkJobError(.stopped, "stopped after \(count) consecutive failures (last: \(reason)); rerun to continue once the cause is fixed"))
         }
     }

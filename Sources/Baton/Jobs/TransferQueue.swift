@@ -128,13 +128,16 @@ public struct TransferQueue: Sendable {
         return final
     }
 
-    /// Records that Apple refused the user for good (revoked, unknown, another team's): `unresolvable`.
-    public func markUnresolvable(_ item: Item, reason: String) async throws {
+    /// Records that Apple refused the user for good (revoked, unknown, another team's): `unresolvable`. Fenced by
+    /// the lease: returns false, changing nothing, when the row is no longer this owner's (its lease ended and
+    /// another worker took it).
+    @discardableResult
+    public func markUnresolvable(_ item: Item, reason: String) async throws -> Bool {
         try await pool.execute("""
             UPDATE baton.transfers SET state = 'unresolvable', attempts = attempts + 1, last_error = \(reason),
                 lease_owner = NULL, lease_expires_at = NULL, updated_at = now()
-            WHERE old_sub = \(item.oldSub) AND state = 'pending'
-            """)
+            WHERE old_sub = \(item.oldSub) AND state = 'pending' AND lease_owner = \(owner)
+            """) == 1
     }
 
     /// Gives rows back untouched (a stopping job's unprocessed claims), so other workers need not wait out the lease.
@@ -148,10 +151,20 @@ public struct TransferQueue: Sendable {
 
     /// Makes `failed` rows of this queue pending again (`--retry-failed`); returns how many.
     public func retryFailed() async throws -> Int {
+        try await makePending(from: "failed")
+    }
+
+    /// Makes `unresolvable` rows of this queue pending again (`--retry-unresolvable`), for rows refused because of
+    /// a cause since fixed (a wrong target team or client ID); returns how many. Their last error stays for the report.
+    public func retryUnresolvable() async throws -> Int {
+        try await makePending(from: "unresolvable")
+    }
+
+    private func makePending(from state: String) async throws -> Int {
         let condition = kind == .exchange ? "transfer_sub IS NOT NULL" : "transfer_sub IS NULL"
         return try await pool.execute("""
             UPDATE baton.transfers SET state = 'pending', attempts = 0, next_attempt_at = NULL, updated_at = now()
-            WHERE state = 'failed' AND \(unsafeRaw: condition)
+            WHERE state = \(state) AND \(unsafeRaw: condition)
             """)
     }
 }

@@ -384,10 +384,10 @@ public struct LegacyStore: BatonStore {
         return rows.count == 1
     }
 
-    /// Runs `SELECT 1`.
-    /// - Throws: ``PostgresError`` when the database does not answer.
+    /// Checks that the database answers and is writable (``PostgresPool/checkWritable()``).
+    /// - Throws: ``PostgresError`` when the database does not answer, or `readOnly`.
     public func ping() async throws {
-        try await pool.query("SELECT 1")
+        try await pool.checkWritable()
     }
 }
 

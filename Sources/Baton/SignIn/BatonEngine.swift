@@ -238,15 +238,22 @@ public final class BatonEngine: Sendable {
 
     /// Whether the engine can serve: the database answers and a usable key set is held.
     public struct Readiness: Sendable, Equatable {
-        /// The database answered `SELECT 1`.
+        /// The database answered and is writable (a primary, not a standby).
         public var database: Bool
         /// A usable key set is held.
         public var keys: Bool
         /// Both.
         public var ready: Bool { database && keys }
+
+        /// Creates a result.
+        public init(database: Bool, keys: Bool) {
+            self.database = database
+            self.keys = keys
+        }
     }
 
-    /// Checks the database and the key set.
+    /// Checks the database (answering and writable) and the key set; `baton serve` calls it in the background,
+    /// never per request.
     public func readiness() async -> Readiness {
         let databaseUp = (try? await store.ping()) != nil
         return Readiness(database: databaseUp, keys: keysReady())
@@ -289,9 +296,19 @@ public final class BatonEngine: Sendable {
         }
     }
 
+    /// Runs `body`, once more after a deadlock, a serialization failure, a read-only server or a connection
+    /// lost mid-statement (every store method is safe to run again: each is one statement or one transaction,
+    /// and a second run of a migration that committed finds it done), then maps what is left to
+    /// `database_unavailable`. A pool timeout is not retried: the wait already happened.
     private func database<T>(_ body: () async throws -> T) async throws -> T {
         do {
             return try await body()
+        } catch let error as PostgresError where error.isTransient && error.code != .poolTimeout {
+            do {
+                return try await body()
+            } catch {
+                throw BatonError.mapDatabase(error)
+            }
         } catch {
             throw BatonError.mapDatabase(error)
         }

@@ -56,6 +56,6 @@ public protocol BatonStore: Sendable {
     /// (then with an event), false for a duplicate.
     func applyNotification(_ kind: NotificationKind, subject sub: String) async throws -> Bool
 
-    /// Whether the database answers.
+    /// Whether the database answers and accepts writes (a writable primary).
     func ping() async throws
 }

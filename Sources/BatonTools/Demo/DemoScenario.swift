@@ -209,9 +209,9 @@ struct DemoScenario {
         output.line("\(DemoFormat.count(senderSummary.counts.succeeded)) transfer identifiers made in \(DemoFormat.seconds(senderSummary.elapsed)) (\(DemoFormat.rate(senderSummary.counts.succeeded, senderSummary.elapsed)), limit \(DemoFormat.count(Int(options.rate)))/s): \(DemoFormat.count(senderCalls)) calls to POST /auth/usermigrationinfo with team A's key, \(senderSummary.counts.rateLimited) rate-limited, \(senderSummary.counts.errors) failed")
         output.line("a team runs: baton transfer-ids --yes --workers \(options.concurrency) --rate \(Int(options.rate))")
         output.line("look: baton.transfers now pairs each old_sub with its transfer_sub (the demo keeps it with --keep-data)")
-        if senderSummary.counts.succeeded != seeded || senderSummary.remaining != 0 {
+        if senderSummary.counts.succeeded != seeded || (senderSummary.remaining ?? 0) != 0 {
             healthy = false
-            output.line("NOT EVERY USER GOT A TRANSFER IDENTIFIER: \(DemoFormat.count(senderSummary.remaining)) remain")
+            output.line("NOT EVERY USER GOT A TRANSFER IDENTIFIER: \(DemoFormat.count((senderSummary.remaining ?? 0))) remain")
         }
 
         // 5. Team B accepts: the 60-day window opens.
@@ -298,7 +298,7 @@ struct DemoScenario {
         output.line("\(DemoFormat.count(pending)) users did not sign in; POST /auth/usermigrationinfo with each transfer_sub and team B's key")
         output.line("\(DemoFormat.count(exchanged)) exchanged and rewritten in \(DemoFormat.seconds(exchangeSummary.elapsed)) (\(DemoFormat.rate(exchanged, exchangeSummary.elapsed)), limit \(DemoFormat.count(Int(options.rate)))/s): \(DemoFormat.count(exchangeCalls.calls)) calls, \(exchangeSummary.counts.rateLimited) rate-limited, \(exchangeSummary.counts.errors) failed, \(exchangeSummary.counts.alreadyDone) already migrated by a sign-in")
         if stragglers > 0 {
-            output.line("the demo stops the job with \(DemoFormat.count(exchangeSummary.remaining)) users to go: the stragglers nobody reaches before day 60")
+            output.line("the demo stops the job with \(DemoFormat.count((exchangeSummary.remaining ?? 0))) users to go: the stragglers nobody reaches before day 60")
         }
         output.line("a team runs: baton exchange --workers \(options.concurrency) --rate \(Int(options.rate))   (resumable; several processes may share the work)")
         if let body = try await devices.report(adminToken: adminToken), let progress = try? MigrationReport(json: body) {
@@ -308,7 +308,7 @@ struct DemoScenario {
             healthy = false
             output.line("GET /v1/report DID NOT ANSWER")
         }
-        if exchanged != pending - stragglers || exchangeSummary.remaining != stragglers {
+        if exchanged != pending - stragglers || (exchangeSummary.remaining ?? 0) != stragglers {
             healthy = false
             output.line("THE EXCHANGE DID NOT DO EVERY USER IT WAS GIVEN")
         }
@@ -317,18 +317,18 @@ struct DemoScenario {
         output.step(9, "Day 61: the window has closed")
         let day61 = try emulator.setClock(to: acceptedAt.addingTimeInterval(61 * 86_400))
         output.line("the emulator's clock moves to \(DemoFormat.timestamp(day61)), a day after the window closed")
-        if exchangeSummary.remaining == 0 {
+        if (exchangeSummary.remaining ?? 0) == 0 {
             output.line("no stragglers (--stragglers 0): the exchange left nobody for after day 60")
         } else {
             let lateClient = try appleClient(emulator, team: teamB)
             emulator.resetStats()
-            let lateSummary = try await runJob(exchangeQueue, .exchange(applier: store), client: lateClient, total: exchangeSummary.remaining,
-                                               acceptedAt: acceptedAt, maxConsecutiveFailures: exchangeSummary.remaining + 1)
+            let lateSummary = try await runJob(exchangeQueue, .exchange(applier: store), client: lateClient, total: exchangeSummary.remaining ?? 0,
+                                               acceptedAt: acceptedAt, maxConsecutiveFailures: (exchangeSummary.remaining ?? 0) + 1)
             let lateCalls = emulator.stats()["/auth/usermigrationinfo"]
-            output.line("a late exchange for the \(DemoFormat.count(exchangeSummary.remaining)) stragglers: Apple answers \(DemoFormat.tally(lateCalls.errors))")
+            output.line("a late exchange for the \(DemoFormat.count((exchangeSummary.remaining ?? 0))) stragglers: Apple answers \(DemoFormat.tally(lateCalls.errors))")
             output.line("Baton marks them unresolvable (\(DemoFormat.count(lateSummary.counts.unresolvable))), keeping Apple's reason in baton.transfers.last_error; their old records stay untouched")
             output.line("(only the emulator's clock moved, so Baton asked; against Apple, baton exchange refuses to start after day 60 and counts who is left)")
-            if lateSummary.counts.unresolvable != exchangeSummary.remaining || lateSummary.remaining != 0 {
+            if lateSummary.counts.unresolvable != (exchangeSummary.remaining ?? 0) || (lateSummary.remaining ?? 0) != 0 {
                 healthy = false
                 output.line("THE LATE EXCHANGE DID NOT MARK EVERY STRAGGLER")
             }

@@ -34,6 +34,8 @@ let bulkOptions: [Option] = [
     .integer("lease", "SECONDS", default: 60, in: 1...86_400, "how long a claimed row stays reserved; a dead process's rows\nare taken over after it"),
     .integer("max-failures", default: 25, in: 1...1_000_000, "consecutive failures that stop the job"),
     .flag("retry-failed", "make rows that failed their last attempt pending again first"),
+    .flag("retry-unresolvable", "make rows marked unresolvable pending again first (after fixing a shared\ncause: the job stops after 10 consecutive failures with the same error)"),
+    .number("db-retry-seconds", "S", default: 60, in: 0...86_400, "how long to ride out a lost database (restart, failover) before stopping:\nworkers wait with backoff, reconnect and go on"),
 ]
 
 /// Runs `baton exchange` (recipient) or `baton transfer-ids` (sender).
@@ -43,6 +45,7 @@ func runBulkCommand(_ parsed: Arguments, side: BatonConfiguration.TransferSide) 
     let rate = parsed.number("rate")
     let lease = parsed.integer("lease")
     let maxFailures = parsed.integer("max-failures")
+    let databaseRetrySeconds = parsed.number("db-retry-seconds")
     let configuration = try await parsed.configuration()
     guard let transfer = configuration.apple.transfer else {
         throw CommandFailure.usage("no transfer is configured: set apple.transfer (see sample-config/README.md)")
@@ -51,7 +54,8 @@ func runBulkCommand(_ parsed: Arguments, side: BatonConfiguration.TransferSide) 
     let window = TransferWindow(acceptedAt: transfer.acceptedAt)
     let now = Date()
 
-    let pool = PostgresPool(url: configuration.database.url, maxConnections: workers + 2)
+    let pool = PostgresPool(url: configuration.database.url, maxConnections: workers + 2,
+                            statementTimeoutMilliseconds: configuration.database.statementTimeoutMilliseconds)
     defer { Task { await pool.close() } }
     let queue = TransferQueue(pool: pool, kind: side == .recipient ? .exchange : .transferIdentifiers, leaseSeconds: lease)
 
@@ -115,6 +119,10 @@ func runBulkCommand(_ parsed: Arguments, side: BatonConfiguration.TransferSide) 
         let reset = try await queue.retryFailed()
         if reset > 0 { printError("\(reset) failed rows made pending again") }
     }
+    if parsed.flag("retry-unresolvable"), !parsed.flag("dry-run") {
+        let reset = try await queue.retryUnresolvable()
+        if reset > 0 { printError("\(reset) unresolvable rows made pending again") }
+    }
     var pending: Int
     do { pending = try await queue.pendingCount() } catch let error as PostgresError {
         throw CommandFailure.failed("baton \(name): \(error)")
@@ -148,7 +156,8 @@ func runBulkCommand(_ parsed: Arguments, side: BatonConfiguration.TransferSide) 
     } else {
         work = .transferIdentifiers(targetTeamID: targetTeamID)
     }
-    let run = try BulkRun(queue: queue, work: work, client: client, options: BulkJobOptions(workers: workers, rate: rate, maxConsecutiveFailures: maxFailures),
+    let run = try BulkRun(queue: queue, work: work, client: client, options: BulkJobOptions(workers: workers, rate: rate, maxConsecutiveFailures: maxFailures,
+                                                                                                 databaseRetrySeconds: databaseRetrySeconds),
                           window: window, logger: logger)
     let summary = await run.run(total: pending)
     printSummary(name, summary)
@@ -158,14 +167,16 @@ func runBulkCommand(_ parsed: Arguments, side: BatonConfiguration.TransferSide) 
 /// Prints the end-of-run summary on standard output (and the stop reason on standard error).
 func printSummary(_ name: String, _ summary: BulkJobSummary) {
     let counts = summary.counts
+    let remaining = summary.remaining.map(String.init) ?? "unknown (the database did not answer)"
     let perSecond = summary.elapsed > 0 ? Double(counts.requests) / summary.elapsed : 0
-    print("\(name): done \(counts.succeeded), already done \(counts.alreadyDone), unresolvable \(counts.unresolvable), failed \(counts.failed), remaining \(summary.remaining); \(counts.requests) requests in \(String(format: "%.1f", summary.elapsed)) s (\(String(format: "%.1f", perSecond))/s), \(counts.rateLimited) rate-limited")
+    print("\(name): done \(counts.succeeded), already done \(counts.alreadyDone), unresolvable \(counts.unresolvable), failed \(counts.failed), remaining \(remaining); \(counts.requests) requests in \(String(format: "%.1f", summary.elapsed)) s (\(String(format: "%.1f", perSecond))/s), \(counts.rateLimited) rate-limited")
     if let reason = summary.stopReason {
         printError("baton \(name): \(reason)")
+        let left = summary.remaining.map { "\($0) users were" } ?? "users were"
         if reason.code == .windowClosed {
-            printError("\(summary.remaining) users were left pending and can no longer be exchanged")
+            printError("\(left) left pending and can no longer be exchanged")
         } else {
-            printError("\(summary.remaining) users were left pending; rerun to continue")
+            printError("\(left) left pending; rerun to continue")
         }
     }
 }

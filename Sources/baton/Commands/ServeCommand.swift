@@ -4,6 +4,7 @@ import BatonService
 import Foundation
 import BatonHTTPServer
 import BatonLogging
+import BatonPostgres
 
 /// `baton serve`: the HTTP service, until SIGTERM or SIGINT (which drain in-flight requests).
 let serveCommand = Command(
@@ -35,6 +36,8 @@ let serveCommand = Command(
         } catch let error as HTTPServerError {
             throw CommandFailure.failed("baton serve: cannot listen on \(configuration.listen) (\(error))")
         }
+        // Which servers it uses, with the password redacted: the string was checked by libpq at load.
+        logger.info("database", ["connection": (try? PostgresConnectionString(configuration.database.url))?.redacted ?? "unparsable"])
         let host = configuration.listen.host.contains(":") ? "[\(configuration.listen.host)]" : configuration.listen.host
         FileHandle.standardOutput.write(Data("baton listening on http://\(host):\(server.port)\n".utf8))
         let signal = await waitForTerminationSignal()
