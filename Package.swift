@@ -29,7 +29,7 @@ let package = Package(
         .target(name: "BatonHTTPServer", dependencies: ["CBatonMicroHTTPD", "BatonLogging"], swiftSettings: swiftSettings),
         .target(name: "Baton", dependencies: ["BatonAppleSignIn", "BatonJOSE", "BatonPostgres", "BatonLogging"], resources: [.copy("Schema")], swiftSettings: swiftSettings),
         .target(name: "BatonService", dependencies: ["Baton", "BatonHTTPServer", "BatonJOSE", "BatonLogging"], swiftSettings: swiftSettings),
-        .target(name: "BatonEmulator", dependencies: ["BatonJOSE", "BatonHTTPServer", "BatonLogging"], swiftSettings: swiftSettings),
+        .target(name: "BatonEmulator", dependencies: ["BatonAppleSignIn", "BatonJOSE", "BatonHTTPServer", "BatonLogging"], swiftSettings: swiftSettings),
         .executableTarget(
             name: "baton",
             dependencies: ["BatonService", "Baton", "BatonEmulator", "BatonAppleSignIn", "BatonJOSE", "BatonPostgres", "BatonHTTPServer", "BatonLogging"],

@@ -76,7 +76,7 @@ final class ServiceFixture: @unchecked Sendable {
             try await pool.execute("INSERT INTO public.users (apple_sub, email) VALUES (\(person.oldSub), \(person.email))")
             try await pool.execute("INSERT INTO baton.transfers (old_sub, transfer_sub) VALUES (\(person.oldSub), \(person.transferSub))")
         }
-        if acceptTransfer { try emulator.acceptTransfer(clientID: ServiceFixture.clientID) }
+        let acceptedAt = acceptTransfer ? try emulator.acceptTransfer(clientID: ServiceFixture.clientID) : nil
 
         notificationKey = try RSAPrivateKey.generate(bits: 2048)
         let local = JWK(key: .rsa(notificationKey.publicKey), kid: ServiceFixture.notificationKID, use: "sig", alg: "RS256")
@@ -87,7 +87,8 @@ final class ServiceFixture: @unchecked Sendable {
         try await store.validateLegacyTable()
         let pool = self.pool
         engine = BatonEngine(store: store, keys: keys, clientIDs: [ServiceFixture.clientID], legacyClientIDs: [ServiceFixture.clientID], pool: pool,
-                             reportBuilder: { now in ReportBuilder(pool: pool, legacy: legacyTable, acceptedAt: nil, now: now) })
+                             reportBuilder: { now in ReportBuilder(pool: pool, legacy: legacyTable, acceptedAt: nil, now: now) },
+                             transferAcceptedAt: acceptedAt)
         switch mode {
         case .inProcess:
             service = BatonAPI(engine: engine, adminToken: AdminToken(ServiceFixture.adminToken))
