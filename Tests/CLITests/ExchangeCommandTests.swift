@@ -13,7 +13,8 @@ struct BulkCLIFixture {
     let databaseURL: String
     let acceptedAt: Date?
 
-    static func run(users: Int, accept: Bool = true, seed: Bool = true, _ body: (BulkCLIFixture) async throws -> Void) async throws {
+    /// - Parameter initiate: false leaves the app with the sending team, no transfer started (then nothing is accepted).
+    static func run(users: Int, initiate: Bool = true, accept: Bool = true, seed: Bool = true, _ body: (BulkCLIFixture) async throws -> Void) async throws {
         let emulator = try await AppleEmulator.start()
         let directory = try KeyDirectory()
         do {
@@ -21,9 +22,9 @@ struct BulkCLIFixture {
             let recipient = try emulator.createTeam()
             try emulator.createApp(clientID: "com.example.app", teamID: sender.teamID)
             let created = try emulator.createUsers(clientID: "com.example.app", count: users)
-            try emulator.initiateTransfer(clientID: "com.example.app", toTeamID: recipient.teamID)
-            let transfers = try emulator.transferIdentifiers(clientID: "com.example.app")
-            let acceptedAt = accept ? try emulator.acceptTransfer(clientID: "com.example.app") : nil
+            if initiate { try emulator.initiateTransfer(clientID: "com.example.app", toTeamID: recipient.teamID) }
+            let transfers = initiate ? try emulator.transferIdentifiers(clientID: "com.example.app") : [:]
+            let acceptedAt = initiate && accept ? try emulator.acceptTransfer(clientID: "com.example.app") : nil
             try directory.write("sender.p8", sender.privateKeyPEM)
             try directory.write("recipient.p8", recipient.privateKeyPEM)
             let databaseURL = try TestDatabase.create("bulkcli")
@@ -200,15 +201,46 @@ struct TransferIDsCommandTests {
         }
     }
 
-    @Test("--dry-run shows the target and the count and writes nothing")
+    @Test("--dry-run shows the target and the count, makes the first user's identifier as a real run would, and writes nothing")
     func dryRun() async throws {
         try await BulkCLIFixture.run(users: 4, accept: false, seed: false) { fixture in
             let result = try await runBatonOffPool(["transfer-ids", "--config", try fixture.configuration(), "--dry-run"])
             #expect(result.status == 0, "\(result.stderr)")
             #expect(result.stdout.contains("4 users need a transfer identifier"))
-            #expect(result.stdout.contains("dry run: 4 users pending"))
+            #expect(result.stdout.contains("dry run: 4 users pending; credentials accepted by Apple, and a transfer identifier made for the first user"))
             #expect(try fixture.count("SELECT count(*) FROM baton.transfers") == 0)
-            #expect(fixture.emulator.stats()["/auth/usermigrationinfo"].calls == 0)
+            #expect(fixture.emulator.stats()["/auth/usermigrationinfo"].calls == 1)
+        }
+    }
+
+    @Test("before the transfer is initiated: --dry-run and a real run both succeed, and the identifiers are the recipient's")
+    func beforeInitiation() async throws {
+        try await BulkCLIFixture.run(users: 5, initiate: false, seed: false) { fixture in
+            let config = try fixture.configuration()
+            let dry = try await runBatonOffPool(["transfer-ids", "--config", config, "--dry-run"])
+            #expect(dry.status == 0, "\(dry.stdout)\(dry.stderr)")
+            #expect(dry.stdout.contains("a transfer identifier made for the first user"))
+            let real = try await runBatonOffPool(["transfer-ids", "--config", config, "--yes", "--rate", "100"])
+            #expect(real.status == 0, "\(real.stdout)\(real.stderr)")
+            #expect(try fixture.count("SELECT count(*) FROM baton.transfers WHERE transfer_sub IS NOT NULL") == 5)
+            // Initiated and accepted afterwards: the identifiers made before initiation are the ones Apple exchanges.
+            try fixture.emulator.initiateTransfer(clientID: "com.example.app", toTeamID: fixture.recipient.teamID)
+            try fixture.emulator.acceptTransfer(clientID: "com.example.app")
+            for (oldSub, transferSub) in try fixture.emulator.transferIdentifiers(clientID: "com.example.app") {
+                #expect(try TestDatabase.psql(fixture.databaseURL, "SELECT transfer_sub FROM baton.transfers WHERE old_sub = '\(oldSub)'") == transferSub)
+            }
+        }
+    }
+
+    @Test("--dry-run fails where a real run would: a target other than the transfer's recipient")
+    func dryRunRefusesWrongTarget() async throws {
+        try await BulkCLIFixture.run(users: 3, accept: false, seed: false) { fixture in
+            let third = try fixture.emulator.createTeam()
+            let dry = try await runBatonOffPool(["transfer-ids", "--config", try fixture.configuration(), "--dry-run", "--target", third.teamID])
+            #expect(dry.status == 1, "\(dry.stdout)\(dry.stderr)")
+            #expect(dry.stderr.contains("invalid_request"), "\(dry.stderr)")
+            #expect(dry.stderr.contains("The target is not the team ID of the transfer's recipient"), "\(dry.stderr)")
+            #expect(try fixture.count("SELECT count(*) FROM baton.transfers") == 0)
         }
     }
 
