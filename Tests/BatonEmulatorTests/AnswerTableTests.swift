@@ -125,7 +125,8 @@ struct AnswerTableTests {
             }
             return describe(reply, success: reply.json[member]?.stringValue != nil ? "200 `\(member)`" : "200 without \(member)")
         case "identity token":
-            let claims = try await scenario.verifiedClaims(try emulator.authorize(clientID: clientID, user: user.id).idToken)
+            let signIn = try await scenario.http.postJSON("/emulator/authorize", ["client_id": .string(clientID), "user": .string(user.id)])
+            let claims = try await scenario.verifiedClaims(try #require(signIn.json["id_token"]?.stringValue, "\(signIn.text)"))
             switch claims["transfer_sub"]?.stringValue {
             case nil: return "no `transfer_sub`"
             case transferSub: return "`transfer_sub`"

@@ -79,6 +79,43 @@ struct CredentialStateTests {
         await pool.close()
     }
 
+    @Test("baton serve (the built binary) reads apple.transfer.accepted_at: a sending-team identifier is authorized before, transferred after")
+    func servedBinary() async throws {
+        let url = try TestDatabase.create("credential_state_serve")
+        _ = try runBaton(["db", "migrate", "--database-url", url])
+        _ = try TestDatabase.psql(url, """
+            CREATE TABLE public.users (id bigserial PRIMARY KEY, apple_sub text UNIQUE, email text);
+            INSERT INTO public.users (apple_sub) VALUES ('send.pending'), ('recv.signup');
+            INSERT INTO baton.transfers (old_sub, transfer_sub) VALUES ('send.pending', 't.pending');
+            """)
+        let yesterday = ISO8601DateFormatter().string(from: Date().addingTimeInterval(-86_400))
+        for (acceptedAt, expected) in [(nil, "authorized"), (yesterday, "transferred")] as [(String?, String)] {
+            let port = try ServeCommandTests().freePort()
+            var apple: JSONObject = ["base_url": "http://127.0.0.1:9", "client_ids": ["com.example.app"]]
+            if let acceptedAt { apple["transfer"] = ["client_id": "com.example.app", "accepted_at": .string(acceptedAt)] }
+            let config: JSONValue = [
+                "listen": .string("127.0.0.1:\(port)"), "database": ["url": .string(url), "pool_size": 2], "apple": .object(apple),
+                "legacy": ["table": "public.users", "key_column": "id", "subject_column": "apple_sub", "email_column": "email"],
+            ]
+            let path = FileManager.default.temporaryDirectory.appendingPathComponent("baton-state-\(UUID().uuidString).json").path
+            try JSON.serialize(config).write(toFile: path, atomically: true, encoding: .utf8)
+            defer { try? FileManager.default.removeItem(atPath: path) }
+            let child = try runProcessAsync(batonBinaryPath, ["serve", "--config", path])
+            var states: [String?] = []
+            for _ in 0..<200 {
+                if let state = try? await CredentialStateTests.state(of: "send.pending", port: port) {
+                    states = [state, try await CredentialStateTests.state(of: "recv.signup", port: port),
+                              try await CredentialStateTests.state(of: "nobody", port: port)]
+                    break
+                }
+                try await Task.sleep(for: .milliseconds(50))
+            }
+            child.signal(SIGTERM)
+            let result = try await offPool { try child.wait(timeout: 30) }
+            #expect(states == [expected, "authorized", "not_found"], "accepted_at \(acceptedAt ?? "absent"): \(result.stderr)")
+        }
+    }
+
     /// `GET /v1/credential-state?user=…` on the live server; the `state` member.
     static func state(of user: String, port: Int) async throws -> String? {
         var components = URLComponents(string: "http://127.0.0.1:\(port)/v1/credential-state")!
