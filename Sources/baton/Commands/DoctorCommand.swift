@@ -175,6 +175,12 @@ struct Doctor {
             return ("key \(signer.keyID) is registered to team \(otherTeamID) (the \(otherSide)'s), not to team \(signer.teamID): Apple accepts it under team \(otherTeamID)'s ID",
                     "\(needs): create a Sign in with Apple key in team \(signer.teamID)'s account (Certificates, Identifiers & Profiles > Keys) and set apple.transfer.\(side).key_id and .private_key_path to it")
         }
+        let otherCredentials = side == "sender" ? transfer.recipient : transfer.sender
+        if let otherCredentials, otherCredentials.keyID == signer.keyID {
+            let otherSide = side == "sender" ? "recipient" : "sender"
+            return ("the \(side) is configured with the \(otherSide)'s key \(signer.keyID), which Apple does not accept under team \(signer.teamID)",
+                    "set apple.transfer.\(side).key_id and .private_key_path to a Sign in with Apple key of team \(signer.teamID)")
+        }
         switch (side, TransferWindow(acceptedAt: transfer.acceptedAt).status(at: now)) {
         case ("recipient", .notAccepted), ("recipient", .notOpenYet):
             return ("the app is not transferred to this team yet: Apple gives the recipient a token once it has accepted the transfer",
