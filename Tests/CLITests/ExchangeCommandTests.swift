@@ -1,4 +1,5 @@
 import BatonEmulator
+import BatonJOSE
 import Foundation
 import TestSupport
 import Testing
@@ -229,6 +230,26 @@ struct TransferIDsCommandTests {
             for (oldSub, transferSub) in try fixture.emulator.transferIdentifiers(clientID: "com.example.app") {
                 #expect(try TestDatabase.psql(fixture.databaseURL, "SELECT transfer_sub FROM baton.transfers WHERE old_sub = '\(oldSub)'") == transferSub)
             }
+        }
+    }
+
+    @Test("a user the first run missed: in the window the token carries transfer_sub anyway, and a second run stores that same identifier")
+    func lateUser() async throws {
+        try await BulkCLIFixture.run(users: 3, initiate: false, seed: false) { fixture in
+            let config = try fixture.configuration()
+            #expect(try await runBatonOffPool(["transfer-ids", "--config", config, "--yes"]).status == 0)
+            // Signs up with team A after the run, then the app is transferred.
+            let late = try fixture.emulator.createUsers(clientID: "com.example.app", count: 1)[0]
+            _ = try TestDatabase.psql(fixture.databaseURL, "INSERT INTO public.users (apple_sub) VALUES ('\(late.userIdentifier)')")
+            try fixture.emulator.initiateTransfer(clientID: "com.example.app", toTeamID: fixture.recipient.teamID)
+            try fixture.emulator.acceptTransfer(clientID: "com.example.app")
+            let token = try fixture.emulator.authorize(clientID: "com.example.app", user: late.id).idToken
+            let claimed = try #require(try CompactJWS.parse(token).claims()["transfer_sub"]?.stringValue)
+            #expect(try fixture.count("SELECT count(*) FROM baton.transfers WHERE transfer_sub = '\(claimed)'") == 0)
+            let again = try await runBatonOffPool(["transfer-ids", "--config", config, "--yes"])
+            #expect(again.status == 0, "\(again.stdout)\(again.stderr)")
+            #expect(again.stdout.contains("1 users need a transfer identifier"))
+            #expect(try TestDatabase.psql(fixture.databaseURL, "SELECT transfer_sub FROM baton.transfers WHERE old_sub = '\(late.userIdentifier)'") == claimed)
         }
     }
 
