@@ -3,10 +3,11 @@ import Foundation
 import BatonJOSE
 import Testing
 
-/// One row of the table "Apple's answers by side, stage and period" in docs/troubleshooting.md.
+/// One row of the table "Apple's answers by side, stage and case" in docs/troubleshooting.md.
 struct AnswerRow: CustomStringConvertible {
     var side: String
     var stage: String
+    /// A period of the transfer, or another case (which then happens in the window).
     var period: String
     var answer: String
     var description: String { "\(side) | \(stage) | \(period) → \(answer)" }
@@ -15,8 +16,8 @@ struct AnswerRow: CustomStringConvertible {
     static func load() throws -> [AnswerRow] {
         let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
         let text = try String(contentsOf: root.appendingPathComponent("docs/troubleshooting.md"), encoding: .utf8)
-        guard let start = text.range(of: "## Apple's answers by side, stage and period") else {
-            throw HelperError("docs/troubleshooting.md has no section \"Apple's answers by side, stage and period\"")
+        guard let start = text.range(of: "## Apple's answers by side, stage and case") else {
+            throw HelperError("docs/troubleshooting.md has no section \"Apple's answers by side, stage and case\"")
         }
         var rows: [AnswerRow] = []
         var inTable = false
@@ -50,7 +51,12 @@ struct AnswerTableTests {
                 }
             }
         }
-        #expect(rows.count == 23, "\(rows)")
+        let codes = Set(rows.compactMap { row in row.answer.split(separator: "`").dropFirst().first.map(String.init) })
+        // Every error code the emulator's Apple endpoints answer appears in the table.
+        for code in EmulatorError.Code.allCases.map(\.rawValue).filter({ !["unknown_team", "unknown_app", "unknown_user", "conflict", "bad_input", "state_file"].contains($0) })
+            + ["rate_limited", "server_error"] {
+            #expect(codes.contains(code), "no row answers \(code)")
+        }
     }
 
     @Test("every row is what the emulator answers over HTTP")
@@ -92,6 +98,12 @@ struct AnswerTableTests {
             }
             let offset: Double = row.period == "after day 60" ? 60 : -10
             try emulator.setClock(to: accepted.addingTimeInterval(AnswerTableTests.window + offset))
+        case "unknown `sub`", "target other than the transfer's recipient", "user revoked", "unknown `transfer_sub`", "no access token",
+             "expired access token", "scope other than `user.migration`", "`grant_type` other than `client_credentials`",
+             "expired client secret", "over the rate limit", "Apple failing":
+            try emulator.initiateTransfer(clientID: clientID, toTeamID: scenario.recipient.teamID)
+            try emulator.acceptTransfer(clientID: clientID)
+            try emulator.advanceClock(by: 86_400)
         case "key of the other team":
             if row.side == "recipient" {
                 try emulator.initiateTransfer(clientID: clientID, toTeamID: scenario.recipient.teamID)
@@ -102,23 +114,37 @@ struct AnswerTableTests {
             throw HelperError("unknown period '\(row.period)'")
         }
 
-        let secret = try clientSecret(team: team, clientID: clientID, now: emulator.now,
+        let secretIssued = row.period == "expired client secret" ? emulator.now.addingTimeInterval(-2 * 86_400) : emulator.now
+        let secret = try clientSecret(team: team, clientID: clientID, now: secretIssued,
                                       signingKeyPEM: signingKey?.privateKeyPEM, kid: signingKey?.keyID)
+        var sub = user.userIdentifier, target = scenario.recipient.teamID, exchanged = transferSub
+        switch row.period {
+        case "unknown `sub`": sub = "000000.00000000000000000000000000000000.0000"
+        case "target other than the transfer's recipient": target = try emulator.createTeam("CCCCCCCCCC").teamID
+        case "user revoked": try emulator.revoke(clientID: clientID, userIdentifier: user.userIdentifier)
+        case "unknown `transfer_sub`": exchanged = "123456.0123456789abcdef0123456789abcdef.1234"
+        case "expired access token":
+            bearer = try await scenario.http.accessToken(clientID: clientID, secret: secret)
+            try emulator.advanceClock(by: 3_601)
+        case "over the rate limit": try emulator.setFaults(EmulatorFaults(rateLimitPerSecond: 0.01))
+        case "Apple failing": try emulator.setFaults(EmulatorFaults(errorRate: 1, errorStatus: 503))
+        default: break
+        }
         let reply: Reply
         switch row.stage {
         case "token":
-            reply = try await scenario.http.postForm("/auth/token", [("grant_type", "client_credentials"), ("scope", "user.migration"),
+            let scope = row.period == "scope other than `user.migration`" ? "openid" : "user.migration"
+            let grant = row.period == "`grant_type` other than `client_credentials`" ? "password" : "client_credentials"
+            reply = try await scenario.http.postForm("/auth/token", [("grant_type", grant), ("scope", scope),
                                                                      ("client_id", clientID), ("client_secret", secret)])
             return describe(reply, success: reply.json["access_token"]?.stringValue != nil ? "200" : "200 without access_token")
         case "migration":
-            let fields = row.side == "sender"
-                ? [("sub", user.userIdentifier), ("target", scenario.recipient.teamID)]
-                : [("transfer_sub", transferSub)]
+            let fields = row.side == "sender" ? [("sub", sub), ("target", target)] : [("transfer_sub", exchanged)]
             // Outside the window, a team that cannot get a token of its own calls with a made-up one: Apple
             // refuses the team before it looks at the token.
             if bearer == nil { bearer = try? await scenario.http.accessToken(clientID: clientID, secret: secret) }
             reply = try await scenario.http.postForm("/auth/usermigrationinfo", fields + [("client_id", clientID), ("client_secret", secret)],
-                                                     bearer: bearer ?? "made-up-token")
+                                                     bearer: row.period == "no access token" ? nil : bearer ?? "made-up-token")
             let member = row.side == "sender" ? "transfer_sub" : "sub"
             if row.side == "sender", reply.status == 200, reply.json["transfer_sub"]?.stringValue != transferSub {
                 return "200 with another transfer_sub than before initiation"
