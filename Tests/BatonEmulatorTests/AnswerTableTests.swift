@@ -40,7 +40,7 @@ struct AnswerRow: CustomStringConvertible {
 struct AnswerTableTests {
     static let window: Double = 60 * 86_400
 
-    @Test("the table covers every side, stage and period")
+    @Test("the table covers every side, stage and period, and every error code of Apple's endpoints")
     func coverage() throws {
         let rows = try AnswerRow.load()
         let periods = ["before initiation", "initiated", "day 0 to 60", "after day 60"]
