@@ -184,10 +184,10 @@ public struct AppleClientError: Error, Equatable, CustomStringConvertible {
                 causes.append("The app is not transferred yet: the recipient team must accept the transfer in App Store Connect before it can exchange transfer identifiers.")
                 causes.append("The credentials are the wrong side's: exchanges need the recipient team's key and team ID (this call used \(team)).")
             case .transferIdentifier:
-                causes.append("The app is already transferred, or the transfer is not initiated: the sending team creates transfer identifiers while it still owns the app.")
+                causes.append("The app is no longer this team's: the sending team creates transfer identifiers from the moment it owns the app, before initiating the transfer, until 60 days after the recipient accepted it.")
                 causes.append("The credentials are the wrong side's: transfer identifiers need the sender team's key and team ID (this call used \(team)).")
             case .accessToken, nil:
-                causes.append("The app is not transferred yet (for recipient calls) or no longer the team's (for sender calls): the app must belong to the team whose key signs the secret.")
+                causes.append("The app is not transferred yet (for recipient calls) or no longer the team's, 60 days after acceptance (for sender calls): the app must belong to the team whose key signs the secret.")
                 causes.append("The credentials are the wrong side's: the sender's for sender calls, the recipient's for exchanges (this call used \(team)).")
             }
             causes.append("The client ID includes the team ID: send '\(AppleIdentifierFormat.strippingTeamPrefix(client))', not 'TEAMID.\(AppleIdentifierFormat.strippingTeamPrefix(client))'.")
@@ -212,7 +212,7 @@ public struct AppleClientError: Error, Equatable, CustomStringConvertible {
                 ])
             case .transferIdentifier:
                 return numbered([
-                    "The target is not the team ID of the transfer's recipient, or the transfer is not initiated.",
+                    "The target is not the team ID of the transfer's recipient (once a transfer is initiated, only its recipient; before, any other team).",
                     "The user identifier is not one of this team's users for this app.",
                     "The user revoked the app's access, or the 60-day window has closed.",
                 ])

@@ -1,3 +1,4 @@
+import BatonAppleSignIn
 import BatonConcurrency
 import Foundation
 import BatonHTTPServer
@@ -15,17 +16,17 @@ import BatonLogging
 /// - `POST /auth/usermigrationinfo`: the sender side (`sub`, `target`) and the recipient side
 ///   (`transfer_sub`), with a bearer token from `/auth/token`.
 ///
-/// ## The 60-day window
-/// The window runs from the transfer's acceptance to 60 days (5,184,000 s) later, inclusive, on
-/// the emulator's clock. Inside it identity tokens of users who have a transfer identifier carry
-/// `transfer_sub`, and `/auth/usermigrationinfo` works on both sides. After it, tokens no longer
-/// carry `transfer_sub` and the endpoint is inactive: it answers the recipient (which owns the app
-/// and authenticates fine) 400 `{"error":"invalid_request"}`; the sender, which no longer owns the
-/// app once the window has closed, gets `invalid_client` like any team that does not. We chose `invalid_request` over `invalid_client` because the
-/// caller's credentials are still valid (its secret verifies and its access token is good), so
-/// `invalid_client` would send an operator chasing keys that are fine; what is no longer valid is
-/// the request for a transfer identifier, which is what `invalid_request` says. A client that
-/// knows the acceptance date (Baton's `accepted_at`) can tell a closed window from a bad identifier.
+/// ## Timing, as Apple runs a transfer
+/// - The sending team may call `/auth/usermigrationinfo` (`sub`, `target`) from the moment it owns the app,
+///   before the transfer is initiated, until 60 days after acceptance; the recipient (`transfer_sub`) from
+///   acceptance until 60 days later. The window is inclusive: 5,184,000 s after acceptance still answers.
+/// - During the window, the identity token of every user the sending team knew carries `transfer_sub`, whether
+///   or not the sender generated it: the same identifier the sender gets for that user and the recipient team.
+/// - After the window: the sender no longer owns the app, so `/auth/token` and `/auth/usermigrationinfo` answer
+///   `invalid_client`; the recipient owns the app and gets its access token, and `/auth/usermigrationinfo`
+///   answers `invalid_request` (its credentials are good; the request for a transfer identifier is what is no
+///   longer valid). docs/troubleshooting.md lists every side and stage in one table, which the emulator's tests
+///   read and check row by row.
 ///
 /// ## Faults
 /// `POST /emulator/faults` applies to `/auth/*` only: a token bucket (429 with `Retry-After`),
@@ -175,7 +176,7 @@ public final class AppleEmulator: Sendable {
     /// Shortcut for tests: the sender-side transfer identifier of every current user of `clientID`
     /// (old `sub` → `transfer_sub`), generated as `/auth/usermigrationinfo` would for the
     /// transfer's recipient. The transfer must have been initiated.
-    /// - Throws: ``EmulatorError`` `unknown_app`, `conflict` (no transfer), `invalid_request` (window closed).
+    /// - Throws: ``EmulatorError`` `unknown_app`, `conflict` (no transfer), `invalid_client` (the window has closed).
     public func transferIdentifiers(clientID: String) throws(EmulatorError) -> [String: String] {
         try emulator.transferIdentifiers(clientID: clientID)
     }

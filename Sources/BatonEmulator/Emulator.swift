@@ -1,3 +1,4 @@
+import BatonAppleSignIn
 import BatonConcurrency
 import Dispatch
 import Foundation
@@ -382,10 +383,11 @@ final class Emulator: Sendable {
             if isPrivate { claims["is_private_email"] = .bool(true) }
             claims["auth_time"] = .number(Double(issuedAt))
             claims["nonce_supported"] = .bool(true)
+            // Every user the sending team knew gets transfer_sub during the window, generated or not: the same
+            // identifier the sender's /auth/usermigrationinfo gives for this user and the recipient team.
             if let transfer = EmulatorState.activeAcceptedTransfer(of: app, now: now),
-               let transferSub = state.people[personID]?.transferIdentifiers[transfer.toTeamID],
-               state.transferIdentifiers[transferSub]?.fromTeamID == transfer.fromTeamID {
-                claims["transfer_sub"] = .string(transferSub)
+               state.people[personID]?.identifiers[transfer.fromTeamID] != nil {
+                claims["transfer_sub"] = .string(state.transferIdentifier(of: personID, from: transfer.fromTeamID, to: transfer.toTeamID))
             }
             return (claims, personID, team, sub)
         }

@@ -1,3 +1,4 @@
+import BatonAppleSignIn
 import Foundation
 
 /// Everything the emulator knows, as plain values: saved to and loaded from a JSON file.
@@ -225,30 +226,45 @@ struct EmulatorState: Codable, Sendable {
     // MARK: - Apple's transfer endpoint
 
     /// Sender side: the transfer identifier of `sub` (an identifier under `teamID`) for `target`.
+    ///
+    /// The sending team may ask from the moment it owns the app, before any transfer is initiated (Apple has it
+    /// generate transfer identifiers while it prepares its data), until 60 days after the recipient accepted.
+    /// Once a transfer is initiated, `target` must be its recipient; before, any other registered team.
+    /// - Throws: ``EmulatorError`` `invalid_client` (the team neither owns the app nor sent it within the
+    ///   window), `invalid_request` (wrong target, unknown `sub`, revoked user).
     mutating func senderTransferIdentifier(clientID: String, teamID: String, sub: String, target: String, now: Date) throws(EmulatorError) -> String {
         guard let app = apps[clientID] else { throw EmulatorError(.invalidClient, "unknown client_id") }
-        guard let transfer = app.transfers.last(where: { $0.fromTeamID == teamID }) else {
-            throw EmulatorError(.invalidClient, "the app is not being transferred by this team")
+        guard EmulatorState.teamActsFor(app, teamID: teamID, now: now) else {
+            throw EmulatorError(.invalidClient, "the app does not belong to this team")
         }
-        guard transfer.toTeamID == target, transfer.initiatedAt == app.transfers.last?.initiatedAt else {
-            throw EmulatorError(.invalidRequest, "target is not the recipient of the transfer")
+        if let last = app.transfers.last, last.fromTeamID == teamID, last.acceptedAt == nil || app.ownerTeamID != teamID {
+            guard last.toTeamID == target else { throw EmulatorError(.invalidRequest, "target is not the recipient of the transfer") }
         }
-        guard EmulatorState.withinWindow(transfer, now: now) else {
-            throw EmulatorError(.invalidRequest, "the transfer window has closed")
-        }
+        guard target != teamID, teams[target] != nil else { throw EmulatorError(.invalidRequest, "target is not another team") }
         guard let owner = identifierIndex[sub], owner.teamID == teamID, app.users.contains(owner.personID) else {
             throw EmulatorError(.invalidRequest, "unknown sub")
         }
         guard !app.revoked.contains(owner.personID) else { throw EmulatorError(.invalidRequest, "the user revoked the app") }
-        if let existing = people[owner.personID]?.transferIdentifiers[target] { return existing }
+        return transferIdentifier(of: owner.personID, from: teamID, to: target)
+    }
+
+    /// The transfer identifier of a person from one team to another, created on first use: the same value
+    /// whichever needs it first, the sender's `/auth/usermigrationinfo` or a sign-in during the window.
+    mutating func transferIdentifier(of personID: String, from: String, to: String) -> String {
+        if let existing = people[personID]?.transferIdentifiers[to], transferIdentifiers[existing]?.fromTeamID == from {
+            return existing
+        }
         var value = Identifiers.transferIdentifier()
         while transferIdentifiers[value] != nil || identifierIndex[value] != nil { value = Identifiers.transferIdentifier() }
-        people[owner.personID]?.transferIdentifiers[target] = value
-        transferIdentifiers[value] = TransferIdentifier(personID: owner.personID, fromTeamID: teamID, toTeamID: target)
+        people[personID]?.transferIdentifiers[to] = value
+        transferIdentifiers[value] = TransferIdentifier(personID: personID, fromTeamID: from, toTeamID: to)
         return value
     }
 
-    /// Recipient side: the identity behind a transfer identifier, for the recipient team.
+    /// Recipient side: the identity behind a transfer identifier, for the recipient team, from acceptance until
+    /// 60 days later.
+    /// - Throws: ``EmulatorError`` `invalid_client` (the app was not transferred to this team), `invalid_request`
+    ///   (the window has closed, unknown `transfer_sub`, revoked user).
     mutating func exchange(clientID: String, teamID: String, transferSub: String, now: Date) throws(EmulatorError) -> (sub: String, email: String?, isPrivate: Bool) {
         guard let app = apps[clientID] else { throw EmulatorError(.invalidClient, "unknown client_id") }
         guard let transfer = app.transfers.last, transfer.acceptedAt != nil, transfer.toTeamID == teamID else {
@@ -285,16 +301,4 @@ struct EmulatorState: Codable, Sendable {
         accessTokens = accessTokens.filter { $0.value.expiresAt > now }
         codes = codes.filter { $0.value.expiresAt > now }
     }
-}
-
-/// A device's view of an Apple ID credential (`ASAuthorizationAppleIDProvider.CredentialState`).
-public enum CredentialState: String, Sendable, Codable, Equatable {
-    /// The identifier belongs to the app's current team and the user has not revoked.
-    case authorized
-    /// The identifier belongs to a team the app was transferred away from: re-authorize silently.
-    case transferred
-    /// The user revoked the app.
-    case revoked
-    /// Unknown identifier, or not a user of this app.
-    case notFound = "not_found"
 }

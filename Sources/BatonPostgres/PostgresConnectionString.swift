@@ -18,13 +18,13 @@ public struct PostgresConnectionString: Sendable, Equatable, CustomStringConvert
     ///   hold a password) left out.
     public init(_ text: String) throws {
         guard !text.trimmingCharacters(in: .whitespaces).isEmpty else {
-            throw PostgresError(.invalidConfiguration, message: "the connection string is empty")
+            throw PostgresError(.invalidConfiguration, reason: "the connection string is empty")
         }
         var errorMessage: UnsafeMutablePointer<CChar>?
         guard let options = PQconninfoParse(text, &errorMessage) else {
             let reason = errorMessage.map { String(cString: $0) } ?? "libpq could not parse it"
             if let errorMessage { PQfreemem(errorMessage) }
-            throw PostgresError(.invalidConfiguration, message: "not a libpq connection string: \(PostgresConnectionString.withoutQuotedParts(reason))")
+            throw PostgresError(.invalidConfiguration, reason: "not a libpq connection string: \(PostgresConnectionString.withoutQuotedParts(reason))")
         }
         defer { PQconninfoFree(options) }
         var settings: [(keyword: String, value: String)] = []

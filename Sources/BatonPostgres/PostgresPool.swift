@@ -93,7 +93,7 @@ public actor PostgresPool {
             let readOnly = try await connection.query("SELECT current_setting('transaction_read_only')")[0].decode(String.self, at: 0)
             guard readOnly == "off" else {
                 connection.markBroken()
-                throw PostgresError(.readOnly, sqlState: "25006", message: "the server is read-only (a standby, or a demoted primary)")
+                throw PostgresError(.readOnly, sqlState: "25006", reason: "the server is read-only (a standby, or a demoted primary)")
             }
         }
     }

@@ -65,8 +65,11 @@ struct TransferTests {
     @Test("sender-side errors")
     func senderErrors() async throws {
         try await Scenario.run(users: 2) { scenario in
-            // No transfer initiated: the app is not being transferred.
-            #expect(try await scenario.senderCall(sub: scenario.users[0].userIdentifier).error == "invalid_client")
+            // No transfer initiated yet: the owner prepares its data, for any other team, never for itself.
+            let early = try await scenario.senderCall(sub: scenario.users[0].userIdentifier)
+            #expect(early.status == 200 && early.json["transfer_sub"]?.stringValue != nil, "\(early.text)")
+            #expect(try await scenario.senderCall(sub: scenario.users[0].userIdentifier, target: scenario.sender.teamID).error == "invalid_request")
+            #expect(try await scenario.senderCall(sub: scenario.users[0].userIdentifier, target: "CCCCCCCCCC").error == "invalid_request")
             try scenario.emulator.initiateTransfer(clientID: scenario.clientID, toTeamID: scenario.recipient.teamID)
             #expect(try await scenario.senderCall(sub: "000000.00000000000000000000000000000000.0000").error == "invalid_request")
             #expect(try await scenario.senderCall(sub: scenario.users[0].userIdentifier, target: "CCCCCCCCCC").error == "invalid_request")
@@ -159,14 +162,25 @@ struct TransferTests {
         }
     }
 
-    @Test("users without a transfer identifier get no transfer_sub claim")
-    func noIdentifierNoClaim() async throws {
+    @Test("every user the sender knew gets transfer_sub in the window, generated or not: the sender's identifier")
+    func everyUserGetsTransferSub() async throws {
         try await Scenario.run(users: 2) { scenario in
+            // Generated before initiation for users[0]; never generated for users[1].
+            let generated = try #require(try await scenario.senderCall(sub: scenario.users[0].userIdentifier).json["transfer_sub"]?.stringValue)
             try scenario.emulator.initiateTransfer(clientID: scenario.clientID, toTeamID: scenario.recipient.teamID)
-            _ = try await scenario.senderCall(sub: scenario.users[0].userIdentifier)
             try scenario.emulator.acceptTransfer(clientID: scenario.clientID)
-            let claims = try await scenario.verifiedClaims(try scenario.emulator.authorize(clientID: scenario.clientID, user: scenario.users[1].id).idToken)
-            #expect(claims["transfer_sub"] == nil)
+            let first = try await scenario.verifiedClaims(try scenario.emulator.authorize(clientID: scenario.clientID, user: scenario.users[0].id).idToken)
+            #expect(first["transfer_sub"]?.stringValue == generated)
+            let second = try await scenario.verifiedClaims(try scenario.emulator.authorize(clientID: scenario.clientID, user: scenario.users[1].id).idToken)
+            let claimed = try #require(second["transfer_sub"]?.stringValue)
+            // The sender asking afterwards gets the very identifier the token carried.
+            #expect(try await scenario.senderCall(sub: scenario.users[1].userIdentifier).json["transfer_sub"]?.stringValue == claimed)
+            #expect(try await scenario.recipientCall(transferSub: claimed).json["sub"] == second["sub"])
+            // Someone who first signs in after the transfer was never the sender's user: no claim.
+            let newcomer = try scenario.emulator.createUsers(clientID: scenario.clientID, count: 1)[0]
+            let third = try await scenario.verifiedClaims(try scenario.emulator.authorize(clientID: scenario.clientID, user: newcomer.id).idToken)
+            #expect(third["transfer_sub"] == nil)
+            #expect(third["sub"]?.stringValue == newcomer.userIdentifier)
         }
     }
 

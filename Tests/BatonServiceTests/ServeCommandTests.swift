@@ -60,7 +60,7 @@ struct ServeCommandTests {
     }
 
     /// A port that was free a moment ago (bound to 0 and released).
-    private func freePort() throws -> Int {
+    func freePort() throws -> Int {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         defer { close(fd) }
         var address = sockaddr_in()

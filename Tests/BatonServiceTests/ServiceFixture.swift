@@ -67,6 +67,7 @@ final class ServiceFixture: @unchecked Sendable {
             try TestDatabase.createUsersTable(url, subjects: people.map(\.oldSub), emails: people.map(\.email))
             try TestDatabase.addTransfers(url, transfer.transferIdentifiers)
         }
+        let acceptedAt = transfer.acceptedAt
 
         notificationKey = try RSAPrivateKey.generate(bits: 2048)
         let local = JWK(key: .rsa(notificationKey.publicKey), kid: ServiceFixture.notificationKID, use: "sig", alg: "RS256")
@@ -77,7 +78,8 @@ final class ServiceFixture: @unchecked Sendable {
         try await store.validateLegacyTable()
         let pool = self.pool
         engine = BatonEngine(store: store, keys: keys, clientIDs: [ServiceFixture.clientID], legacyClientIDs: [ServiceFixture.clientID], pool: pool,
-                             reportBuilder: { now in ReportBuilder(pool: pool, legacy: legacyTable, acceptedAt: nil, now: now) })
+                             reportBuilder: { now in ReportBuilder(pool: pool, legacy: legacyTable, acceptedAt: nil, now: now) },
+                             transferAcceptedAt: acceptedAt)
         switch mode {
         case .inProcess:
             service = BatonAPI(engine: engine, adminToken: AdminToken(ServiceFixture.adminToken))

@@ -60,7 +60,7 @@ struct BulkLeaseTests {
             }
             let summary = try await fixture.exchangeJob(options: BulkJobOptions(workers: 1, rate: 500, maxIdenticalFailures: 10)).run()
             #expect(summary.stopReason?.code == .stopped)
-            #expect(summary.stopReason?.message.contains("same error (invalid_request)") == true, "\(String(describing: summary.stopReason))")
+            #expect(summary.stopReason?.reason.contains("same error (invalid_request)") == true, "\(String(describing: summary.stopReason))")
             #expect(summary.counts.unresolvable == 9)
             #expect(try fixture.count("SELECT count(*) FROM baton.transfers WHERE state = 'unresolvable'") == 9)
             #expect(summary.remaining == 21)

@@ -251,6 +251,8 @@ struct ConfigurationTests {
         let viaQueue = try await BatonConfiguration.load(path: path, environment: ["BATON_ADMIN_TOKEN": "sample-admin-token-123"], queue: .global())
         #expect(viaQueue == configuration)
         #expect(configuration.apple.transfer?.acceptedAt != nil)
+        // A client ID that moved with the app (its Services IDs included) signs in under team B: never a legacy one.
+        #expect(Set(configuration.apple.legacyClientIDs).isDisjoint(with: configuration.apple.clientIDs))
         #expect(configuration.apple.transfer?.sender?.privateKeyPath == packageRoot.appendingPathComponent("sample-config/keys/sender.p8").path)
         #expect(try configuration.legacy.quotedTable() == "\"public\".\"users\"")
 

@@ -140,29 +140,6 @@ struct LegacyStoreTests {
         }
     }
 
-    @Test("credential states: authorized, transferred (migrated or not), revoked, not_found")
-    func credentialStates() async throws {
-        try await StoreFixture.run("store_state") { f in
-            try await f.addUser(sub: "cur", email: nil)
-            try await f.addUser(sub: "pending.old", email: nil)
-            try await f.addTransfer(oldSub: "pending.old", transferSub: "t.p")
-            try await f.addUser(sub: "col.old", email: nil, transferSub: "t.c")
-            try await f.addUser(sub: "mig.old", email: nil)
-            _ = try await f.store.applyMigration(oldSub: "mig.old", newSub: "mig.new", newEmail: nil, isPrivateEmail: nil, transferSub: "t.m", method: .signin)
-            try await f.addUser(sub: "gone", email: nil)
-            #expect(try await f.store.applyNotification(.consentRevoked, subject: "gone"))
-            let cases: [(String, CredentialState)] = [
-                ("cur", .authorized), ("pending.old", .transferred), ("col.old", .transferred), ("mig.old", .transferred),
-                ("mig.new", .authorized), ("gone", .revoked), ("nobody", .notFound),
-            ]
-            for (sub, state) in cases {
-                #expect(try await f.store.credentialState(of: sub) == state, "\(sub)")
-            }
-            try await f.store.restoreAuthorization(subject: "gone")
-            #expect(try await f.store.credentialState(of: "gone") == .authorized)
-        }
-    }
-
     @Test("notifications: duplicates change nothing and append no event")
     func notifications() async throws {
         try await StoreFixture.run("store_notify") { f async throws in

@@ -23,11 +23,12 @@ struct CommandFixture {
     var recipient: TeamCredentials { transfer.recipient }
     var acceptedAt: Date? { transfer.acceptedAt }
 
-    /// Runs `body` with a fixture of `users` people; `accept` false leaves the transfer pending (sender side).
+    /// Runs `body` with a fixture of `users` people; `accept` false leaves the transfer pending (sender side),
+    /// `initiate` false leaves the app with the sending team.
     /// The emulator, the directory and the database go away afterwards, whatever happens.
-    static func run(users: Int, accept: Bool = true, database: Database = .migrated(), _ body: (CommandFixture) async throws -> Void) async throws {
+    static func run(users: Int, initiate: Bool = true, accept: Bool = true, database: Database = .migrated(), _ body: (CommandFixture) async throws -> Void) async throws {
         try await withEmulator { emulator in
-            let transfer = try EmulatedTransfer(on: emulator, users: users, accept: accept)
+            let transfer = try EmulatedTransfer(on: emulator, users: users, initiate: initiate, accept: accept)
             let directory = try KeyDirectory()
             try await withTeardown(directory, teardown: { $0.remove() }) { directory in
                 try transfer.writeKeys(to: directory)

@@ -45,7 +45,8 @@ struct DoctorCommandTests {
             #expect(failures.allSatisfy { $0.contains("; fix: ") }, "\(failures)")
             func failure(_ check: String) -> String? { failures.first { $0.hasPrefix("FAIL  \(check):") } }
             #expect(failure("recipient secret")?.contains("invalid_client") == true, "\(result.stdout)")
-            #expect(failure("recipient secret")?.contains("key belongs to a team other than the app's") == true)
+            // The sender's key under the recipient's team ID: doctor finds Apple accepts it under the sender's.
+            #expect(failure("recipient secret")?.contains("likely cause: key \(fixture.sender.keyID) is registered to team \(fixture.sender.teamID) (the sender's), not to team \(fixture.recipient.teamID)") == true)
             #expect(failure("recipient secret")?.contains("exchanges need the recipient team's key") == true)
             #expect(failure("credentials")?.contains("the sender and the recipient use the same key") == true)
             #expect(failure("transfer window")?.contains("closed") == true)
@@ -53,6 +54,44 @@ struct DoctorCommandTests {
             #expect(failure("legacy table")?.contains("legacy.email_column mail") == true)
             #expect(result.stdout.contains("ok    sender secret"))
             #expect(result.stdout.contains("doctor: 5 failed"))
+        }
+    }
+
+    @Test("the key in the wrong team, both ways, and invalid_client the window explains: each named as its likely cause")
+    func keyInTheWrongTeam() async throws {
+        try await CommandFixture.run(users: 2, database: .bare(sql: DoctorCommandTests.tables)) { fixture in
+            try await fixture.migrate()
+            // After acceptance the app is team B's; the sender's entry has team A's ID but team B's key.
+            let reverse = try fixture.configuration("reverse.json") { _, transfer in
+                transfer["sender"] = ["team_id": fixture.sender.teamID, "key_id": fixture.recipient.keyID, "private_key_path": "recipient.p8"]
+            }
+            let first = try await runBatonOffPool(["doctor", "--config", reverse])
+            #expect(first.status == 1)
+            #expect(first.stdout.contains("FAIL  sender secret: Apple rejected"), "\(first.stdout)")
+            #expect(first.stdout.contains("likely cause: key \(fixture.recipient.keyID) is registered to team \(fixture.recipient.teamID) (the recipient's), not to team \(fixture.sender.teamID)"), "\(first.stdout)")
+            #expect(first.stdout.contains("transfer identifiers need the sender team's key"))
+
+            // An app team A has not transferred: the recipient's right key is refused, and the window says why.
+            try fixture.emulator.createApp(clientID: "com.example.other", teamID: fixture.sender.teamID)
+            let early = try fixture.configuration("early.json") { tree, transfer in
+                tree["apple"] = ["base_url": fixture.emulator.baseURL.absoluteString, "client_ids": ["com.example.other"]]
+                transfer["client_id"] = "com.example.other"
+                transfer["accepted_at"] = nil
+            }
+            let second = try await runBatonOffPool(["doctor", "--config", early])
+            #expect(second.stdout.contains("ok    sender secret"), "\(second.stdout)")
+            #expect(second.stdout.contains("FAIL  recipient secret: Apple rejected"), "\(second.stdout)")
+            #expect(second.stdout.contains("likely cause: the app is not transferred to this team yet"), "\(second.stdout)")
+
+            // Day 61 (on the emulator's clock and in accepted_at): the sender's right key is refused, the app is no longer team A's.
+            try fixture.emulator.advanceClock(by: 61 * 86_400)
+            let late = try fixture.configuration("late.json") { _, transfer in
+                transfer["accepted_at"] = ISO8601DateFormatter().string(from: fixture.acceptedAt!.addingTimeInterval(-61 * 86_400))
+                transfer["recipient"] = nil
+            }
+            let third = try await runBatonOffPool(["doctor", "--config", late])
+            #expect(third.stdout.contains("FAIL  sender secret: Apple rejected"), "\(third.stdout)")
+            #expect(third.stdout.contains("likely cause: the app is no longer this team's"), "\(third.stdout)")
         }
     }
 

@@ -1,4 +1,5 @@
 import BatonEmulator
+import BatonJOSE
 import Foundation
 import TestSupport
 import Testing
@@ -117,15 +118,66 @@ struct TransferIDsCommandTests {
         }
     }
 
-    @Test("--dry-run shows the target and the count and writes nothing")
+    @Test("--dry-run shows the target and the count, makes the first user's identifier as a real run would, and writes nothing")
     func dryRun() async throws {
         try await CommandFixture.run(users: 4, accept: false, database: .migrated(seedTransfers: false)) { fixture in
             let result = try await runBatonOffPool(["transfer-ids", "--config", try fixture.configuration(), "--dry-run"])
             #expect(result.status == 0, "\(result.stderr)")
             #expect(result.stdout.contains("4 users need a transfer identifier"))
-            #expect(result.stdout.contains("dry run: 4 users pending"))
+            #expect(result.stdout.contains("dry run: 4 users pending; credentials accepted by Apple, and a transfer identifier made for the first user"))
             #expect(try fixture.count("SELECT count(*) FROM baton.transfers") == 0)
-            #expect(fixture.emulator.stats()["/auth/usermigrationinfo"].calls == 0)
+            #expect(fixture.emulator.stats()["/auth/usermigrationinfo"].calls == 1)
+        }
+    }
+
+    @Test("before the transfer is initiated: --dry-run and a real run both succeed, and the identifiers are the recipient's")
+    func beforeInitiation() async throws {
+        try await CommandFixture.run(users: 5, initiate: false, database: .migrated(seedTransfers: false)) { fixture in
+            let config = try fixture.configuration()
+            let dry = try await runBatonOffPool(["transfer-ids", "--config", config, "--dry-run"])
+            #expect(dry.status == 0, "\(dry.stdout)\(dry.stderr)")
+            #expect(dry.stdout.contains("a transfer identifier made for the first user"))
+            let real = try await runBatonOffPool(["transfer-ids", "--config", config, "--yes", "--rate", "100"])
+            #expect(real.status == 0, "\(real.stdout)\(real.stderr)")
+            #expect(try fixture.count("SELECT count(*) FROM baton.transfers WHERE transfer_sub IS NOT NULL") == 5)
+            // Initiated and accepted afterwards: the identifiers made before initiation are the ones Apple exchanges.
+            try fixture.emulator.initiateTransfer(clientID: "com.example.app", toTeamID: fixture.recipient.teamID)
+            try fixture.emulator.acceptTransfer(clientID: "com.example.app")
+            for (oldSub, transferSub) in try fixture.emulator.transferIdentifiers(clientID: "com.example.app") {
+                #expect(try TestDatabase.psql(fixture.databaseURL, "SELECT transfer_sub FROM baton.transfers WHERE old_sub = '\(oldSub)'") == transferSub)
+            }
+        }
+    }
+
+    @Test("a user the first run missed: in the window the token carries transfer_sub anyway, and a second run stores that same identifier")
+    func lateUser() async throws {
+        try await CommandFixture.run(users: 3, initiate: false, database: .migrated(seedTransfers: false)) { fixture in
+            let config = try fixture.configuration()
+            #expect(try await runBatonOffPool(["transfer-ids", "--config", config, "--yes"]).status == 0)
+            // Signs up with team A after the run, then the app is transferred.
+            let late = try fixture.emulator.createUsers(clientID: "com.example.app", count: 1)[0]
+            _ = try TestDatabase.psql(fixture.databaseURL, "INSERT INTO public.users (apple_sub) VALUES ('\(late.userIdentifier)')")
+            try fixture.emulator.initiateTransfer(clientID: "com.example.app", toTeamID: fixture.recipient.teamID)
+            try fixture.emulator.acceptTransfer(clientID: "com.example.app")
+            let token = try fixture.emulator.authorize(clientID: "com.example.app", user: late.id).idToken
+            let claimed = try #require(try CompactJWS.parse(token).claims()["transfer_sub"]?.stringValue)
+            #expect(try fixture.count("SELECT count(*) FROM baton.transfers WHERE transfer_sub = '\(claimed)'") == 0)
+            let again = try await runBatonOffPool(["transfer-ids", "--config", config, "--yes"])
+            #expect(again.status == 0, "\(again.stdout)\(again.stderr)")
+            #expect(again.stdout.contains("1 users need a transfer identifier"))
+            #expect(try TestDatabase.psql(fixture.databaseURL, "SELECT transfer_sub FROM baton.transfers WHERE old_sub = '\(late.userIdentifier)'") == claimed)
+        }
+    }
+
+    @Test("--dry-run fails where a real run would: a target other than the transfer's recipient")
+    func dryRunRefusesWrongTarget() async throws {
+        try await CommandFixture.run(users: 3, accept: false, database: .migrated(seedTransfers: false)) { fixture in
+            let third = try fixture.emulator.createTeam()
+            let dry = try await runBatonOffPool(["transfer-ids", "--config", try fixture.configuration(), "--dry-run", "--target", third.teamID])
+            #expect(dry.status == 1, "\(dry.stdout)\(dry.stderr)")
+            #expect(dry.stderr.contains("invalid_request"), "\(dry.stderr)")
+            #expect(dry.stderr.contains("The target is not the team ID of the transfer's recipient"), "\(dry.stderr)")
+            #expect(try fixture.count("SELECT count(*) FROM baton.transfers") == 0)
         }
     }
 

@@ -9,7 +9,7 @@ import Testing
 struct SharedCauseTests {
     @Test("transfer-ids with a mistyped target: stops after 10 identical errors; the right target with --retry-unresolvable finishes everyone")
     func mistypedTarget() async throws {
-        try await BulkCLIFixture.run(users: 30, accept: false, seed: false) { fixture in
+        try await CommandFixture.run(users: 30, accept: false, database: .migrated(seedTransfers: false)) { fixture in
             let config = try fixture.configuration()
             let wrong = try await runBatonOffPool(["transfer-ids", "--config", config, "--target", "ZZZZZZZZZ9", "--yes", "--workers", "1", "--rate", "100"])
             #expect(wrong.status == 1, "\(wrong.stdout)\(wrong.stderr)")

@@ -16,14 +16,15 @@ public struct EmulatedTransfer: Sendable {
     public let acceptedAt: Date?
 
     /// Sets the transfer up on `emulator` with `count` users (`privateEmail` as ``AppleEmulator/createUsers(clientID:count:privateEmail:)``).
-    public init(on emulator: AppleEmulator, users count: Int, privateEmail: Bool? = nil, accept: Bool = true) throws {
+    /// `initiate` false leaves the app with the sending team, no transfer started (and then nothing is accepted).
+    public init(on emulator: AppleEmulator, users count: Int, privateEmail: Bool? = nil, initiate: Bool = true, accept: Bool = true) throws {
         sender = try emulator.createTeam()
         recipient = try emulator.createTeam()
         try emulator.createApp(clientID: EmulatedTransfer.clientID, teamID: sender.teamID)
         users = try emulator.createUsers(clientID: EmulatedTransfer.clientID, count: count, privateEmail: privateEmail)
-        try emulator.initiateTransfer(clientID: EmulatedTransfer.clientID, toTeamID: recipient.teamID)
-        transferIdentifiers = try emulator.transferIdentifiers(clientID: EmulatedTransfer.clientID)
-        acceptedAt = accept ? try emulator.acceptTransfer(clientID: EmulatedTransfer.clientID) : nil
+        if initiate { try emulator.initiateTransfer(clientID: EmulatedTransfer.clientID, toTeamID: recipient.teamID) }
+        transferIdentifiers = initiate ? try emulator.transferIdentifiers(clientID: EmulatedTransfer.clientID) : [:]
+        acceptedAt = initiate && accept ? try emulator.acceptTransfer(clientID: EmulatedTransfer.clientID) : nil
     }
 
     /// Writes both teams' keys into `directory` as `sender.p8` and `recipient.p8`.

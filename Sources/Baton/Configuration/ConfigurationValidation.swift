@@ -19,7 +19,7 @@ extension BatonConfiguration {
         do {
             _ = try PostgresConnectionString(database.url)
         } catch let error as PostgresError {
-            throw ConfigurationError(.invalidValue, key: "database.url", reason: error.message)
+            throw ConfigurationError(.invalidValue, key: "database.url", reason: error.reason)
         }
         guard (1...1000).contains(database.poolSize) else {
             throw ConfigurationError(.invalidValue, key: "database.pool_size", reason: "must be from 1 to 1000")

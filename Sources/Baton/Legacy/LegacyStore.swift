@@ -322,37 +322,6 @@ public struct LegacyStore: BatonStore {
 
     // MARK: - Credential state and notifications
 
-    /// The credential state of `sub`: `revoked` when `baton.subjects` says revoked or deleted; else
-    /// `transferred` when `baton.transfers` knows it as a sending-team identifier (or, with a transfer
-    /// column, its legacy row has a transfer identifier); else `authorized` when a legacy row carries it;
-    /// else `not_found`. One statement.
-    /// - Throws: ``PostgresError``.
-    public func credentialState(of sub: String) async throws -> CredentialState {
-        let l = legacy
-        let query: PostgresQuery
-        if let column = l.transferColumn {
-            query = """
-                SELECT (SELECT state FROM baton.subjects WHERE sub = \(sub)),
-                       EXISTS (SELECT 1 FROM baton.transfers WHERE old_sub = \(sub)),
-                       EXISTS (SELECT 1 FROM \(l.table) WHERE \(l.subjectColumn) = \(sub)),
-                       EXISTS (SELECT 1 FROM \(l.table) WHERE \(l.subjectColumn) = \(sub) AND \(column) IS NOT NULL)
-                """
-        } else {
-            query = """
-                SELECT (SELECT state FROM baton.subjects WHERE sub = \(sub)),
-                       EXISTS (SELECT 1 FROM baton.transfers WHERE old_sub = \(sub)),
-                       EXISTS (SELECT 1 FROM \(l.table) WHERE \(l.subjectColumn) = \(sub)),
-                       false
-                """
-        }
-        let rows = try await pool.query(query)
-        let row = rows[0]
-        if let state = try row.decode(String?.self, at: 0), state != SubjectState.authorized.rawValue { return .revoked }
-        if try row.decode(Bool.self, at: 1) || row.decode(Bool.self, at: 3) { return .transferred }
-        if try row.decode(Bool.self, at: 2) { return .authorized }
-        return .notFound
-    }
-
     /// Applies one server-to-server notification: `consent-revoked` → `revoked`, `account-delete(d)` →
     /// `deleted`, `email-disabled`/`email-enabled` → `email_enabled`. A duplicate (nothing would change)
     /// writes nothing and returns false; otherwise `baton.subjects` is upserted and a

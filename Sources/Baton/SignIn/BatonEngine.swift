@@ -35,6 +35,7 @@ public final class BatonEngine: Sendable {
     private let pool: PostgresPool?
     private let reportBuilder: (@Sendable (Date) -> ReportBuilder)?
     private let now: @Sendable () -> Date
+    private let transferAcceptedAt: Date?
 
     /// Creates an engine from its parts (tests and embedders with their own pool and keys).
     /// - Parameters:
@@ -47,11 +48,13 @@ public final class BatonEngine: Sendable {
     ///   - keysReady: whether a usable key set is held (readiness); default always true.
     ///   - pool: a pool the engine owns and closes at ``shutdown()``.
     ///   - reportBuilder: makes the report's builder for an instant; nil disables ``migrationReport()``.
+    ///   - transferAcceptedAt: `apple.transfer.accepted_at`; sending-team identifiers are `transferred` from then on.
     ///   - now: the clock.
     public init(store: any BatonStore, keys: any VerificationKeyProvider, clientIDs: [String], legacyClientIDs: [String] = [],
                 issuer: String = IdentityTokenVerifier.appleIssuer, linkMaxAge: TimeInterval = 600,
                 keysReady: @escaping @Sendable () -> Bool = { true }, pool: PostgresPool? = nil,
-                reportBuilder: (@Sendable (Date) -> ReportBuilder)? = nil, now: @escaping @Sendable () -> Date = { Date() }) {
+                reportBuilder: (@Sendable (Date) -> ReportBuilder)? = nil, transferAcceptedAt: Date? = nil,
+                now: @escaping @Sendable () -> Date = { Date() }) {
         self.store = store
         self.keys = keys
         self.verifier = IdentityTokenVerifier(clientIDs: clientIDs, keys: keys, issuer: issuer, now: now)
@@ -62,6 +65,7 @@ public final class BatonEngine: Sendable {
         self.keysReady = keysReady
         self.pool = pool
         self.reportBuilder = reportBuilder
+        self.transferAcceptedAt = transferAcceptedAt
         self.now = now
     }
 
@@ -88,7 +92,8 @@ public final class BatonEngine: Sendable {
             return BatonEngine(store: store, keys: cache, clientIDs: configuration.apple.clientIDs,
                                legacyClientIDs: configuration.apple.legacyClientIDs, issuer: configuration.apple.issuer,
                                keysReady: { cache.isReady }, pool: pool,
-                               reportBuilder: { now in ReportBuilder(pool: pool, configuration: configuration, now: now) })
+                               reportBuilder: { now in ReportBuilder(pool: pool, configuration: configuration, now: now) },
+                               transferAcceptedAt: configuration.apple.transfer?.acceptedAt)
         } catch {
             await pool.close()
             throw error
@@ -133,11 +138,14 @@ public final class BatonEngine: Sendable {
 
     // MARK: - Credential state
 
-    /// The credential state of a stored user identifier, as Apple's `getCredentialState(forUserID:)` answers.
+    /// The credential state of a user identifier, as Apple's `getCredentialState(forUserID:)` answers, by the
+    /// rules of ``CredentialState/init(_:transferAccepted:)``.
     /// - Throws: ``BatonError`` `invalid_request` (empty identifier), `database_unavailable`.
     public func credentialState(user: String) async throws -> CredentialState {
         guard !user.isEmpty, user.utf8.count <= 255 else { throw BatonError(.invalidRequest, "user must be 1 to 255 bytes") }
-        return try await database { try await store.credentialState(of: user) }
+        let facts = try await database { try await store.credentialFacts(of: user) }
+        let accepted = transferAcceptedAt.map { $0 <= now() } ?? false
+        return CredentialState(facts, transferAccepted: accepted)
     }
 
     // MARK: - Re-linking

@@ -40,19 +40,6 @@ public enum MigrationOutcome: Sendable, Equatable {
     case conflict
 }
 
-/// The answer of `GET /v1/credential-state`, as Apple's `getCredentialState(forUserID:)` gives it.
-public enum CredentialState: String, Sendable, Equatable, Codable, CaseIterable {
-    /// A current identifier, consent not revoked.
-    case authorized
-    /// An identifier of the sending team that Baton's transfer data knows (migrated or not):
-    /// the client should re-authorize silently to receive the new identifier.
-    case transferred
-    /// Consent revoked or Apple account deleted.
-    case revoked
-    /// Baton knows nothing of this identifier.
-    case notFound = "not_found"
-}
-
 /// The stored credential state of one identifier in `baton.subjects`.
 public enum SubjectState: String, Sendable, Equatable, Codable {
     /// Authorized (the default, or restored by a later sign-in).

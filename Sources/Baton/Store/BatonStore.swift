@@ -49,8 +49,8 @@ public protocol BatonStore: Sendable {
     /// Records `nonce` as used until `expiresAt`; false when it was already used and has not expired.
     func consumeNonce(_ nonce: String, expiresAt: Date) async throws -> Bool
 
-    /// The credential state of `sub` (see ``CredentialState``).
-    func credentialState(of sub: String) async throws -> CredentialState
+    /// What Baton's tables know of `sub`, for the credential-state rules (``CredentialState/init(_:transferAccepted:)``).
+    func credentialFacts(of sub: String) async throws -> CredentialFacts
 
     /// Applies one server-to-server notification to `baton.subjects`; true when it changed something
     /// (then with an event), false for a duplicate.

@@ -195,10 +195,9 @@ struct DemoScenario {
         output.line("\(DemoFormat.count(inserted)) rows inserted with one INSERT … SELECT unnest(…) in \(DemoFormat.seconds(insertSeconds))")
         output.line("apple_sub holds each user's team A identifier; email their address (a relay address for \(DemoFormat.count(people.filter(\.isPrivateEmail).count)))")
 
-        // 4. The transfer is initiated; the sender makes transfer identifiers.
-        output.step(4, "Team A initiates the transfer and makes transfer identifiers (baton transfer-ids)")
-        try emulator.initiateTransfer(clientID: clientID, toTeamID: teamB.teamID)
-        output.line("App Store Connect › Transfer App: \(clientID) from team A \(teamA.teamID) to team B \(teamB.teamID), pending acceptance")
+        // 4. The sender makes transfer identifiers while it prepares its data (Apple answers it before the
+        // transfer is initiated), then initiates the transfer.
+        output.step(4, "Team A makes transfer identifiers (baton transfer-ids), then initiates the transfer")
         let seeded = try await LegacySeeder(pool: pool, legacy: legacy).seed()
         let sender = try appleClient(emulator, team: teamA)
         emulator.resetStats()
@@ -213,6 +212,8 @@ struct DemoScenario {
             healthy = false
             output.line("NOT EVERY USER GOT A TRANSFER IDENTIFIER: \(DemoFormat.count((senderSummary.remaining ?? 0))) remain")
         }
+        try emulator.initiateTransfer(clientID: clientID, toTeamID: teamB.teamID)
+        output.line("App Store Connect › Transfer App: \(clientID) from team A \(teamA.teamID) to team B \(teamB.teamID), pending acceptance")
 
         // 5. Team B accepts: the 60-day window opens.
         output.step(5, "Team B accepts: the 60-day window opens")

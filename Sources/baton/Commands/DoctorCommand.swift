@@ -102,9 +102,11 @@ struct Doctor {
             report(.failure, "credentials", "the sender and the recipient use the same key (\(recipient.keyID)): each team signs with its own",
                    fix: "set apple.transfer.recipient to the receiving team's key ID and .p8 file, and .sender to the sending team's")
         }
-        for (side, _) in sides {
-            guard let signer = signers[side] else { continue }
-            await checkToken(side: side, signer: signer, baseURL: configuration.apple.baseURL)
+        for (side, credentials) in sides {
+            guard let signer = signers[side], let credentials else { continue }
+            let other = side == "sender" ? transfer.recipient : transfer.sender
+            await checkToken(side: side, signer: signer, keyFile: credentials.privateKeyPath, otherTeamID: other?.teamID,
+                             transfer: transfer, baseURL: configuration.apple.baseURL, now: now)
         }
         checkWindow(transfer, now: now)
     }
@@ -136,18 +138,58 @@ struct Doctor {
         return nil
     }
 
-    private mutating func checkToken(side: String, signer: ClientSecret, baseURL: URL) async {
-        let client = AppleClient(
-            baseURL: baseURL, credentials: signer,
-            options: AppleClient.Options(requestTimeout: 10, retry: RetryPolicy(maxAttempts: 2, maxRetryAfter: 5), secretLifetime: 300)
-        )
+    /// Asks Apple for an access token with `side`'s credentials; on `invalid_client`, names the likely cause.
+    private mutating func checkToken(side: String, signer: ClientSecret, keyFile: String, otherTeamID: String?,
+                                     transfer: BatonConfiguration.Transfer, baseURL: URL, now: Date) async {
         do {
-            _ = try await client.accessToken(purpose: side == "sender" ? .transferIdentifier : .exchange)
+            _ = try await Doctor.client(baseURL, signer).accessToken(purpose: side == "sender" ? .transferIdentifier : .exchange)
             report(.ok, "\(side) secret", "accepted by \(baseURL.absoluteString)/auth/token (team \(signer.teamID), client \(signer.clientID))")
+        } catch let error as AppleClientError where error.code == .invalidClient {
+            let (cause, fix) = await Doctor.invalidClientCause(side: side, signer: signer, keyFile: keyFile, otherTeamID: otherTeamID,
+                                                               transfer: transfer, baseURL: baseURL, now: now, error: error)
+            report(.failure, "\(side) secret", "\(error.description); likely cause: \(cause)", fix: fix)
         } catch let error as AppleClientError {
             report(.failure, "\(side) secret", error.description, fix: Doctor.oneLine(error.explanation))
         } catch {
             report(.failure, "\(side) secret", "the token request failed", fix: "check apple.base_url")
+        }
+    }
+
+    private static func client(_ baseURL: URL, _ signer: ClientSecret) -> AppleClient {
+        AppleClient(baseURL: baseURL, credentials: signer,
+                    options: AppleClient.Options(requestTimeout: 10, retry: RetryPolicy(maxAttempts: 2, maxRetryAfter: 5), secretLifetime: 300))
+    }
+
+    /// The likely cause of Apple's `invalid_client` to `side`'s token request, among the documented ones
+    /// (docs/troubleshooting.md, "the key in the wrong team"): the key is the other team's (Apple accepts it under
+    /// the other side's team ID); else, from `accepted_at`, the app is not the recipient's yet or no longer the
+    /// sender's; else Apple's numbered list.
+    private static func invalidClientCause(side: String, signer: ClientSecret, keyFile: String, otherTeamID: String?,
+                                           transfer: BatonConfiguration.Transfer, baseURL: URL, now: Date,
+                                           error: AppleClientError) async -> (cause: String, fix: String) {
+        if let otherTeamID, otherTeamID != signer.teamID,
+           let probe = try? await ClientSecret.load(teamID: otherTeamID, keyID: signer.keyID, clientID: signer.clientID, keyFile: keyFile),
+           (try? await client(baseURL, probe).accessToken()) != nil {
+            let otherSide = side == "sender" ? "recipient" : "sender"
+            let needs = side == "sender" ? "transfer identifiers need the sender team's key" : "exchanges need the recipient team's key"
+            return ("key \(signer.keyID) is registered to team \(otherTeamID) (the \(otherSide)'s), not to team \(signer.teamID): Apple accepts it under team \(otherTeamID)'s ID",
+                    "\(needs): create a Sign in with Apple key in team \(signer.teamID)'s account (Certificates, Identifiers & Profiles > Keys) and set apple.transfer.\(side).key_id and .private_key_path to it")
+        }
+        let otherCredentials = side == "sender" ? transfer.recipient : transfer.sender
+        if let otherCredentials, otherCredentials.keyID == signer.keyID {
+            let otherSide = side == "sender" ? "recipient" : "sender"
+            return ("the \(side) is configured with the \(otherSide)'s key \(signer.keyID), which Apple does not accept under team \(signer.teamID)",
+                    "set apple.transfer.\(side).key_id and .private_key_path to a Sign in with Apple key of team \(signer.teamID)")
+        }
+        switch (side, TransferWindow(acceptedAt: transfer.acceptedAt).status(at: now)) {
+        case ("recipient", .notAccepted), ("recipient", .notOpenYet):
+            return ("the app is not transferred to this team yet: Apple gives the recipient a token once it has accepted the transfer",
+                    "accept the transfer in App Store Connect as team \(signer.teamID), then set apple.transfer.accepted_at")
+        case ("sender", .closed):
+            return ("the app is no longer this team's: Apple refuses the sending team 60 days after acceptance",
+                    "nothing to fix on the sender's side; users not migrated can only be re-linked (docs/runbook.md, \"Missed the window\")")
+        default:
+            return ("the key answers under neither team ID, and the window does not explain it", oneLine(error.explanation))
         }
     }
 

@@ -76,6 +76,7 @@ func runBulkCommand(_ parsed: Arguments, side: BatonConfiguration.TransferSide) 
 
     // The sender job: the target team, a walk of the legacy table, and a confirmation.
     var targetTeamID = ""
+    var firstSubject: String?
     if side == .sender {
         guard let target = parsed.value("target") ?? transfer.recipient?.teamID else {
             throw CommandFailure.usage("no target team: set apple.transfer.recipient.team_id or give --target TEAMID")
@@ -93,6 +94,7 @@ func runBulkCommand(_ parsed: Arguments, side: BatonConfiguration.TransferSide) 
         do { preview = try await seeder.preview() } catch let error as PostgresError {
             throw CommandFailure.failed("baton \(name): cannot read the legacy table: \(error)")
         }
+        firstSubject = preview.sample.first
         print("target team: \(target) (the recipient); sending team: \(sender.teamID); client ID: \(transfer.clientID)")
         print("\(preview.count) users need a transfer identifier; for example: \(preview.sample.isEmpty ? "none" : preview.sample.joined(separator: ", "))")
         if preview.count > 0, !parsed.flag("dry-run"), !parsed.flag("yes") {
@@ -140,13 +142,17 @@ func runBulkCommand(_ parsed: Arguments, side: BatonConfiguration.TransferSide) 
 
     if parsed.flag("dry-run") {
         if side == .sender { pending = try await LegacySeeder(pool: pool, legacy: try configuration.legacy.identifiers()).preview(sample: 0).count }
+        // The same calls a real run starts with: the access token, and for the sender one transfer identifier
+        // (the first user's; Apple gives the same one again, and nothing is stored).
         do {
             _ = try await client.accessToken()
+            if let firstSubject { _ = try await client.transferIdentifier(forUser: firstSubject, targetTeamID: targetTeamID) }
         } catch let error as AppleClientError {
             throw CommandFailure.failed("baton \(name) --dry-run: \(error)\n\(error.explanation)")
         }
         let minutes = Double(pending) / rate / 60
-        print("dry run: \(pending) users pending; credentials accepted by Apple; at \(rate)/s with \(workers) workers this takes about \(TransferWindow.describe(minutes * 60)); nothing was changed")
+        let checked = firstSubject == nil ? "credentials accepted by Apple" : "credentials accepted by Apple, and a transfer identifier made for the first user"
+        print("dry run: \(pending) users pending; \(checked); at \(rate)/s with \(workers) workers this takes about \(TransferWindow.describe(minutes * 60)); nothing was changed")
         return 0
     }
 
