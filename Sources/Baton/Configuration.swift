@@ -25,6 +25,8 @@ public struct BatonConfiguration: Sendable, Equatable, Codable {
     public var adminTokenFile: String?
     /// The admin token, from `BATON_ADMIN_TOKEN` or `admin_token_file`; never read from or written to JSON.
     public var adminToken: AdminToken?
+    /// Seconds between reloads of the `GET /report` page (a meta refresh); 0 for none; default 300.
+    public var reportRefreshSeconds: Int
 
     /// Creates a configuration; call ``validate()`` on one built by hand.
     public init(
@@ -33,7 +35,8 @@ public struct BatonConfiguration: Sendable, Equatable, Codable {
         apple: Apple,
         legacy: Legacy,
         adminTokenFile: String? = nil,
-        adminToken: AdminToken? = nil
+        adminToken: AdminToken? = nil,
+        reportRefreshSeconds: Int = 300
     ) {
         self.listen = listen
         self.database = database
@@ -41,11 +44,13 @@ public struct BatonConfiguration: Sendable, Equatable, Codable {
         self.legacy = legacy
         self.adminTokenFile = adminTokenFile
         self.adminToken = adminToken
+        self.reportRefreshSeconds = reportRefreshSeconds
     }
 
     enum CodingKeys: String, CodingKey {
         case listen, database, apple, legacy
         case adminTokenFile = "admin_token_file"
+        case reportRefreshSeconds = "report_refresh_seconds"
     }
 
     /// Decodes the JSON shape, applying defaults; the admin token is not part of it.
@@ -57,6 +62,7 @@ public struct BatonConfiguration: Sendable, Equatable, Codable {
         legacy = try container.decode(Legacy.self, forKey: .legacy)
         adminTokenFile = try container.decodeIfPresent(String.self, forKey: .adminTokenFile)
         adminToken = nil
+        reportRefreshSeconds = try container.decodeIfPresent(Int.self, forKey: .reportRefreshSeconds) ?? 300
     }
 
     /// Encodes the JSON shape (without the admin token).
@@ -67,6 +73,7 @@ public struct BatonConfiguration: Sendable, Equatable, Codable {
         try container.encode(apple, forKey: .apple)
         try container.encode(legacy, forKey: .legacy)
         try container.encodeIfPresent(adminTokenFile, forKey: .adminTokenFile)
+        try container.encode(reportRefreshSeconds, forKey: .reportRefreshSeconds)
     }
 
     // MARK: - Sections

@@ -57,6 +57,7 @@ extension BatonConfiguration {
         Key(path: "legacy.email_column", kind: .string, required: true),
         Key(path: "legacy.transfer_column", kind: .string),
         Key(path: "admin_token_file", kind: .path),
+        Key(path: "report_refresh_seconds", kind: .integer),
     ]
 
     /// The environment variable holding the admin token itself (it has no JSON key).

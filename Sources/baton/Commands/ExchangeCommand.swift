@@ -152,7 +152,7 @@ func runBulkCommand(_ arguments: [String], side: BatonConfiguration.TransferSide
     }
     let job = BulkJob(queue: queue, step: step, options: BulkJobOptions(workers: workers, rate: rate, maxConsecutiveFailures: maxFailures),
                       window: window, requireOpenWindow: side == .recipient, logger: logger)
-    let reporter = ProgressReporter(total: pending, counters: job.counters)
+    let reporter = ProgressReporter(total: pending, counters: job.counters, window: window)
     reporter.start()
     let summary = await job.run()
     await reporter.finish()
