@@ -71,18 +71,22 @@ struct ReportBrowserTests {
         }
     }
 
-    /// Every chart drawn with a size and inside the viewport; the page no wider than the window.
+    /// Every chart shown with a size and inside the viewport, in the drawing for the width; the page no wider
+    /// than the window.
     private func checkLayout(_ measured: [String: Any], width: Int, context: String) {
         let viewport = measured["clientWidth"] as? Double ?? 0
         #expect(measured["innerWidth"] as? Double == Double(width), "window width of the \(context)")
         #expect((measured["scrollWidth"] as? Double ?? .infinity) <= viewport, "horizontal scroll on the \(context): \(measured)")
         let svgs = measured["svgs"] as? [[String: Any]] ?? []
-        #expect(svgs.count == 3, "charts on the \(context)")
+        #expect(measured["svgCount"] as? Int == 6, "two drawings of each chart on the \(context)")
+        #expect(svgs.count == 3, "charts shown on the \(context)")
         for svg in svgs {
+            #expect(svg["frame"] as? String == (width < 600 ? "narrow" : "wide"), "the drawing shown on the \(context)")
             let label = svg["label"] as? String ?? "?"
             let (left, right) = (svg["left"] as? Double ?? -1, svg["right"] as? Double ?? .infinity)
             #expect((svg["width"] as? Double ?? 0) > 100 && (svg["height"] as? Double ?? 0) > 50, "\(label) has no size on the \(context)")
             #expect(left >= 0 && right <= viewport + 0.5, "\(label) leaves the viewport on the \(context): \(left)...\(right) of \(viewport)")
+            #expect(svg["clipped"] as? [String] == [], "labels cut off at the edge of \(label) on the \(context)")
         }
     }
 
@@ -184,21 +188,30 @@ struct ReportBrowserTests {
         (() => {
           const text = (e) => e ? e.textContent.replace(/\\s+/g, " ").trim() : null;
           const all = (selector, root = document) => [...root.querySelectorAll(selector)];
+          // Each chart is drawn twice (wide, narrow) and the stylesheet hides one: read the one shown.
+          const shown = (selector) => all(selector).filter((s) => s.getClientRects().length > 0);
           const root = document.documentElement;
           return {
             innerWidth: window.innerWidth,
             clientWidth: root.clientWidth,
             scrollWidth: Math.max(root.scrollWidth, document.body.scrollWidth),
             refresh: document.querySelector('meta[http-equiv="refresh"]')?.content ?? null,
-            svgs: all("svg").map((s) => {
+            svgCount: all("svg").length,
+            svgs: shown("svg").map((s) => {
               const r = s.getBoundingClientRect();
-              return { label: s.getAttribute("aria-label"), left: r.left, right: r.right, width: r.width, height: r.height };
+              const box = s.viewBox.baseVal;
+              // Text running past the viewBox is cut off: list the labels that do.
+              const clipped = all("text", s).filter((t) => {
+                const b = t.getBBox();
+                return b.x < -0.5 || b.y < -0.5 || b.x + b.width > box.width + 0.5 || b.y + b.height > box.height + 0.5;
+              }).map(text);
+              return { label: s.getAttribute("aria-label"), frame: s.getAttribute("class"), left: r.left, right: r.right, width: r.width, height: r.height, clipped };
             }),
             cards: all(".card").map((c) => [".label", ".value", ".note"].map((k) => text(c.querySelector(k)))),
-            today: all("#progress svg text").map(text).filter((t) => t.startsWith("today: ")),
+            today: shown("#progress svg").flatMap((s) => all("text", s)).map(text).filter((t) => t.startsWith("today: ")),
             states: all("#states tbody tr").map((r) => all("th, td", r).map(text)),
-            methods: all("#methods svg text").map(text),
-            perDay: all("#per-day svg rect title").map(text),
+            methods: shown("#methods svg").flatMap((s) => all("text", s)).map(text),
+            perDay: shown("#per-day svg").flatMap((s) => all("rect title", s)).map(text),
             failures: all("#failures tbody tr").map((r) => all("td", r).map(text)),
             unresolvedHeading: text(document.querySelector("#unresolved h2")),
             unresolved: all("#unresolved tbody tr").map((r) => all("td", r).map(text)),

@@ -255,5 +255,10 @@ enum ReportStyle {
         code { font-family: ui-monospace, Menlo, Consolas, monospace; font-size: 13px; }
         footer { font-size: 13px; margin-top: 8px; }
         @media (max-width: 800px) { .cards { grid-template-columns: repeat(2, 1fr); } .columns { grid-template-columns: 1fr; } }
+        svg.narrow { display: none; }
+        @media (max-width: 600px) {
+          body { padding: 16px 12px 32px; } section { padding: 14px 12px; } h1 { font-size: 22px; }
+          svg.wide { display: none; } svg.narrow { display: block; }
+        }
         """
 }
