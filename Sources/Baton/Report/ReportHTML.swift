@@ -258,6 +258,7 @@ enum ReportStyle {
         svg.narrow { display: none; }
         @media (max-width: 600px) {
           body { padding: 16px 12px 32px; } section { padding: 14px 12px; } h1 { font-size: 22px; }
+          .card .value { font-size: 20px; }
           svg.wide { display: none; } svg.narrow { display: block; }
         }
         """
