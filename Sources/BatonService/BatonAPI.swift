@@ -25,6 +25,7 @@ public final class BatonAPI: Sendable {
     /// The counters `/metrics` renders.
     public let metrics = ServiceMetrics()
     private let adminToken: AdminToken?
+    private let reportRefreshSeconds: Int
     private let logger: Logger
     private let readinessMonitor: ReadinessMonitor
 
@@ -32,10 +33,12 @@ public final class BatonAPI: Sendable {
     /// - Parameters:
     ///   - engine: the library engine.
     ///   - adminToken: guards admin routes (`/v1/report`); nil disables them (403).
+    ///   - reportRefreshSeconds: how often the `GET /report` page reloads itself; 0 for never; default 300.
     ///   - logger: receives one line per request.
-    public init(engine: BatonEngine, adminToken: AdminToken?, logger: Logger = .disabled()) {
+    public init(engine: BatonEngine, adminToken: AdminToken?, reportRefreshSeconds: Int = 300, logger: Logger = .disabled()) {
         self.engine = engine
         self.adminToken = adminToken
+        self.reportRefreshSeconds = reportRefreshSeconds
         self.logger = logger
         readinessMonitor = ReadinessMonitor(engine: engine)
     }
@@ -113,10 +116,11 @@ public final class BatonAPI: Sendable {
         return (HTTPResponse.json(serialized: try await engine.migrationReport().renderJSON()), nil)
     }
 
-    /// `GET /report`: the same report as one self-contained HTML page (inline CSS and SVG, no scripts).
+    /// `GET /report`: the same report as one self-contained HTML page (inline CSS and SVG, no scripts) that
+    /// reloads itself every `reportRefreshSeconds` with a meta refresh.
     private func reportPage(_ request: HTTPRequest) async throws -> (HTTPResponse, String?) {
         try requireAdmin(request)
-        let page = try await engine.migrationReport().renderHTML()
+        let page = try await engine.migrationReport().renderHTML(refreshSeconds: reportRefreshSeconds > 0 ? reportRefreshSeconds : nil)
         return (HTTPResponse.text(page, contentType: "text/html; charset=utf-8"), nil)
     }
 

@@ -41,14 +41,15 @@ public final class BatonServer: Sendable {
         }
         let engine = try await BatonEngine.start(configuration: configuration, logger: logger)
         return try await start(engine: engine, host: configuration.listen.host, port: port ?? configuration.listen.port,
-                               adminToken: configuration.adminToken, logger: logger)
+                               adminToken: configuration.adminToken, reportRefreshSeconds: configuration.reportRefreshSeconds, logger: logger)
     }
 
-    /// Serves `engine` on `host:port`; the engine is shut down with the server.
+    /// Serves `engine` on `host:port`; the engine is shut down with the server. `reportRefreshSeconds` is
+    /// how often `GET /report` reloads itself (0: never; default 300).
     /// - Throws: `HTTPServerError` when the address cannot be bound.
     public static func start(engine: BatonEngine, host: String = "127.0.0.1", port: Int = 0, adminToken: AdminToken? = nil,
-                             logger: Logger = .disabled()) async throws -> BatonServer {
-        let service = BatonAPI(engine: engine, adminToken: adminToken, logger: logger)
+                             reportRefreshSeconds: Int = 300, logger: Logger = .disabled()) async throws -> BatonServer {
+        let service = BatonAPI(engine: engine, adminToken: adminToken, reportRefreshSeconds: reportRefreshSeconds, logger: logger)
         var configuration = HTTPServerConfiguration()
         configuration.maxBodySize = maxBodySize
         let server = HTTPServer(router: service.router(), configuration: configuration, logger: logger)

@@ -62,14 +62,14 @@ struct AnswerTableTests {
     @Test("every row is what the emulator answers over HTTP")
     func everyRow() async throws {
         for row in try AnswerRow.load() {
-            let scenario = try await Scenario.start(users: 1)
-            do {
-                let observed = try await observe(row, scenario)
-                #expect(observed == row.answer, "\(row): the emulator answers \(observed)")
-            } catch {
-                Issue.record("\(row): \(error)")
+            try await Scenario.run(users: 1) { scenario in
+                do {
+                    let observed = try await observe(row, scenario)
+                    #expect(observed == row.answer, "\(row): the emulator answers \(observed)")
+                } catch {
+                    Issue.record("\(row): \(error)")
+                }
             }
-            await scenario.emulator.stop()
         }
     }
 

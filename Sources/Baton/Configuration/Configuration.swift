@@ -25,6 +25,8 @@ public struct BatonConfiguration: Sendable, Equatable, Codable {
     public var adminTokenFile: String?
     /// The admin token, from `BATON_ADMIN_TOKEN` or `admin_token_file`; never read from or written to JSON.
     public var adminToken: AdminToken?
+    /// Seconds between reloads of the `GET /report` page (a meta refresh); 0 for none; default 300.
+    public var reportRefreshSeconds: Int
 
     /// Creates a configuration; call ``validate()`` on one built by hand.
     public init(
@@ -33,7 +35,8 @@ public struct BatonConfiguration: Sendable, Equatable, Codable {
         apple: Apple,
         legacy: Legacy,
         adminTokenFile: String? = nil,
-        adminToken: AdminToken? = nil
+        adminToken: AdminToken? = nil,
+        reportRefreshSeconds: Int = 300
     ) {
         self.listen = listen
         self.database = database
@@ -41,11 +44,13 @@ public struct BatonConfiguration: Sendable, Equatable, Codable {
         self.legacy = legacy
         self.adminTokenFile = adminTokenFile
         self.adminToken = adminToken
+        self.reportRefreshSeconds = reportRefreshSeconds
     }
 
     enum CodingKeys: String, CodingKey {
         case listen, database, apple, legacy
         case adminTokenFile = "admin_token_file"
+        case reportRefreshSeconds = "report_refresh_seconds"
     }
 
     // MARK: - Sections

@@ -73,11 +73,11 @@ extension BatonConfiguration {
         Key("listen", .string, .value("127.0.0.1:8080", "`127.0.0.1:8080`"),
             "address of `baton serve`: `host:port`, `[v6]:port`; port 0 picks a free port"),
         Key("database.url", .string, .required,
-            "libpq URL (`postgresql://user@host/db` or `postgresql:///db?host=/socket/dir`); may hold a password, never printed"),
+            "any libpq connection string, checked by libpq: a URI (`postgresql://user@host/db`, `postgresql:///db?host=/socket/dir`), several hosts for failover (`postgresql://u@db1:5432,db2:5432/app?target_session_attrs=read-write`), key/value (`host=db1,db2 port=5432,5432 dbname=app target_session_attrs=read-write`) or `service=NAME`; may hold a password, printed only redacted"),
         Key("database.pool_size", .integer, .value(8, "`8`"),
             "connections per process, 1–1000"),
-        Key("database.statement_timeout_ms", .integer, .absent("none (the server's)"),
-            "`baton serve`: longest a statement may run or wait for a lock, 1–3600000; past it the request gets a 503 instead of hanging (replaces `options` in the URL)"),
+        Key("database.statement_timeout_ms", .integer, .absent("`5000` for `baton serve`, none for the jobs"),
+            "longest a statement may run or wait for a lock, 0–3600000, on every connection including replacements; past it the request gets a 503 instead of hanging; sent as `-c statement_timeout` after the string's own `options`; `0` sends none (behind PgBouncer: see [scaling.md](scaling.md#pgbouncer))"),
         Key("apple.base_url", .string, .value(.string(Apple.defaultBaseURL.absoluteString), "`https://appleid.apple.com`"),
             "where `/auth/token` and `/auth/usermigrationinfo` live; the emulator's URL in tests and rehearsals"),
         Key("apple.keys_url", .string, .appending(suffix: "auth/keys", to: "apple.base_url", "`base_url` + `/auth/keys`"),
@@ -116,6 +116,8 @@ extension BatonConfiguration {
             "a column holding each user's transfer identifier, if the application stores them"),
         Key("admin_token_file", .path, .absent("absent"),
             "a file holding the admin token for `GET /v1/report`"),
+        Key("report_refresh_seconds", .integer, .value(300, "`300`"),
+            "how often the `GET /report` page reloads itself (a meta refresh, no script); `0` for never, otherwise 10–86,400"),
     ]
 
     /// The environment variable holding the admin token itself (it has no JSON key).

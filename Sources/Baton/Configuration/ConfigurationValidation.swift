@@ -7,7 +7,7 @@ extension BatonConfiguration {
     /// configuration by hand.
     ///
     /// Checks: `listen` port range; Apple's URLs parse (`http`/`https`); `database.url` is a connection string
-    /// libpq accepts (URI, multi-host URI, key/value, service); `pool_size` 1...1000; `statement_timeout_ms` 0...3,600,000; client IDs non-empty, made of letters, digits, `.` and `-`, listed
+    /// libpq accepts (URI, multi-host URI, key/value, service); `pool_size` 1...1000; `statement_timeout_ms` 0...3,600,000; `report_refresh_seconds` 0 or 10...86,400; client IDs non-empty, made of letters, digits, `.` and `-`, listed
     /// once, and not prefixed by a team ID; team IDs 10 upper-case letters or digits, different for the two
     /// sides; key IDs 10 letters or digits; key paths non-empty; SQL identifiers valid and the subject, email and
     /// transfer columns distinct. Files are not opened here (`baton doctor` does that).
@@ -52,6 +52,9 @@ extension BatonConfiguration {
         }
         if let adminTokenFile, adminTokenFile.isEmpty {
             throw ConfigurationError(.invalidValue, key: "admin_token_file", reason: "must be a path (remove the key to serve without an admin token)")
+        }
+        if reportRefreshSeconds != 0, !(10...86_400).contains(reportRefreshSeconds) {
+            throw ConfigurationError(.invalidValue, key: "report_refresh_seconds", reason: "must be 0 (no reload) or from 10 to 86400 (seconds)")
         }
     }
 

@@ -15,6 +15,7 @@ public struct BulkRun: Sendable {
 
     /// The job, for callers that stop it early or read its counters.
     public let job: BulkJob
+    private let window: TransferWindow
 
     /// Prepares a job over `queue`.
     /// - Parameters:
@@ -32,6 +33,7 @@ public struct BulkRun: Sendable {
             step = try TransferIdentifierStep(client: client, targetTeamID: targetTeamID, queue: queue)
         }
         let requireOpenWindow = if case .exchange = work { true } else { false }
+        self.window = window
         job = BulkJob(queue: queue, step: wrap(step), options: options, window: window, requireOpenWindow: requireOpenWindow,
                       now: now, logger: logger)
     }
@@ -40,7 +42,7 @@ public struct BulkRun: Sendable {
     /// the summary.
     public func run(total: Int, isTerminal: Bool = isatty(STDERR_FILENO) == 1, logInterval: Double = 5,
                     write: @escaping @Sendable (String) -> Void = { FileHandle.standardError.write(Data($0.utf8)) }) async -> BulkJobSummary {
-        let reporter = ProgressReporter(total: total, counters: job.counters, isTerminal: isTerminal, logInterval: logInterval, write: write)
+        let reporter = ProgressReporter(total: total, counters: job.counters, window: window, isTerminal: isTerminal, logInterval: logInterval, write: write)
         reporter.start()
         let summary = await job.run()
         await reporter.finish()

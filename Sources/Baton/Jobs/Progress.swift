@@ -44,9 +44,15 @@ public struct ProgressFormatter: Sendable {
     public var total: Int
     /// The bar's width in characters; default 30.
     public var barWidth = 30
+    /// The transfer's 60-day window: when set and open, the ETA says whether the job ends before or after
+    /// day 60; default nil (no window text).
+    public var window: TransferWindow?
 
     /// Creates a formatter for `total` users.
-    public init(total: Int) { self.total = total }
+    public init(total: Int, window: TransferWindow? = nil) {
+        self.total = total
+        self.window = window
+    }
 
     /// Requests per second over the run, and the estimated seconds left (nil when unknown).
     public func rates(_ counts: JobCounters.Snapshot, elapsed: TimeInterval) -> (perSecond: Double, secondsLeft: Double?) {
@@ -55,21 +61,51 @@ public struct ProgressFormatter: Sendable {
         return (perSecond, perSecond > 0 ? Double(left) / perSecond : (left == 0 ? 0 : nil))
     }
 
-    /// `[#########.....................]  1200/4000  30%  198.5/s  errors 3  left 14s`
-    public func bar(_ counts: JobCounters.Snapshot, elapsed: TimeInterval) -> String {
+    /// Where an estimated end lands in the window: its day (1 on the acceptance day, as the report counts)
+    /// and whether it comes before the window closes at the end of day 60.
+    public struct WindowLanding: Sendable, Equatable {
+        /// The day of the window the job would end on; above 60 when it ends after the window closed.
+        public var day: Int
+        /// Whether the job ends while Apple still answers (at or before acceptance + 60 days).
+        public var beforeDeadline: Bool
+    }
+
+    /// Where a job ending `secondsLeft` after `now` lands in ``window``; nil without a window, before
+    /// acceptance, or once the window has closed (the job stops then).
+    public func landing(secondsLeft: TimeInterval, now: Date) -> WindowLanding? {
+        guard let window, let accepted = window.acceptedAt, let closes = window.closesAt, now >= accepted, now <= closes else { return nil }
+        let end = now.addingTimeInterval(secondsLeft)
+        let before = end <= closes
+        let day = Int((end.timeIntervalSince(accepted) / 86_400).rounded(.down)) + 1
+        return WindowLanding(day: before ? min(60, day) : max(61, day), beforeDeadline: before)
+    }
+
+    /// `[#########.....................] 1200/4000 30% 198.5/s errors 3 left 14 seconds, by day 12: before day 60`
+    ///
+    /// The part after the ETA appears with an open ``window``: `after day 60` warns that at this rate the
+    /// job would still be running when Apple stops answering.
+    public func bar(_ counts: JobCounters.Snapshot, elapsed: TimeInterval, now: Date = Date()) -> String {
         let done = min(counts.processed, total)
         let fraction = total > 0 ? Double(done) / Double(total) : 1
         let filled = Int((fraction * Double(barWidth)).rounded(.down))
         let (perSecond, left) = rates(counts, elapsed: elapsed)
         let bar = String(repeating: "#", count: filled) + String(repeating: ".", count: barWidth - filled)
-        let leftText = left.map { TransferWindow.describe($0) } ?? "?"
+        var leftText = left.map { TransferWindow.describe($0) } ?? "?"
+        if let left, let landing = landing(secondsLeft: left, now: now) {
+            leftText += ", by day \(landing.day): \(landing.beforeDeadline ? "before" : "after") day 60"
+        }
         return "[\(bar)] \(done)/\(total) \(Int((fraction * 100).rounded(.down)))% \(String(format: "%.1f", perSecond))/s errors \(counts.errors) left \(leftText)"
     }
 
-    /// `progress done=1200 total=4000 rate_per_s=198.5 errors=3 rate_limited=0 eta_s=14`
-    public func logLine(_ counts: JobCounters.Snapshot, elapsed: TimeInterval) -> String {
+    /// `progress done=1200 total=4000 rate_per_s=198.5 errors=3 rate_limited=0 eta_s=14`, then with an open
+    /// ``window`` ` eta_day=12 eta_before_day_60=true`.
+    public func logLine(_ counts: JobCounters.Snapshot, elapsed: TimeInterval, now: Date = Date()) -> String {
         let (perSecond, left) = rates(counts, elapsed: elapsed)
-        return "progress done=\(counts.processed) total=\(total) rate_per_s=\(String(format: "%.1f", perSecond)) errors=\(counts.errors) rate_limited=\(counts.rateLimited) eta_s=\(left.map { String(Int($0.rounded())) } ?? "unknown")"
+        var line = "progress done=\(counts.processed) total=\(total) rate_per_s=\(String(format: "%.1f", perSecond)) errors=\(counts.errors) rate_limited=\(counts.rateLimited) eta_s=\(left.map { String(Int($0.rounded())) } ?? "unknown")"
+        if let left, let landing = landing(secondsLeft: left, now: now) {
+            line += " eta_day=\(landing.day) eta_before_day_60=\(landing.beforeDeadline)"
+        }
+        return line
     }
 }
 
@@ -86,11 +122,12 @@ public final class ProgressReporter: Sendable {
 
     /// Creates a reporter.
     /// - Parameters:
+    ///   - window: the transfer's window, so the ETA says whether it lands before or after day 60; default nil.
     ///   - isTerminal: draw a bar (true) or print log lines (false); default: whether standard error is a terminal.
     ///   - logInterval: seconds between log lines; default 5.
-    public init(total: Int, counters: JobCounters, isTerminal: Bool = isatty(STDERR_FILENO) == 1, logInterval: Double = 5,
+    public init(total: Int, counters: JobCounters, window: TransferWindow? = nil, isTerminal: Bool = isatty(STDERR_FILENO) == 1, logInterval: Double = 5,
                 write: @escaping @Sendable (String) -> Void = { FileHandle.standardError.write(Data($0.utf8)) }) {
-        formatter = ProgressFormatter(total: total)
+        formatter = ProgressFormatter(total: total, window: window)
         self.counters = counters
         self.isTerminal = isTerminal
         interval = isTerminal ? .milliseconds(250) : .milliseconds(Int64(logInterval * 1000))

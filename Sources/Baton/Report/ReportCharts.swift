@@ -1,15 +1,37 @@
 import Foundation
 
 /// The HTML page's charts, as inline SVG (no script, no external resource).
+///
+/// Each chart is drawn twice, in a wide frame for desktops and a narrow one for phones (about 360 units
+/// across, so 12-unit text stays near 12 px), and the stylesheet shows the one that fits the screen:
+/// scaling a 1,040-unit chart down to a phone would leave its labels 4 px high.
 enum ReportCharts {
     private static func f(_ value: Double) -> String { String(format: "%.1f", value) }
+
+    /// Which of the two drawings: `wide` or `narrow`, also the SVG's class.
+    enum Frame: String, CaseIterable {
+        case wide, narrow
+    }
+
+    /// The opening tag of a chart's SVG in `frame`.
+    private static func open(_ frame: Frame, _ width: Double, _ height: Double, label: String) -> String {
+        "<svg class=\"\(frame.rawValue)\" viewBox=\"0 0 \(Int(width)) \(Int(height))\" role=\"img\" aria-label=\"\(label)\">\n"
+    }
 
     /// Cumulative share migrated against the days of the window: the actual line, the deadline, today, the
     /// projection at the current pace (dashed) and the pace needed to finish in time (dotted).
     static func progress(_ report: MigrationReport) -> String {
+        guard report.window.acceptedAt != nil else { return "" }
+        var html = Frame.allCases.map { progress(report, $0) }.joined()
+        html += "<p class=\"legend\"><span><i class=\"migrated\"></i>migrated so far</span> "
+        html += "<span>- - projection at the current pace</span> <span>&#183;&#183;&#183; pace needed to finish by day 60</span></p>\n"
+        return html
+    }
+
+    private static func progress(_ report: MigrationReport, _ frame: Frame) -> String {
         guard let accepted = report.window.acceptedAt else { return "" }
-        let width = 1040.0, height = 300.0
-        let left = 52.0, right = 24.0, top = 24.0, bottom = 40.0
+        let (width, height, left, right, top, bottom) = frame == .wide
+            ? (1040.0, 300.0, 52.0, 24.0, 24.0, 40.0) : (360.0, 240.0, 46.0, 22.0, 24.0, 34.0)
         let plotWidth = width - left - right, plotHeight = height - top - bottom
         let now = report.generatedAt
         let nowDay = now.timeIntervalSince(accepted) / 86_400
@@ -20,7 +42,7 @@ enum ReportCharts {
         func x(_ day: Double) -> Double { left + (day - minX) / (maxX - minX) * plotWidth }
         func y(_ share: Double) -> Double { top + (1 - min(1, max(0, share))) * plotHeight }
 
-        var svg = "<svg viewBox=\"0 0 \(Int(width)) \(Int(height))\" role=\"img\" aria-label=\"share of users migrated over the 60-day window\">\n"
+        var svg = open(frame, width, height, label: "share of users migrated over the 60-day window")
         for step in 0...4 {
             let share = Double(step) / 4
             svg += "<line x1=\"\(f(left))\" y1=\"\(f(y(share)))\" x2=\"\(f(width - right))\" y2=\"\(f(y(share)))\" stroke=\"#e4e7ec\"/>"
@@ -78,18 +100,26 @@ enum ReportCharts {
         let dx = anchor == "end" ? -6.0 : 6.0
         svg += "<text x=\"\(f(x(nowDay) + dx))\" y=\"\(f(max(top + 28, y(current) - 10)))\" text-anchor=\"\(anchor)\" class=\"strong\">today: \(ReportFormat.percent(current))</text>\n"
         svg += "</svg>\n"
-        svg += "<p class=\"legend\"><span><i class=\"migrated\"></i>migrated so far</span> "
-        svg += "<span>- - projection at the current pace</span> <span>&#183;&#183;&#183; pace needed to finish by day 60</span></p>\n"
         return svg
     }
 
     /// One stacked bar per method: migrated, failed and unresolvable, with the counts.
     static func methods(_ report: MigrationReport) -> String {
-        let width = 560.0, rowHeight = 46.0, top = 8.0, left = 80.0, right = 200.0
+        var html = Frame.allCases.map { methods(report, $0) }.joined()
+        html += "<p class=\"legend\"><span><i class=\"migrated\"></i>migrated</span> <span><i class=\"failed\"></i>failed</span> <span><i class=\"unresolvable\"></i>unresolvable</span></p>\n"
+        if report.totals.pending > 0 {
+            html += "<p class=\"muted\">\(ReportFormat.count(report.totals.pending)) users are pending: no method has carried them over yet.</p>\n"
+        }
+        return html
+    }
+
+    private static func methods(_ report: MigrationReport, _ frame: Frame) -> String {
+        let (width, left, right) = frame == .wide ? (560.0, 80.0, 200.0) : (360.0, 76.0, 176.0)
+        let rowHeight = 46.0, top = 8.0
         let height = top * 2 + rowHeight * Double(report.methods.count) + 24
         let peak = Double(max(1, report.methods.map { $0.migrated + $0.failed + $0.unresolvable }.max() ?? 1))
         let plotWidth = width - left - right
-        var svg = "<svg viewBox=\"0 0 \(Int(width)) \(Int(height))\" role=\"img\" aria-label=\"outcomes by method\">\n"
+        var svg = open(frame, width, height, label: "outcomes by method")
         for (index, outcome) in report.methods.enumerated() {
             let rowY = top + Double(index) * rowHeight
             svg += "<text x=\"\(f(left - 10))\" y=\"\(f(rowY + 21))\" text-anchor=\"end\" class=\"strong\">\(outcome.method.label)</text>"
@@ -109,30 +139,36 @@ enum ReportCharts {
             svg += "\n"
         }
         svg += "</svg>\n"
-        svg += "<p class=\"legend\"><span><i class=\"migrated\"></i>migrated</span> <span><i class=\"failed\"></i>failed</span> <span><i class=\"unresolvable\"></i>unresolvable</span></p>\n"
-        if report.totals.pending > 0 {
-            svg += "<p class=\"muted\">\(ReportFormat.count(report.totals.pending)) users are pending: no method has carried them over yet.</p>\n"
-        }
         return svg
     }
 
     /// Migrations per day as bars stacked by method (the last 120 days at most).
     static func perDay(_ report: MigrationReport) -> String {
         let days = Array(report.perDay.suffix(120))
-        let width = 1040.0, height = 260.0, left = 60.0, right = 16.0, top = 16.0, bottom = 40.0
+        var html = Frame.allCases.map { perDay(days, $0) }.joined()
+        html += "<p class=\"legend\"><span><i class=\"signin\"></i>sign-in</span> <span><i class=\"exchange\"></i>exchange</span> <span><i class=\"link\"></i>link</span>"
+        if report.perDay.count > days.count { html += " <span>(last \(days.count) days)</span>" }
+        html += "</p>\n"
+        return html
+    }
+
+    private static func perDay(_ days: [MigrationReport.DayCount], _ frame: Frame) -> String {
+        let (width, height, left, right) = frame == .wide ? (1040.0, 260.0, 60.0, 16.0) : (360.0, 200.0, 44.0, 8.0)
+        let top = 16.0, bottom = 40.0
         let plotWidth = width - left - right, plotHeight = height - top - bottom
         let peak = niceStep(Double(max(4, days.map(\.total).max() ?? 4)) / 4) * 4
         let slot = plotWidth / Double(max(1, days.count))
         let barWidth = max(1, slot * 0.72)
         func y(_ value: Double) -> Double { top + (1 - value / peak) * plotHeight }
 
-        var svg = "<svg viewBox=\"0 0 \(Int(width)) \(Int(height))\" role=\"img\" aria-label=\"migrations per day by method\">\n"
+        var svg = open(frame, width, height, label: "migrations per day by method")
         for step in 0...4 {
             let value = peak * Double(step) / 4
             svg += "<line x1=\"\(f(left))\" y1=\"\(f(y(value)))\" x2=\"\(f(width - right))\" y2=\"\(f(y(value)))\" stroke=\"#e4e7ec\"/>"
             svg += "<text x=\"\(f(left - 8))\" y=\"\(f(y(value) + 4))\" text-anchor=\"end\">\(ReportFormat.count(Int(value.rounded())))</text>\n"
         }
-        let labelEvery = max(1, Int((Double(days.count) / 10).rounded(.up)))
+        // At most ten day labels, each about 44 units wide.
+        let labelEvery = max(1, Int((Double(days.count) / 10).rounded(.up)), Int((Double(days.count) * 44 / plotWidth).rounded(.up)))
         for (index, day) in days.enumerated() {
             let barX = left + Double(index) * slot + (slot - barWidth) / 2
             var base = 0.0
@@ -147,9 +183,6 @@ enum ReportCharts {
             svg += "\n"
         }
         svg += "</svg>\n"
-        svg += "<p class=\"legend\"><span><i class=\"signin\"></i>sign-in</span> <span><i class=\"exchange\"></i>exchange</span> <span><i class=\"link\"></i>link</span>"
-        if report.perDay.count > days.count { svg += " <span>(last \(days.count) days)</span>" }
-        svg += "</p>\n"
         return svg
     }
 

@@ -73,6 +73,14 @@ package enum ReportFormat {
         return value == value.rounded() ? String(Int(value)) : String(format: "%.1f", value)
     }
 
+    /// `5 minutes`, `1 hour`, `90 seconds`: a whole number of seconds in its largest exact unit.
+    static func interval(_ seconds: Int) -> String {
+        func unit(_ n: Int, _ name: String) -> String { "\(count(n)) \(name)\(n == 1 ? "" : "s")" }
+        if seconds % 3600 == 0 { return unit(seconds / 3600, "hour") }
+        if seconds % 60 == 0 { return unit(seconds / 60, "minute") }
+        return unit(seconds, "second")
+    }
+
     /// `52.3%`.
     static func percent(_ fraction: Double) -> String {
         guard fraction.isFinite else { return "0.0%" }

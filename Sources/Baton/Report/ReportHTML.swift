@@ -6,30 +6,37 @@ extension MigrationReport {
 
     /// The report as one self-contained HTML page (the body of `GET /report`): inline CSS and inline SVG
     /// charts (progress against the deadline, outcomes by method, migrations per day), no script, no
-    /// link to anything outside the page, emails masked.
-    /// - Parameter listLimit: unresolved users listed at most; default ``htmlListLimit``.
-    public func renderHTML(listLimit: Int = MigrationReport.htmlListLimit) -> String {
+    /// link to anything outside the page, emails masked. A Content-Security-Policy in the page forbids
+    /// every fetch, so a browser refuses (and reports) anything that would leave it.
+    /// - Parameters:
+    ///   - listLimit: unresolved users listed at most; default ``htmlListLimit``.
+    ///   - refreshSeconds: when set, a `<meta http-equiv="refresh">` reloads the page every so many
+    ///     seconds (`GET /report` sets it; a saved file has none); default nil.
+    public func renderHTML(listLimit: Int = MigrationReport.htmlListLimit, refreshSeconds: Int? = nil) -> String {
         var page = HTMLPage()
+        let refresh = refreshSeconds.map { "<meta http-equiv=\"refresh\" content=\"\(max(1, $0))\">\n" } ?? ""
+        let refreshNote = refreshSeconds.map { "; this page reloads every \(ReportFormat.interval(max(1, $0)))" } ?? ""
         page.raw("""
             <!DOCTYPE html>
             <html lang="en">
             <head>
             <meta charset="utf-8">
+            <meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'">
             <meta name="viewport" content="width=device-width, initial-scale=1">
-            <title>Baton migration report, \(htmlEscape(ReportFormat.day(generatedAt)))</title>
+            \(refresh)<title>Baton migration report, \(htmlEscape(ReportFormat.day(generatedAt)))</title>
             <style>\(ReportStyle.css)</style>
             </head>
             <body>
             <header>
             <h1>Sign in with Apple transfer: migration report</h1>
-            <p class="muted">Generated \(htmlEscape(ReportFormat.timestamp(generatedAt))) by Baton</p>
+            <p class="muted">Generated \(htmlEscape(ReportFormat.timestamp(generatedAt))) by Baton\(refreshNote)</p>
             </header>
 
             """)
         cards(&page)
         page.raw("<p class=\"summary \(statusClass)\">\(htmlEscape(projectionSummary))</p>\n")
 
-        page.raw("<section>\n<h2>Progress against the deadline</h2>\n")
+        page.raw("<section id=\"progress\">\n<h2>Progress against the deadline</h2>\n")
         stateBar(&page)
         if window.acceptedAt != nil {
             page.raw(ReportCharts.progress(self))
@@ -38,13 +45,13 @@ extension MigrationReport {
         }
         page.raw("</section>\n")
 
-        page.raw("<div class=\"columns\">\n<section>\n<h2>Outcomes by method</h2>\n")
+        page.raw("<div class=\"columns\">\n<section id=\"methods\">\n<h2>Outcomes by method</h2>\n")
         page.raw(ReportCharts.methods(self))
-        page.raw("</section>\n<section>\n<h2>Users by state</h2>\n")
+        page.raw("</section>\n<section id=\"states\">\n<h2>Users by state</h2>\n")
         stateTable(&page)
         page.raw("</section>\n</div>\n")
 
-        page.raw("<section>\n<h2>Migrations per day</h2>\n")
+        page.raw("<section id=\"per-day\">\n<h2>Migrations per day</h2>\n")
         if perDay.isEmpty {
             page.raw("<p class=\"muted\">No migration yet.</p>\n")
         } else {
@@ -134,7 +141,7 @@ extension MigrationReport {
     }
 
     private func failuresTable(_ page: inout HTMLPage) {
-        page.raw("<section>\n<h2>Failures by reason</h2>\n")
+        page.raw("<section id=\"failures\">\n<h2>Failures by reason</h2>\n")
         guard !failures.reasons.isEmpty else {
             page.raw("<p class=\"muted\">No failure recorded.</p>\n</section>\n")
             return
@@ -151,7 +158,7 @@ extension MigrationReport {
     }
 
     private func unresolvedTable(_ page: inout HTMLPage, listLimit: Int) {
-        page.raw("<section>\n<h2>Unresolved users (\(ReportFormat.count(unresolved.total)))</h2>\n")
+        page.raw("<section id=\"unresolved\">\n<h2>Unresolved users (\(ReportFormat.count(unresolved.total)))</h2>\n")
         let listed = unresolved.users.prefix(max(0, listLimit))
         guard unresolved.total > 0 else {
             page.raw("<p class=\"muted\">Everybody is migrated.</p>\n</section>\n")
@@ -248,5 +255,11 @@ enum ReportStyle {
         code { font-family: ui-monospace, Menlo, Consolas, monospace; font-size: 13px; }
         footer { font-size: 13px; margin-top: 8px; }
         @media (max-width: 800px) { .cards { grid-template-columns: repeat(2, 1fr); } .columns { grid-template-columns: 1fr; } }
+        svg.narrow { display: none; }
+        @media (max-width: 600px) {
+          body { padding: 16px 12px 32px; } section { padding: 14px 12px; } h1 { font-size: 22px; }
+          .card .value { font-size: 20px; }
+          svg.wide { display: none; } svg.narrow { display: block; }
+        }
         """
 }

@@ -5,8 +5,8 @@ extension MigrationReport {
     /// terminal; ``renderHTML(listLimit:)`` lists 100.
     public static let tableListLimit = 20
 
-    /// The report as plain text for a terminal: the window, progress, pace, the states, the methods, the
-    /// last 14 days, failures by reason, and the first unresolved users with emails masked.
+    /// The report as plain text for a terminal: the window, progress, pace, the states, the methods, every
+    /// day with migrations, failures by reason, and the first unresolved users with emails masked.
     /// - Parameter listLimit: unresolved users listed at most; default ``tableListLimit``.
     public func renderTable(listLimit: Int = MigrationReport.tableListLimit) -> String {
         var out: [String] = []
@@ -43,15 +43,18 @@ extension MigrationReport {
         ))
         out.append("")
 
-        let recent = perDay.suffix(14)
-        out.append("Migrations per day (UTC)\(perDay.count > 14 ? ", last 14 days" : "")")
-        if recent.isEmpty {
+        // Every day with a migration, from the first: a quiet fortnight must not hide the busy first week.
+        let busy = perDay.filter { $0.total > 0 }
+        let quiet = perDay.count - busy.count
+        let note = quiet == 1 ? "; 1 day without is left out" : "; \(quiet) days without are left out"
+        out.append("Migrations per day (UTC)\(quiet > 0 ? note : "")")
+        if busy.isEmpty {
             out.append("  none yet")
         } else {
-            let peak = max(1, recent.map(\.total).max() ?? 1)
+            let peak = max(1, busy.map(\.total).max() ?? 1)
             out.append(contentsOf: grid(
                 ["Day", "Sign-in", "Exchange", "Link", "Total", ""],
-                recent.map { day in
+                busy.map { day in
                     [day.day, ReportFormat.count(day.signin), ReportFormat.count(day.exchange), ReportFormat.count(day.link),
                      ReportFormat.count(day.total), String(repeating: "#", count: Int((Double(day.total) / Double(peak) * 30).rounded(.up)))]
                 },
