@@ -28,7 +28,7 @@ let package = Package(
         .target(name: "BatonPostgres", dependencies: ["CBatonLibPQ", "BatonLogging"], swiftSettings: swiftSettings),
         .target(name: "BatonHTTPServer", dependencies: ["CBatonMicroHTTPD", "BatonLogging"], swiftSettings: swiftSettings),
         .target(name: "Baton", dependencies: ["BatonAppleSignIn", "BatonJOSE", "BatonPostgres", "BatonLogging"], resources: [.copy("Schema")], swiftSettings: swiftSettings),
-        .target(name: "BatonService", dependencies: ["Baton", "BatonHTTPServer", "BatonJOSE", "BatonLogging"], swiftSettings: swiftSettings),
+        .target(name: "BatonService", dependencies: ["Baton", "BatonAppleSignIn", "BatonHTTPServer", "BatonJOSE", "BatonLogging"], swiftSettings: swiftSettings),
         .target(name: "BatonEmulator", dependencies: ["BatonJOSE", "BatonHTTPServer", "BatonLogging"], swiftSettings: swiftSettings),
         .executableTarget(
             name: "baton",

@@ -12,6 +12,8 @@ public struct BatonError: Error, Sendable, Equatable, CustomStringConvertible {
         case nonceReused = "nonce_reused"
         /// A re-link token was issued too long ago (401).
         case staleToken = "stale_token"
+        /// A re-link's legacy token names no sending-team identifier awaiting migration (409).
+        case notLinkable = "not_linkable"
         /// The new identifier already belongs to another record (409).
         case conflict
         /// No legacy record carries the old identifier (404).
@@ -43,7 +45,7 @@ public struct BatonError: Error, Sendable, Equatable, CustomStringConvertible {
     public var httpStatus: Int {
         switch code {
         case .invalidToken, .nonceReused, .staleToken: 401
-        case .conflict: 409
+        case .conflict, .notLinkable: 409
         case .legacyRecordMissing: 404
         case .invalidNotification, .invalidRequest: 400
         case .databaseUnavailable, .keysUnavailable: 503
@@ -66,6 +68,8 @@ public struct BatonError: Error, Sendable, Equatable, CustomStringConvertible {
         switch error.code {
         case .connectionFailure, .serverShutdown, .poolTimeout, .poolClosed, .resourceUnavailable, .queryCanceled:
             return BatonError(.databaseUnavailable, "the database is unavailable (\(error.code.rawValue))")
+        case .invalidParameter:
+            return BatonError(.invalidRequest, "a value contains a NUL character")
         default:
             return error
         }

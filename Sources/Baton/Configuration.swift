@@ -1,4 +1,5 @@
 import Foundation
+import BatonJOSE
 import BatonPostgres
 
 /// Baton's configuration: a JSON file (default `baton.json`) overridden by `BATON_*` environment variables.
@@ -25,6 +26,14 @@ public struct BatonConfiguration: Sendable, Equatable, Codable {
     public var adminTokenFile: String?
     /// The admin token, from `BATON_ADMIN_TOKEN` or `admin_token_file`; never read from or written to JSON.
     public var adminToken: AdminToken?
+    /// The file holding the service token `GET /v1/credential-state` then requires, if any.
+    public var serviceTokenFile: String?
+    /// The service token, from `BATON_SERVICE_TOKEN` or `service_token_file`; never read from or written to JSON.
+    public var serviceToken: AdminToken?
+    /// Whether `POST /v1/signin` refuses a request without a nonce (`require_nonce`); default false.
+    public var requireNonce: Bool
+    /// Limits of `baton serve`'s HTTP server (`server.*`).
+    public var server: Server
 
     /// Creates a configuration; call ``validate()`` on one built by hand.
     public init(
@@ -33,7 +42,11 @@ public struct BatonConfiguration: Sendable, Equatable, Codable {
         apple: Apple,
         legacy: Legacy,
         adminTokenFile: String? = nil,
-        adminToken: AdminToken? = nil
+        adminToken: AdminToken? = nil,
+        serviceTokenFile: String? = nil,
+        serviceToken: AdminToken? = nil,
+        requireNonce: Bool = false,
+        server: Server = Server()
     ) {
         self.listen = listen
         self.database = database
@@ -41,11 +54,17 @@ public struct BatonConfiguration: Sendable, Equatable, Codable {
         self.legacy = legacy
         self.adminTokenFile = adminTokenFile
         self.adminToken = adminToken
+        self.serviceTokenFile = serviceTokenFile
+        self.serviceToken = serviceToken
+        self.requireNonce = requireNonce
+        self.server = server
     }
 
     enum CodingKeys: String, CodingKey {
-        case listen, database, apple, legacy
+        case listen, database, apple, legacy, server
         case adminTokenFile = "admin_token_file"
+        case serviceTokenFile = "service_token_file"
+        case requireNonce = "require_nonce"
     }
 
     /// Decodes the JSON shape, applying defaults; the admin token is not part of it.
@@ -57,6 +76,10 @@ public struct BatonConfiguration: Sendable, Equatable, Codable {
         legacy = try container.decode(Legacy.self, forKey: .legacy)
         adminTokenFile = try container.decodeIfPresent(String.self, forKey: .adminTokenFile)
         adminToken = nil
+        serviceTokenFile = try container.decodeIfPresent(String.self, forKey: .serviceTokenFile)
+        serviceToken = nil
+        requireNonce = try container.decodeIfPresent(Bool.self, forKey: .requireNonce) ?? false
+        server = try container.decodeIfPresent(Server.self, forKey: .server) ?? Server()
     }
 
     /// Encodes the JSON shape (without the admin token).
@@ -67,6 +90,9 @@ public struct BatonConfiguration: Sendable, Equatable, Codable {
         try container.encode(apple, forKey: .apple)
         try container.encode(legacy, forKey: .legacy)
         try container.encodeIfPresent(adminTokenFile, forKey: .adminTokenFile)
+        try container.encodeIfPresent(serviceTokenFile, forKey: .serviceTokenFile)
+        try container.encode(requireNonce, forKey: .requireNonce)
+        try container.encode(server, forKey: .server)
     }
 
     // MARK: - Sections
@@ -121,6 +147,40 @@ public struct BatonConfiguration: Sendable, Equatable, Codable {
         }
     }
 
+    /// The `server` section: limits of `baton serve`'s HTTP server against slow or greedy clients.
+    public struct Server: Sendable, Equatable, Codable {
+        /// The longest a request's handler may run before the answer is 503 `timeout`, in milliseconds; also how
+        /// long shutdown waits for running handlers. Default 10,000; 100...600,000.
+        public var requestTimeoutMilliseconds: Int
+        /// The longest a client may take to send a request's head and body, in milliseconds, however slowly it
+        /// trickles bytes. Default 10,000; 100...600,000.
+        public var requestHeadTimeoutMilliseconds: Int
+        /// Connections one client address may hold at once. Default 32; 1...10,000.
+        public var connectionsPerIP: Int
+
+        /// Creates the section with its defaults.
+        public init(requestTimeoutMilliseconds: Int = 10_000, requestHeadTimeoutMilliseconds: Int = 10_000, connectionsPerIP: Int = 32) {
+            self.requestTimeoutMilliseconds = requestTimeoutMilliseconds
+            self.requestHeadTimeoutMilliseconds = requestHeadTimeoutMilliseconds
+            self.connectionsPerIP = connectionsPerIP
+        }
+
+        enum CodingKeys: String, CodingKey {
+            case requestTimeoutMilliseconds = "request_timeout_ms"
+            case requestHeadTimeoutMilliseconds = "request_head_timeout_ms"
+            case connectionsPerIP = "connections_per_ip"
+        }
+
+        /// Decodes, applying the defaults.
+        public init(from decoder: any Decoder) throws {
+            let container = try decoder.container(keyedBy: CodingKeys.self)
+            let defaults = Server()
+            requestTimeoutMilliseconds = try container.decodeIfPresent(Int.self, forKey: .requestTimeoutMilliseconds) ?? defaults.requestTimeoutMilliseconds
+            requestHeadTimeoutMilliseconds = try container.decodeIfPresent(Int.self, forKey: .requestHeadTimeoutMilliseconds) ?? defaults.requestHeadTimeoutMilliseconds
+            connectionsPerIP = try container.decodeIfPresent(Int.self, forKey: .connectionsPerIP) ?? defaults.connectionsPerIP
+        }
+    }
+
     /// The database section.
     public struct Database: Sendable, Equatable, Codable {
         /// A libpq connection URL, `postgresql://…` (it may hold a password: never print it).
@@ -168,6 +228,8 @@ public struct BatonConfiguration: Sendable, Equatable, Codable {
         public var legacyClientIDs: [String]
         /// The transfer being carried out; absent when there is none.
         public var transfer: Transfer?
+        /// The oldest server-to-server notification accepted, by its `iat`, in seconds; default 86,400 (a day).
+        public var notificationMaxAgeSeconds: Int
 
         /// The default base URL, `https://appleid.apple.com`.
         public static let defaultBaseURL = URL(string: "https://appleid.apple.com")!
@@ -181,7 +243,8 @@ public struct BatonConfiguration: Sendable, Equatable, Codable {
             issuer: String = Apple.defaultIssuer,
             clientIDs: [String],
             legacyClientIDs: [String] = [],
-            transfer: Transfer? = nil
+            transfer: Transfer? = nil,
+            notificationMaxAgeSeconds: Int = 86_400
         ) {
             self.baseURL = baseURL
             self.keysURL = keysURL ?? Apple.keysURL(for: baseURL)
@@ -189,9 +252,11 @@ public struct BatonConfiguration: Sendable, Equatable, Codable {
             self.clientIDs = clientIDs
             self.legacyClientIDs = legacyClientIDs
             self.transfer = transfer
+            self.notificationMaxAgeSeconds = notificationMaxAgeSeconds
         }
 
         enum CodingKeys: String, CodingKey {
+            case notificationMaxAgeSeconds = "notification_max_age_seconds"
             case baseURL = "base_url"
             case keysURL = "keys_url"
             case issuer
@@ -210,7 +275,8 @@ public struct BatonConfiguration: Sendable, Equatable, Codable {
                 issuer: try container.decodeIfPresent(String.self, forKey: .issuer) ?? Apple.defaultIssuer,
                 clientIDs: try container.decode([String].self, forKey: .clientIDs),
                 legacyClientIDs: try container.decodeIfPresent([String].self, forKey: .legacyClientIDs) ?? [],
-                transfer: try container.decodeIfPresent(Transfer.self, forKey: .transfer)
+                transfer: try container.decodeIfPresent(Transfer.self, forKey: .transfer),
+                notificationMaxAgeSeconds: try container.decodeIfPresent(Int.self, forKey: .notificationMaxAgeSeconds) ?? 86_400
             )
         }
 
@@ -375,7 +441,7 @@ public struct BatonConfiguration: Sendable, Equatable, Codable {
     }
 }
 
-/// The admin token: compared in constant time, never printed.
+/// A bearer token (the admin token, the service token): compared in constant time, never printed.
 public struct AdminToken: Sendable, Equatable, CustomStringConvertible, CustomDebugStringConvertible, CustomReflectable {
     private let value: [UInt8]
 
@@ -388,14 +454,10 @@ public struct AdminToken: Sendable, Equatable, CustomStringConvertible, CustomDe
         value = Array(text.utf8)
     }
 
-    /// Whether `candidate` is the token, comparing every byte whatever the first difference.
+    /// Whether `candidate` is the token, in constant time (``ConstantTime/equals(_:_:)``): the lengths are
+    /// compared as integers, so the token followed by extra bytes does not match.
     public func matches(_ candidate: some StringProtocol) -> Bool {
-        let bytes = Array(candidate.utf8)
-        var difference = UInt8(truncatingIfNeeded: bytes.count ^ value.count)
-        for index in value.indices {
-            difference |= value[index] ^ (index < bytes.count ? bytes[index] : 0)
-        }
-        return difference == 0
+        ConstantTime.equals(Array(candidate.utf8), value)
     }
 
     /// Always `<redacted>`.

@@ -1,3 +1,4 @@
+import BatonAppleSignIn
 import Foundation
 
 extension BatonConfiguration {
@@ -11,6 +12,8 @@ extension BatonConfiguration {
         case list
         /// A file path: relative to the JSON file's directory, or to the current directory from the environment.
         case path
+        /// `true` or `false` (also `1` and `0` in the environment).
+        case boolean
     }
 
     /// One configuration key: its path in the JSON file and the kind of value it holds.
@@ -43,6 +46,7 @@ extension BatonConfiguration {
         Key(path: "apple.issuer", kind: .string),
         Key(path: "apple.client_ids", kind: .list, required: true),
         Key(path: "apple.legacy_client_ids", kind: .list),
+        Key(path: "apple.notification_max_age_seconds", kind: .integer),
         Key(path: "apple.transfer.client_id", kind: .string, required: true),
         Key(path: "apple.transfer.accepted_at", kind: .string),
         Key(path: "apple.transfer.sender.team_id", kind: .string, required: true),
@@ -57,10 +61,18 @@ extension BatonConfiguration {
         Key(path: "legacy.email_column", kind: .string, required: true),
         Key(path: "legacy.transfer_column", kind: .string),
         Key(path: "admin_token_file", kind: .path),
+        Key(path: "service_token_file", kind: .path),
+        Key(path: "require_nonce", kind: .boolean),
+        Key(path: "server.request_timeout_ms", kind: .integer),
+        Key(path: "server.request_head_timeout_ms", kind: .integer),
+        Key(path: "server.connections_per_ip", kind: .integer),
     ]
 
     /// The environment variable holding the admin token itself (it has no JSON key).
     public static let adminTokenVariable = "BATON_ADMIN_TOKEN"
+
+    /// The environment variable holding the service token itself (it has no JSON key).
+    public static let serviceTokenVariable = "BATON_SERVICE_TOKEN"
 
     /// The default configuration file, `baton.json` in the current directory.
     public static let defaultPath = "baton.json"
@@ -134,7 +146,8 @@ extension BatonConfiguration {
         } catch let error as DecodingError {
             throw ConfigurationError(decoding: error)
         }
-        configuration.adminToken = try loadAdminToken(environment: environment, file: configuration.adminTokenFile)
+        configuration.adminToken = try loadToken(environment[adminTokenVariable], file: configuration.adminTokenFile, key: "admin_token")
+        configuration.serviceToken = try loadToken(environment[serviceTokenVariable], file: configuration.serviceTokenFile, key: "service_token")
         try configuration.validate()
         return configuration
     }
@@ -168,8 +181,8 @@ extension BatonConfiguration {
     private static func checkKnownKeys(_ object: [String: Any], prefix: String) throws {
         for (name, child) in object {
             let path = prefix.isEmpty ? name : "\(prefix).\(name)"
-            if path == "admin_token" {
-                throw ConfigurationError(.unknownKey, key: path, reason: "the admin token is never read from the configuration file: put it in the file named by admin_token_file, or in \(adminTokenVariable)")
+            if path == "admin_token" || path == "service_token" {
+                throw ConfigurationError(.unknownKey, key: path, reason: "a token is never read from the configuration file: put it in the file named by \(path)_file, or in \(environmentVariable(for: path))")
             }
             if keys.contains(where: { $0.path == path }) { continue }
             guard keys.contains(where: { $0.path.hasPrefix(path + ".") }) else {
@@ -198,6 +211,12 @@ extension BatonConfiguration {
                     throw ConfigurationError(.invalidValue, key: key.path, reason: "must be a whole number")
                 }
                 try set(number, at: key.path, in: &tree)
+            case .boolean:
+                switch trimmed.lowercased() {
+                case "true", "1": try set(true, at: key.path, in: &tree)
+                case "false", "0": try set(false, at: key.path, in: &tree)
+                default: throw ConfigurationError(.invalidValue, key: key.path, reason: "must be true or false")
+                }
             case .list:
                 let items = trimmed.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
                 try set(items, at: key.path, in: &tree)
@@ -240,24 +259,28 @@ extension BatonConfiguration {
         try assign(&tree, 0)
     }
 
-    /// The admin token from `BATON_ADMIN_TOKEN`, else from `file`, else none.
-    private static func loadAdminToken(environment: [String: String], file: String?) throws -> AdminToken? {
+    /// A bearer token from its environment variable's value, else from `file`, else none. `key` is
+    /// `admin_token` or `service_token`; the file is refused when its group or others have any permission.
+    private static func loadToken(_ fromEnvironment: String?, file: String?, key: String) throws -> AdminToken? {
         let text: String
-        let key: String
-        if let fromEnvironment = environment[adminTokenVariable]?.trimmingCharacters(in: .whitespacesAndNewlines), !fromEnvironment.isEmpty {
+        let source: String
+        if let fromEnvironment = fromEnvironment?.trimmingCharacters(in: .whitespacesAndNewlines), !fromEnvironment.isEmpty {
             text = fromEnvironment
-            key = "admin_token"
+            source = key
         } else if let file, !file.isEmpty {
+            source = key + "_file"
             guard let data = FileManager.default.contents(atPath: file) else {
-                throw ConfigurationError(.fileUnreadable, key: "admin_token_file", reason: "cannot read the admin token file")
+                throw ConfigurationError(.fileUnreadable, key: source, reason: "cannot read the token file")
+            }
+            guard !SecretFile.isExposed(file) else {
+                throw ConfigurationError(.invalidValue, key: source, reason: "the token file is readable by its group or others: chmod 600 it")
             }
             text = String(decoding: data, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
-            key = "admin_token_file"
         } else {
             return nil
         }
         guard let token = AdminToken(text) else {
-            throw ConfigurationError(.invalidValue, key: key, reason: "the admin token must be at least \(AdminToken.minimumLength) characters")
+            throw ConfigurationError(.invalidValue, key: source, reason: "the token must be at least \(AdminToken.minimumLength) characters")
         }
         return token
     }

@@ -32,16 +32,25 @@ public final class BatonServer: Sendable {
     public static func start(configuration: BatonConfiguration, port: Int? = nil, logger: Logger = .disabled()) async throws -> BatonServer {
         let engine = try await BatonEngine.start(configuration: configuration, logger: logger)
         return try await start(engine: engine, host: configuration.listen.host, port: port ?? configuration.listen.port,
-                               adminToken: configuration.adminToken, logger: logger)
+                               adminToken: configuration.adminToken, serviceToken: configuration.serviceToken,
+                               limits: configuration.server, logger: logger)
     }
 
     /// Serves `engine` on `host:port`; the engine is shut down with the server.
+    /// - Parameters:
+    ///   - adminToken: guards `/v1/report` and `/report`; nil disables them.
+    ///   - serviceToken: when given, `/v1/credential-state` requires it.
+    ///   - limits: the handler deadline, the request-head deadline and the per-address connection limit.
     /// - Throws: `HTTPServerError` when the address cannot be bound.
     public static func start(engine: BatonEngine, host: String = "127.0.0.1", port: Int = 0, adminToken: AdminToken? = nil,
+                             serviceToken: AdminToken? = nil, limits: BatonConfiguration.Server = BatonConfiguration.Server(),
                              logger: Logger = .disabled()) async throws -> BatonServer {
-        let service = BatonAPI(engine: engine, adminToken: adminToken, logger: logger)
+        let service = BatonAPI(engine: engine, adminToken: adminToken, serviceToken: serviceToken, logger: logger)
         var configuration = HTTPServerConfiguration()
         configuration.maxBodySize = maxBodySize
+        configuration.handlerTimeout = .milliseconds(limits.requestTimeoutMilliseconds)
+        configuration.requestHeadTimeout = .milliseconds(limits.requestHeadTimeoutMilliseconds)
+        configuration.connectionsPerAddress = limits.connectionsPerIP
         let server = HTTPServer(router: service.router(), configuration: configuration, logger: logger)
         do {
             let bound = try await server.start(host: host, port: port)

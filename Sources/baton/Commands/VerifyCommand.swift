@@ -40,13 +40,10 @@ private func runVerify(_ rawArguments: [String]) async throws -> Int32 {
     guard arguments.positionals.count == 1, let tokenArgument = arguments.positionals.first else {
         throw CommandFailure.usage(arguments.positionals.isEmpty ? "missing TOKEN" : "expected one TOKEN")
     }
-    let nonce: ExpectedNonce?
-    switch (arguments.value("nonce"), arguments.value("nonce-flow") ?? "native") {
-    case (nil, _): nonce = nil
-    case (let value?, "native"): nonce = .native(raw: value)
-    case (let value?, "web"): nonce = .web(value)
-    default: throw CommandFailure.usage("--nonce-flow must be native or web")
+    guard let flow = ExpectedNonce.Flow(rawValue: arguments.value("nonce-flow") ?? "native") else {
+        throw CommandFailure.usage("--nonce-flow must be native or web")
     }
+    let nonce = arguments.value("nonce").map { ExpectedNonce($0, flow: flow) }
     var now: @Sendable () -> Date = { Date() }
     if let text = arguments.value("now") {
         guard let seconds = Double(text), seconds.isFinite, seconds >= 0 else {
