@@ -79,6 +79,8 @@ final class RequestContext: Sendable {
     private let answer = Mutex<HTTPResponse?>(nil)
     /// Whether the handler or its deadline has answered: the first one resumes the connection, once.
     private let answered = Atomic<Bool>(false)
+    /// The handler's task, which its deadline cancels.
+    let handlerTask = Mutex<Task<Void, Never>?>(nil)
     /// Whether a response has been queued (the early 413).
     let queuedEarly = Atomic<Bool>(false)
 
@@ -211,18 +213,21 @@ func batonAccessHandler(
         MHD_resume_connection(suspended.pointer)
         core.handlerEnded()
     }
-    let handler = Task {
-        deliver(await core.router.respond(to: request, logger: core.logger))
-    }
-    if let timeout = core.configuration.handlerTimeout {
+    // The deadline's task is cancelled as soon as the handler answers, so no sleeper outlives its request.
+    let deadline = core.configuration.handlerTimeout.map { timeout in
         Task {
             try? await Task.sleep(for: timeout)
             guard !Task.isCancelled else { return }
-            handler.cancel()
+            context.handlerTask.withLock { $0?.cancel() }
             core.logger.warning("request timed out", ["method": request.method, "path": request.path])
             deliver(HTTPError.timeout(after: timeout).response)
         }
     }
+    let handler = Task {
+        deliver(await core.router.respond(to: request, logger: core.logger))
+        deadline?.cancel()
+    }
+    context.handlerTask.withLock { $0 = handler }
     return CMicroHTTPD_yes()
 }
 
