@@ -20,11 +20,11 @@ public struct HTTPServerConfiguration: Sendable {
     /// The longest a handler may run: past it the client is answered 503 `timeout` and the handler's task is
     /// cancelled (its result, when it comes, is dropped). Also bounds how long ``HTTPServer/stop()`` waits for
     /// running handlers. Nil (the default) lets handlers run for ever.
-    public var handlerTimeout: Duration?
+    public var handlerTimeout: Duration? = nil
     /// The longest a client may take from opening a connection (or finishing its previous request) to having
     /// sent a complete request, head and body, however slowly it trickles bytes; past it the connection is
     /// closed. Nil (the default): only ``connectionTimeout``'s inactivity limit applies.
-    public var requestHeadTimeout: Duration?
+    public var requestHeadTimeout: Duration? = nil
     /// Connections one client address may hold at once; further ones are closed on accept. 0 (the default): no limit.
     public var connectionsPerAddress: Int = 0
 
@@ -94,11 +94,11 @@ public actor HTTPServer {
         let daemon = try Daemon(core: core, host: host == "localhost" ? "127.0.0.1" : host, port: UInt16(port))
         self.daemon = daemon
         if let limit = core.configuration.requestHeadTimeout {
-            // Sweeps every quarter of the deadline, at least every 50 ms.
-            let interval = max(limit / 4, .milliseconds(50))
-            let nanoseconds = Int(interval.components.seconds) * 1_000_000_000 + Int(interval.components.attoseconds / 1_000_000_000)
+            // Sweeps every quarter of the deadline, at least every 50 ms and at most every minute.
+            let quarter = limit / 4
+            let milliseconds = min(60_000, max(50, Int(clamping: quarter.components.seconds) &* 1000 + Int(quarter.components.attoseconds / 1_000_000_000_000_000)))
             let timer = DispatchSource.makeTimerSource(queue: DispatchQueue(label: "baton.http.sweeper"))
-            timer.schedule(deadline: .now() + .nanoseconds(nanoseconds), repeating: .nanoseconds(nanoseconds))
+            timer.schedule(deadline: .now() + .milliseconds(milliseconds), repeating: .milliseconds(milliseconds))
             timer.setEventHandler { [core] in core.sweep() }
             timer.resume()
             sweeper = timer
