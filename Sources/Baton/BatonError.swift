@@ -12,6 +12,8 @@ public struct BatonError: Error, Sendable, Equatable, CustomStringConvertible {
         case nonceReused = "nonce_reused"
         /// A re-link token was issued too long ago.
         case staleToken = "stale_token"
+        /// A re-link's legacy token names no sending-team identifier awaiting migration.
+        case notLinkable = "not_linkable"
         /// The new identifier already belongs to another record.
         case conflict
         /// No legacy record carries the old identifier.
@@ -56,6 +58,8 @@ public struct BatonError: Error, Sendable, Equatable, CustomStringConvertible {
         case .connectionFailure, .serverShutdown, .poolTimeout, .poolClosed, .resourceUnavailable, .queryCanceled, .readOnly,
              .deadlockDetected, .serializationFailure:
             return BatonError(.databaseUnavailable, "the database is unavailable (\(error.code.rawValue))")
+        case .invalidParameter:
+            return BatonError(.invalidRequest, "a value contains a NUL character")
         default:
             return error
         }

@@ -49,18 +49,32 @@ public struct RetryPolicy: Sendable, Equatable {
         return max(0, retryAfter) + baseDelay * min(1, max(0, jitter))
     }
 
-    /// Parses a `Retry-After` value: delta-seconds (`120`) or an HTTP date, relative to `now`; nil when malformed.
+    /// The longest `Retry-After` believed, in seconds: one hour. A larger value from outside is clamped to it.
+    public static let retryAfterCeiling: TimeInterval = 3_600
+
+    /// The longest `expires_in` of an access token believed, in seconds: one day.
+    public static let expiresInCeiling: TimeInterval = 86_400
+
+    /// Parses a `Retry-After` value: delta-seconds (`120`) or an HTTP date, relative to `now`, clamped to
+    /// ``retryAfterCeiling``; nil when malformed.
     public static func parseRetryAfter(_ value: String, now: Date) -> TimeInterval? {
         let text = value.trimmingCharacters(in: .whitespaces)
         if !text.isEmpty, text.utf8.allSatisfy({ (0x30...0x39).contains($0) }) {
-            return Double(text)
+            return Double(text).map { min($0, retryAfterCeiling) }
         }
         let formatter = DateFormatter()
         formatter.locale = Locale(identifier: "en_US_POSIX")
         formatter.timeZone = TimeZone(identifier: "GMT")
         formatter.dateFormat = "EEE, dd MMM yyyy HH:mm:ss zzz"
         guard let date = formatter.date(from: text) else { return nil }
-        return max(0, date.timeIntervalSince(now))
+        return min(max(0, date.timeIntervalSince(now)), retryAfterCeiling)
+    }
+
+    /// `seconds` as whole nanoseconds for `Task.sleep`, converted checked: negative, NaN and infinite values
+    /// give 0 and the result never exceeds one day, so a number from outside cannot trap the conversion.
+    public static func nanoseconds(_ seconds: TimeInterval) -> UInt64 {
+        guard seconds.isFinite, seconds > 0 else { return 0 }
+        return UInt64(min(seconds, 86_400) * 1e9)
     }
 }
 
@@ -176,7 +190,7 @@ public final class AppleClient: Sendable {
         logger: Logger = .disabled(),
         transport: (any AppleTransport)? = nil,
         now: @escaping @Sendable () -> Date = { Date() },
-        sleep: @escaping @Sendable (TimeInterval) async throws -> Void = { seconds in try await Task.sleep(nanoseconds: UInt64(max(0, seconds) * 1e9)) },
+        sleep: @escaping @Sendable (TimeInterval) async throws -> Void = { seconds in try await Task.sleep(nanoseconds: RetryPolicy.nanoseconds(seconds)) },
         jitter: @escaping @Sendable () -> Double = { Double.random(in: 0...1) }
     ) {
         self.baseURL = baseURL
@@ -288,7 +302,8 @@ public final class AppleClient: Sendable {
         else {
             throw AppleClientError(.invalidResponse, context: context, status: response.status, reason: "no access_token or expires_in")
         }
-        let (value, expiresIn) = (answer.accessToken, answer.expiresIn)
+        // A token announced for longer than a day is renewed after a day, and the number is never converted unchecked.
+        let (value, expiresIn) = (answer.accessToken, min(answer.expiresIn, RetryPolicy.expiresInCeiling))
         if let type = answer.tokenType, type.lowercased() != "bearer" {
             throw AppleClientError(.invalidResponse, context: context, status: response.status, reason: "token_type is not bearer")
         }

@@ -53,6 +53,8 @@ public struct AppleClientError: Error, Equatable, CustomStringConvertible {
         case keyUnreadable = "key_unreadable"
         /// The key is not an EC P-256 PKCS#8 private key.
         case keyInvalid = "key_invalid"
+        /// The `.p8` file is readable or writable by its group or others; refused until it is `chmod 600`.
+        case keyExposed = "key_exposed"
         /// A team ID, key ID, client ID or lifetime given to ``ClientSecret``, or an argument of a call, is
         /// malformed (found before anything is sent).
         case invalidParameter = "invalid_parameter"
@@ -152,6 +154,7 @@ public struct AppleClientError: Error, Equatable, CustomStringConvertible {
         switch code {
         case .keyUnreadable: line = "cannot read the private key"
         case .keyInvalid: line = "the private key is not an EC P-256 PKCS#8 key (an Apple .p8 file)"
+        case .keyExposed: line = "the private key file is readable by its group or others"
         case .invalidParameter: line = "invalid parameter\(context.map { " for the \($0.operation.rawValue)" } ?? "")"
         case .rateLimited: line = "Apple rate-limited the \(context?.operation.rawValue ?? "call")"
         case .serverError: line = "Apple failed the \(context?.operation.rawValue ?? "call")"
@@ -233,6 +236,8 @@ public struct AppleClientError: Error, Equatable, CustomStringConvertible {
             return numbered(["Check the network path and proxy to the base URL, and the base URL itself."])
         case .keyUnreadable:
             return numbered(["Check the path and the file's permissions (the .p8 file should be readable by this user only)."])
+        case .keyExposed:
+            return numbered(["Make the .p8 file private to the user Baton runs as: chmod 600 on the file named by private_key_path."])
         case .keyInvalid:
             return numbered(["Use the .p8 file downloaded from Certificates, Identifiers & Profiles > Keys (Sign in with Apple); it starts with '-----BEGIN PRIVATE KEY-----'."])
         case .invalidParameter:

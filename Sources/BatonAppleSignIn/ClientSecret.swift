@@ -70,9 +70,11 @@ public struct ClientSecret: ClientSecretSigner, CustomStringConvertible, CustomR
     }
 
     /// Reads a key file on a dispatch queue (file reads block).
-    /// - Throws: ``AppleClientError`` `keyUnreadable`.
+    /// - Throws: ``AppleClientError`` `keyUnreadable`; `keyExposed` when the file is readable or writable by
+    ///   its group or others (``SecretFile/isExposed(_:)``).
     public static func readKeyFile(_ path: String) async throws -> Data {
         try await offPool { () throws(AppleClientError) -> Data in
+            if SecretFile.isExposed(path) { throw AppleClientError(.keyExposed, reason: path) }
             guard let data = FileManager.default.contents(atPath: path), data.count <= 64 * 1024 else {
                 throw AppleClientError(.keyUnreadable, reason: path)
             }
@@ -119,5 +121,16 @@ public struct ClientSecret: ClientSecretSigner, CustomStringConvertible, CustomR
             return "a public key or certificate: the private key (.p8) is needed"
         }
         return "not a PEM private key ('-----BEGIN PRIVATE KEY-----' missing)"
+    }
+}
+
+/// The permission rule for files holding secrets (`.p8` keys, admin and service tokens).
+public enum SecretFile {
+    /// Whether the file at `path` grants any permission to its group or to others (mode & 0o077): such a file
+    /// is refused at start-up. False when the file cannot be inspected (reading it then fails on its own).
+    public static func isExposed(_ path: String) -> Bool {
+        var status = stat()
+        guard stat(path, &status) == 0 else { return false }
+        return status.st_mode & 0o077 != 0
     }
 }

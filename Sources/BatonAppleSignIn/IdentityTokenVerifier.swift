@@ -32,12 +32,32 @@ func requireKey(_ keySet: JWKSet, _ kid: String) throws -> JWK {
     return key
 }
 
-/// The nonce a caller expects in a token.
+/// The nonce a caller expects in a token: the one nonce policy of Baton (the service, `baton verify` and
+/// embedders all pass one of these to ``IdentityTokenVerifier``, which compares in constant time).
+///
+/// The flow is stated, never guessed: accepting either form would let a token carrying the raw nonce pass where
+/// its hash was expected.
 public enum ExpectedNonce: Sendable, Equatable {
     /// Native flow: the app sent SHA-256(raw nonce) as hex to Apple; the claim must equal that hash of `raw`.
     case native(raw: String)
     /// Web flow: the nonce was sent as is; the claim must equal `value`.
     case web(String)
+
+    /// How the nonce reached Apple.
+    public enum Flow: String, Sendable, CaseIterable {
+        /// The app hashed it (Apple's native SDKs): ``ExpectedNonce/native(raw:)``.
+        case native
+        /// Sent as is (Sign in with Apple JS, the REST web flow): ``ExpectedNonce/web(_:)``.
+        case web
+    }
+
+    /// The expected nonce for `raw` sent through `flow`.
+    public init(_ raw: String, flow: Flow) {
+        switch flow {
+        case .native: self = .native(raw: raw)
+        case .web: self = .web(raw)
+        }
+    }
 }
 
 /// Verifies Sign in with Apple identity tokens strictly, in a fixed order.
@@ -195,7 +215,7 @@ public struct IdentityTokenVerifier: Sendable {
             case .native(let raw): expected = Digest.sha256Hex(Array(raw.utf8))
             case .web(let raw): expected = raw
             }
-            guard constantTimeEqual(value, expected) else { throw VerificationError(.nonceMismatch, "'nonce' does not match") }
+            guard ConstantTime.equals(value, expected) else { throw VerificationError(.nonceMismatch, "'nonce' does not match") }
         }
 
         return try AppleIDToken(claims: claims, fields: fields, keyID: kid)
@@ -213,13 +233,4 @@ public struct IdentityTokenVerifier: Sendable {
             throw VerificationError(.invalidClaim, "'\(name)' must be a non-negative NumericDate")
         }
     }
-}
-
-/// Compares two strings in time that depends only on their lengths.
-private func constantTimeEqual(_ lhs: String, _ rhs: String) -> Bool {
-    let a = Array(lhs.utf8), b = Array(rhs.utf8)
-    guard a.count == b.count else { return false }
-    var difference: UInt8 = 0
-    for index in a.indices { difference |= a[index] ^ b[index] }
-    return difference == 0
 }

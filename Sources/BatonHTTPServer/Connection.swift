@@ -3,12 +3,15 @@ import BatonLogging
 import Synchronization
 internal import CBatonMicroHTTPD
 
-/// What the libmicrohttpd callbacks share: the router, the limits and the request counters.
+/// What the libmicrohttpd callbacks share: the router, the limits, the request counters and the
+/// connections still reading a request (for the request-head deadline).
 final class ServerCore: Sendable {
     let router: Router
     let configuration: HTTPServerConfiguration
     let logger: Logger
     private let state = Mutex(Counters())
+    /// Connections reading a request: socket and when its deadline passes, by connection pointer.
+    private let reading = Mutex<[UInt: (socket: Int32, deadline: ContinuousClock.Instant)]>([:])
 
     private struct Counters {
         /// Requests begun and not yet completed (sent or aborted).
@@ -31,6 +34,39 @@ final class ServerCore: Sendable {
     func beginStopping() { state.withLock { $0.stopping = true } }
     var isStopping: Bool { state.withLock { $0.stopping } }
     func counts() -> (active: Int, running: Int) { state.withLock { ($0.active, $0.running) } }
+
+    // MARK: Request-head deadline
+
+    /// Starts watching `connection` (opened, or done with its previous request) until its request is read.
+    func readingBegan(_ connection: OpaquePointer) {
+        guard let limit = configuration.requestHeadTimeout else { return }
+        let socket = CMicroHTTPD_connection_fd(connection)
+        guard socket >= 0 else { return }
+        let deadline = ContinuousClock.now + limit
+        reading.withLock { $0[UInt(bitPattern: connection)] = (socket, deadline) }
+    }
+
+    /// Stops watching `connection`: its request is read, or it closed. libmicrohttpd reports a close before
+    /// it closes the socket, so a socket still listed here is never one reused by another connection.
+    func readingEnded(_ connection: OpaquePointer) {
+        guard configuration.requestHeadTimeout != nil else { return }
+        _ = reading.withLock { $0.removeValue(forKey: UInt(bitPattern: connection)) }
+    }
+
+    /// Shuts down the sockets of connections past their deadline: libmicrohttpd then sees the end of the stream
+    /// and closes them itself (the socket is never closed here, so it cannot be closed twice).
+    func sweep() {
+        let now = ContinuousClock.now
+        let late = reading.withLock { entries -> Int in
+            let expired = entries.filter { $0.value.deadline <= now }
+            for (key, entry) in expired {
+                shutdown(entry.socket, Int32(SHUT_RDWR))
+                entries.removeValue(forKey: key)
+            }
+            return expired.count
+        }
+        if late > 0 { logger.info("closed connections too slow to send a request", ["count": String(late)]) }
+    }
 }
 
 /// Per-request state, owned by libmicrohttpd's `con_cls` slot from the first callback until
@@ -39,8 +75,12 @@ final class RequestContext: Sendable {
     /// The body received so far and whether it overflowed; only touched on the polling thread
     /// that owns the connection, but kept in a mutex so the type is plainly `Sendable`.
     private let upload = Mutex<(body: [UInt8], tooLarge: Bool)>(([], false))
-    /// Set by the handler's task just before it resumes the connection.
+    /// Set by the handler's task (or its deadline) just before it resumes the connection.
     private let answer = Mutex<HTTPResponse?>(nil)
+    /// Whether the handler or its deadline has answered: the first one resumes the connection, once.
+    private let answered = Atomic<Bool>(false)
+    /// The handler's task, which its deadline cancels.
+    let handlerTask = Mutex<Task<Void, Never>?>(nil)
     /// Whether a response has been queued (the early 413).
     let queuedEarly = Atomic<Bool>(false)
 
@@ -68,6 +108,13 @@ final class RequestContext: Sendable {
     }
 
     func setResponse(_ response: HTTPResponse) { answer.withLock { $0 = response } }
+
+    /// Stores `response` unless an answer was already given; true for the first caller only.
+    func answerOnce(_ response: HTTPResponse) -> Bool {
+        guard answered.compareExchange(expected: false, desired: true, ordering: .acquiringAndReleasing).exchanged else { return false }
+        setResponse(response)
+        return true
+    }
     func takeResponse() -> HTTPResponse? { answer.withLock { $0.take() } }
 }
 
@@ -125,6 +172,7 @@ func batonAccessHandler(
         core.requestBegan()
         if let length = MHD_lookup_connection_value(connection, .HEADER_KIND, "Content-Length"),
            let announced = UInt64(String(cString: length)), announced > UInt64(limit) {
+            core.readingEnded(connection)
             context.queuedEarly.store(true, ordering: .relaxed)
             return queue(HTTPError.payloadTooLarge(limit: limit).response, on: connection, core: core)
         }
@@ -155,15 +203,31 @@ func batonAccessHandler(
         body: body,
         remoteAddress: CMicroHTTPD_client_address(connection).flatMap(numericHost)
     )
+    core.readingEnded(connection)
     core.handlerBegan()
     MHD_suspend_connection(connection)
     let suspended = SuspendedConnection(pointer: connection)
-    Task {
-        let response = await core.router.respond(to: request, logger: core.logger)
-        context.setResponse(response)
+    // The handler and its deadline race; whichever answers first resumes the connection, exactly once.
+    let deliver: @Sendable (HTTPResponse) -> Void = { response in
+        guard context.answerOnce(response) else { return }
         MHD_resume_connection(suspended.pointer)
         core.handlerEnded()
     }
+    // The deadline's task is cancelled as soon as the handler answers, so no sleeper outlives its request.
+    let deadline = core.configuration.handlerTimeout.map { timeout in
+        Task {
+            try? await Task.sleep(for: timeout)
+            guard !Task.isCancelled else { return }
+            context.handlerTask.withLock { $0?.cancel() }
+            core.logger.warning("request timed out", ["method": request.method, "path": request.path])
+            deliver(HTTPError.timeout(after: timeout).response)
+        }
+    }
+    let handler = Task {
+        deliver(await core.router.respond(to: request, logger: core.logger))
+        deadline?.cancel()
+    }
+    context.handlerTask.withLock { $0 = handler }
     return CMicroHTTPD_yes()
 }
 
@@ -177,7 +241,25 @@ func batonRequestCompleted(
     guard let cls, let contextSlot, let slot = contextSlot.pointee else { return }
     Unmanaged<RequestContext>.fromOpaque(slot).release()
     contextSlot.pointee = nil
-    Unmanaged<ServerCore>.fromOpaque(cls).takeUnretainedValue().requestEnded()
+    let core = Unmanaged<ServerCore>.fromOpaque(cls).takeUnretainedValue()
+    core.requestEnded()
+    // A kept-alive connection now waits for its next request: the deadline applies again.
+    if let connection, termination == .REQUEST_TERMINATED_COMPLETED_OK { core.readingBegan(connection) }
+}
+
+/// libmicrohttpd's connection callback: a new connection starts its request-head deadline; a closed one ends it.
+func batonConnectionNotified(
+    _ cls: UnsafeMutableRawPointer?,
+    _ connection: OpaquePointer?,
+    _ socketContext: UnsafeMutablePointer<UnsafeMutableRawPointer?>?,
+    _ code: MHD_ConnectionNotificationCode
+) {
+    guard let cls, let connection else { return }
+    let core = Unmanaged<ServerCore>.fromOpaque(cls).takeUnretainedValue()
+    switch code {
+    case .CONNECTION_NOTIFY_STARTED: core.readingBegan(connection)
+    default: core.readingEnded(connection)
+    }
 }
 
 private typealias Fields = [(String, String)]
@@ -202,9 +284,28 @@ private func requestHeaders(_ connection: OpaquePointer) -> HTTPHeaders {
     return HTTPHeaders(fields)
 }
 
+/// Appends one key/value pair with their lengths, so a decoded `%00` stays in the value (and is refused
+/// downstream) instead of silently cutting it short.
+private func batonCollectSizedValue(
+    _ cls: UnsafeMutableRawPointer?,
+    _ kind: MHD_ValueKind,
+    _ key: UnsafePointer<CChar>?,
+    _ keySize: Int,
+    _ value: UnsafePointer<CChar>?,
+    _ valueSize: Int
+) -> MHD_Result {
+    guard let cls, let key else { return CMicroHTTPD_yes() }
+    func text(_ pointer: UnsafePointer<CChar>, _ count: Int) -> String {
+        pointer.withMemoryRebound(to: UInt8.self, capacity: count) { String(decoding: UnsafeBufferPointer(start: $0, count: count), as: UTF8.self) }
+    }
+    let fields = cls.assumingMemoryBound(to: Fields.self)
+    fields.pointee.append((text(key, keySize), value.map { text($0, valueSize) } ?? ""))
+    return CMicroHTTPD_yes()
+}
+
 private func queryParameters(_ connection: OpaquePointer) -> [String: String] {
     var fields: Fields = []
-    _ = withUnsafeMutablePointer(to: &fields) { MHD_get_connection_values(connection, .GET_ARGUMENT_KIND, batonCollectValue, $0) }
+    _ = withUnsafeMutablePointer(to: &fields) { MHD_get_connection_values_n(connection, .GET_ARGUMENT_KIND, batonCollectSizedValue, $0) }
     var query: [String: String] = [:]
     for (name, value) in fields where query[name] == nil { query[name] = value }
     return query

@@ -39,6 +39,11 @@ public struct HTTPError: Error, Sendable, Equatable, CustomStringConvertible {
     public static func payloadTooLarge(limit: Int) -> HTTPError {
         HTTPError(413, code: "payload_too_large", reason: "request body exceeds \(limit) bytes")
     }
+    /// 503 `timeout`: the handler did not answer within `limit` (``HTTPServerConfiguration/handlerTimeout``).
+    public static func timeout(after limit: Duration) -> HTTPError {
+        let milliseconds = limit.components.seconds * 1000 + limit.components.attoseconds / 1_000_000_000_000_000
+        return HTTPError(503, code: "timeout", reason: "the request was not answered within \(milliseconds) ms", headers: ["Retry-After": "1"])
+    }
     /// 500 `internal_error`, the answer for any unexpected failure.
     public static let internalError = HTTPError(500, code: "internal_error", reason: "internal server error")
 }

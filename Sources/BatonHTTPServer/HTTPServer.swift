@@ -18,6 +18,16 @@ public struct HTTPServerConfiguration: Sendable {
     public var pollingThreads: Int = 1
     /// How long ``HTTPServer/stop()`` waits for in-flight requests before closing connections. Default 10 s.
     public var shutdownTimeout: Duration = .seconds(10)
+    /// The longest a handler may run: past it the client is answered 503 `timeout` and the handler's task is
+    /// cancelled (its result, when it comes, is dropped). Also bounds how long ``HTTPServer/stop()`` waits for
+    /// running handlers. Nil (the default) lets handlers run for ever.
+    public var handlerTimeout: Duration? = nil
+    /// The longest a client may take from opening a connection (or finishing its previous request) to having
+    /// sent a complete request, head and body, however slowly it trickles bytes; past it the connection is
+    /// closed. Nil (the default): only ``connectionTimeout``'s inactivity limit applies.
+    public var requestHeadTimeout: Duration? = nil
+    /// Connections one client address may hold at once; further ones are closed on accept. 0 (the default): no limit.
+    public var connectionsPerAddress: Int = 0
 
     /// The defaults above.
     public init() {}
@@ -63,6 +73,8 @@ public actor HTTPServer {
     private let core: ServerCore
     private var daemon: Daemon?
     private var stopped = false
+    /// Closes connections past the request-head deadline (``ServerCore/sweep()``); nil without a deadline.
+    private var sweeper: (any DispatchSourceTimer)?
 
     /// Creates a stopped server.
     public init(router: Router, configuration: HTTPServerConfiguration = HTTPServerConfiguration(), logger: Logger = .disabled()) {
@@ -82,17 +94,31 @@ public actor HTTPServer {
         guard (0...65535).contains(port) else { throw HTTPServerError(code: .invalidAddress, reason: "port \(port)") }
         let daemon = try Daemon(core: core, host: host == "localhost" ? "127.0.0.1" : host, port: UInt16(port))
         self.daemon = daemon
+        if let limit = core.configuration.requestHeadTimeout {
+            // Sweeps every quarter of the deadline, at least every 50 ms and at most every minute.
+            let quarter = limit / 4
+            let milliseconds = min(60_000, max(50, Int(clamping: quarter.components.seconds) &* 1000 + Int(quarter.components.attoseconds / 1_000_000_000_000_000)))
+            let timer = DispatchSource.makeTimerSource(queue: DispatchQueue(label: "baton.http.sweeper"))
+            timer.schedule(deadline: .now() + .milliseconds(milliseconds), repeating: .milliseconds(milliseconds))
+            timer.setEventHandler { [core] in core.sweep() }
+            timer.resume()
+            sweeper = timer
+        }
         core.logger.info("http server listening", ["host": host, "port": String(daemon.port)])
         return Int(daemon.port)
     }
 
     /// Stops gracefully: stops accepting connections, lets in-flight requests finish (up to the
-    /// configured shutdown timeout; running handlers are always awaited), then closes every connection.
+    /// configured shutdown timeout), then closes every connection. Running handlers are awaited until
+    /// they answer or their ``HTTPServerConfiguration/handlerTimeout`` answers for them, so with a handler
+    /// timeout the wait is bounded by the larger of the two limits.
     public func stop() async {
         guard let daemon, !stopped else { return }
         stopped = true
         core.beginStopping()
         daemon.quiesce()
+        sweeper?.cancel()
+        sweeper = nil
         let deadline = ContinuousClock.now + core.configuration.shutdownTimeout
         while true {
             let (active, running) = core.counts()
@@ -122,6 +148,8 @@ final class Daemon: @unchecked Sendable {
                 port, address, ipv6 ? 1 : 0,
                 batonAccessHandler, context,
                 batonRequestCompleted, context,
+                batonConnectionNotified,
+                UInt32(clamping: configuration.connectionsPerAddress),
                 UInt32(clamping: configuration.connectionLimit),
                 UInt32(clamping: configuration.connectionTimeout),
                 configuration.maxHeaderSize + 8 * 1024,

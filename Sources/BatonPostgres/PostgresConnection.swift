@@ -187,6 +187,11 @@ public final class PostgresConnection: @unchecked Sendable {
         for binding in bindings {
             let bindingType = type(of: binding)
             let value = binding.postgresValue()
+            // Text parameters travel as C strings: a NUL would end the value early, so a different value would be
+            // compared or stored than the caller gave.
+            if !bindingType.isBinary, value?.contains(0) == true {
+                throw PostgresError(.invalidParameter, reason: "a text parameter contains a NUL byte")
+            }
             types.append(bindingType.postgresType)
             formats.append(bindingType.isBinary ? 1 : 0)
             lengths.append(Int32(value?.count ?? 0))

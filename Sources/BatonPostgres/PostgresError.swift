@@ -35,6 +35,8 @@ public struct PostgresError: Error, Sendable, CustomStringConvertible, CustomDeb
         case poolClosed = "pool_closed"
         /// The configuration (URL, pool size) is invalid.
         case invalidConfiguration = "invalid_configuration"
+        /// A text parameter holds a NUL byte, which libpq would silently cut the value at; refused before sending.
+        case invalidParameter = "invalid_parameter"
     }
 
     /// The stable code.

@@ -1,6 +1,7 @@
 import Baton
 import Foundation
 import BatonHTTPServer
+import BatonAppleSignIn
 import BatonJOSE
 import BatonLogging
 
@@ -26,6 +27,7 @@ public final class BatonAPI: Sendable {
     public let metrics = ServiceMetrics()
     private let adminToken: AdminToken?
     private let reportRefreshSeconds: Int
+    private let serviceToken: AdminToken?
     private let logger: Logger
     private let readinessMonitor: ReadinessMonitor
 
@@ -33,11 +35,14 @@ public final class BatonAPI: Sendable {
     /// - Parameters:
     ///   - engine: the library engine.
     ///   - adminToken: guards admin routes (`/v1/report`); nil disables them (403).
+    ///   - serviceToken: when given, `GET /v1/credential-state` requires it as a bearer token.
     ///   - reportRefreshSeconds: how often the `GET /report` page reloads itself; 0 for never; default 300.
     ///   - logger: receives one line per request.
-    public init(engine: BatonEngine, adminToken: AdminToken?, reportRefreshSeconds: Int = 300, logger: Logger = .disabled()) {
+    public init(engine: BatonEngine, adminToken: AdminToken?, serviceToken: AdminToken? = nil, reportRefreshSeconds: Int = 300,
+                logger: Logger = .disabled()) {
         self.engine = engine
         self.adminToken = adminToken
+        self.serviceToken = serviceToken
         self.reportRefreshSeconds = reportRefreshSeconds
         self.logger = logger
         readinessMonitor = ReadinessMonitor(engine: engine)
@@ -68,24 +73,28 @@ public final class BatonAPI: Sendable {
     private func signIn(_ request: HTTPRequest) async throws -> (HTTPResponse, String?) {
         let token: String
         let nonce: String?
+        let flow: String?
         switch request.mediaType {
         case "application/json":
             let body = try jsonObject(request)
             token = try required(string(body, "id_token"), "id_token")
             nonce = try string(body, "nonce")
+            flow = try string(body, "nonce_flow")
         case "application/x-www-form-urlencoded":
-            // Apple's web form_post: id_token, code, state, user; Baton needs only the token.
+            // Apple's web form_post: id_token, code, state, user; Baton needs only the token (and the nonce).
             let form = try request.formValues()
             token = try required(form["id_token"], "id_token")
             nonce = form["nonce"]
+            flow = form["nonce_flow"]
         default:
             throw unsupportedMediaType(["application/json", "application/x-www-form-urlencoded"])
         }
-        let result = try await engine.signIn(idToken: token, nonce: nonce)
+        let result = try await engine.signIn(idToken: token, nonce: try expectedNonce(nonce, flow: flow))
         return (signInAnswer(result), result.outcome.rawValue)
     }
 
     private func credentialState(_ request: HTTPRequest) async throws -> (HTTPResponse, String?) {
+        if let serviceToken { try requireBearer(serviceToken, request, what: "service") }
         let user = try required(request.query["user"], "user")
         let state = try await engine.credentialState(user: user)
         return (HTTPResponse.json(serialized: "{\"state\":\"\(state.rawValue)\"}"), state.rawValue)
@@ -94,8 +103,12 @@ public final class BatonAPI: Sendable {
     private func link(_ request: HTTPRequest) async throws -> (HTTPResponse, String?) {
         guard request.mediaType == "application/json" else { throw unsupportedMediaType(["application/json"]) }
         let body = try jsonObject(request)
+        // Both tokens must carry the nonce of the caller's session: without one, a link is refused.
+        guard let nonce = try expectedNonce(try string(body, "nonce"), flow: try string(body, "nonce_flow")) else {
+            throw HTTPError(400, code: "missing_field", reason: "nonce is required")
+        }
         let result = try await engine.link(legacyIDToken: try required(string(body, "legacy_id_token"), "legacy_id_token"),
-                                           idToken: try required(string(body, "id_token"), "id_token"))
+                                           idToken: try required(string(body, "id_token"), "id_token"), nonce: nonce)
         return (signInAnswer(result), result.outcome.rawValue)
     }
 
@@ -127,10 +140,28 @@ public final class BatonAPI: Sendable {
     /// Admin routes need `Authorization: Bearer <admin token>`, compared in constant time.
     private func requireAdmin(_ request: HTTPRequest) throws {
         guard let adminToken else { throw HTTPError(403, code: "forbidden", reason: "admin routes are disabled: no admin token is configured") }
+        try requireBearer(adminToken, request, what: "admin")
+    }
+
+    /// Requires `Authorization: Bearer <token>`: the scheme in any case (RFC 9110), the token compared in
+    /// constant time (``AdminToken/matches(_:)``).
+    private func requireBearer(_ token: AdminToken, _ request: HTTPRequest, what: String) throws {
         let header = request.headers["Authorization"] ?? ""
-        guard header.hasPrefix("Bearer "), adminToken.matches(header.dropFirst(7)) else {
-            throw HTTPError(401, code: "unauthorized", reason: "a valid admin bearer token is required", headers: ["WWW-Authenticate": "Bearer"])
+        let parts = header.split(separator: " ", maxSplits: 1, omittingEmptySubsequences: true)
+        guard parts.count == 2, parts[0].lowercased() == "bearer",
+              token.matches(parts[1].trimmingCharacters(in: .whitespaces)) else {
+            throw HTTPError(401, code: "unauthorized", reason: "a valid \(what) bearer token is required", headers: ["WWW-Authenticate": "Bearer"])
         }
+    }
+
+    /// The nonce to expect from a request's `nonce` and `nonce_flow` (`native`, the default, or `web`); nil
+    /// without a nonce.
+    private func expectedNonce(_ nonce: String?, flow: String?) throws(HTTPError) -> ExpectedNonce? {
+        guard let nonce, !nonce.isEmpty else { return nil }
+        guard let parsed = ExpectedNonce.Flow(rawValue: flow ?? ExpectedNonce.Flow.native.rawValue) else {
+            throw HTTPError(400, code: "invalid_request", reason: "nonce_flow must be native or web")
+        }
+        return ExpectedNonce(nonce, flow: parsed)
     }
 
     private struct ReadinessAnswer: Encodable {

@@ -41,17 +41,27 @@ public final class BatonServer: Sendable {
         }
         let engine = try await BatonEngine.start(configuration: configuration, logger: logger)
         return try await start(engine: engine, host: configuration.listen.host, port: port ?? configuration.listen.port,
-                               adminToken: configuration.adminToken, reportRefreshSeconds: configuration.reportRefreshSeconds, logger: logger)
+                               adminToken: configuration.adminToken, serviceToken: configuration.serviceToken,
+                               reportRefreshSeconds: configuration.reportRefreshSeconds, limits: configuration.server, logger: logger)
     }
 
-    /// Serves `engine` on `host:port`; the engine is shut down with the server. `reportRefreshSeconds` is
-    /// how often `GET /report` reloads itself (0: never; default 300).
+    /// Serves `engine` on `host:port`; the engine is shut down with the server.
+    /// - Parameters:
+    ///   - adminToken: guards `/v1/report` and `/report`; nil disables them.
+    ///   - serviceToken: when given, `/v1/credential-state` requires it.
+    ///   - reportRefreshSeconds: how often `GET /report` reloads itself (0: never; default 300).
+    ///   - limits: the handler deadline, the request-head deadline and the per-address connection limit.
     /// - Throws: `HTTPServerError` when the address cannot be bound.
     public static func start(engine: BatonEngine, host: String = "127.0.0.1", port: Int = 0, adminToken: AdminToken? = nil,
-                             reportRefreshSeconds: Int = 300, logger: Logger = .disabled()) async throws -> BatonServer {
-        let service = BatonAPI(engine: engine, adminToken: adminToken, reportRefreshSeconds: reportRefreshSeconds, logger: logger)
+                             serviceToken: AdminToken? = nil, reportRefreshSeconds: Int = 300,
+                             limits: BatonConfiguration.Server = BatonConfiguration.Server(),
+                             logger: Logger = .disabled()) async throws -> BatonServer {
+        let service = BatonAPI(engine: engine, adminToken: adminToken, serviceToken: serviceToken, reportRefreshSeconds: reportRefreshSeconds, logger: logger)
         var configuration = HTTPServerConfiguration()
         configuration.maxBodySize = maxBodySize
+        configuration.handlerTimeout = .milliseconds(limits.requestTimeoutMilliseconds)
+        configuration.requestHeadTimeout = .milliseconds(limits.requestHeadTimeoutMilliseconds)
+        configuration.connectionsPerAddress = limits.connectionsPerIP
         let server = HTTPServer(router: service.router(), configuration: configuration, logger: logger)
         do {
             let bound = try await server.start(host: host, port: port)

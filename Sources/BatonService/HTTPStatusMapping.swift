@@ -5,7 +5,7 @@ extension BatonError.Code {
     var httpStatus: Int {
         switch self {
         case .invalidToken, .nonceReused, .staleToken: 401
-        case .conflict: 409
+        case .conflict, .notLinkable: 409
         case .legacyRecordMissing: 404
         case .invalidNotification, .invalidRequest: 400
         case .databaseUnavailable, .keysUnavailable: 503

@@ -17,6 +17,8 @@ static inline struct MHD_Daemon *CMicroHTTPD_start_daemon(
     void *handler_cls,
     MHD_RequestCompletedCallback completed,
     void *completed_cls,
+    MHD_NotifyConnectionCallback notify_connection,
+    unsigned int per_ip_connection_limit,
     unsigned int connection_limit,
     unsigned int connection_timeout_seconds,
     size_t connection_memory_limit,
@@ -28,6 +30,8 @@ static inline struct MHD_Daemon *CMicroHTTPD_start_daemon(
     if (ipv6) flags |= MHD_USE_IPv6;
     struct MHD_OptionItem options[] = {
         { MHD_OPTION_NOTIFY_COMPLETED, (intptr_t) completed, completed_cls },
+        { MHD_OPTION_NOTIFY_CONNECTION, (intptr_t) notify_connection, completed_cls },
+        { MHD_OPTION_PER_IP_CONNECTION_LIMIT, (intptr_t) per_ip_connection_limit, NULL },
         { MHD_OPTION_CONNECTION_LIMIT, (intptr_t) connection_limit, NULL },
         { MHD_OPTION_CONNECTION_TIMEOUT, (intptr_t) connection_timeout_seconds, NULL },
         { MHD_OPTION_CONNECTION_MEMORY_LIMIT, (intptr_t) connection_memory_limit, NULL },
@@ -56,6 +60,13 @@ static inline const struct sockaddr *CMicroHTTPD_client_address(struct MHD_Conne
 {
     const union MHD_ConnectionInfo *info = MHD_get_connection_info(connection, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
     return info == NULL ? NULL : info->client_addr;
+}
+
+/// The socket of a connection, or -1.
+static inline int CMicroHTTPD_connection_fd(struct MHD_Connection *connection)
+{
+    const union MHD_ConnectionInfo *info = MHD_get_connection_info(connection, MHD_CONNECTION_INFO_CONNECTION_FD);
+    return info == NULL ? -1 : info->connect_fd;
 }
 
 /// Whether a value returned by MHD is MHD_YES.

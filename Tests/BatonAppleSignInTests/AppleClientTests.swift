@@ -93,6 +93,22 @@ struct AppleClientTests {
         #expect(token.renewAt == clock.now.addingTimeInterval(90))
     }
 
+    @Test("numbers from outside are clamped: expires_in to a day, Retry-After to an hour, waits converted checked")
+    func clamps() async throws {
+        let transport = ScriptedTransport()
+        transport.script("token", [.respond(200, #"{"access_token":"long","token_type":"bearer","expires_in":1e300}"#)])
+        let clock = FakeClock()
+        let token = try await makeClient(transport, clock: clock).accessToken()
+        #expect(token.expiresAt == clock.now.addingTimeInterval(86_400))
+        let now = Date()
+        #expect(RetryPolicy.parseRetryAfter("9300000000", now: now) == 3_600)
+        #expect(RetryPolicy.parseRetryAfter(String(repeating: "9", count: 400), now: now) == 3_600)
+        #expect(RetryPolicy.parseRetryAfter("120", now: now) == 120)
+        #expect(RetryPolicy.nanoseconds(9_300_000_000) == 86_400 * 1_000_000_000)
+        #expect(RetryPolicy.nanoseconds(.infinity) == 0 && RetryPolicy.nanoseconds(.nan) == 0 && RetryPolicy.nanoseconds(-1) == 0)
+        #expect(RetryPolicy.nanoseconds(0.25) == 250_000_000)
+    }
+
     @Test("concurrent callers share one token request")
     func oneTokenRequestInFlight() async throws {
         let transport = ScriptedTransport(tokenDelay: 0.2)

@@ -75,6 +75,8 @@ struct ClientSecretTests {
         for command in commands {
             try keys.openssl(command.map { $0.hasSuffix(".pem") ? keys.path($0) : $0 })
         }
+        // openssl writes a public key readable by all; the test is about the content, so make it private.
+        try FileManager.default.setAttributes([.posixPermissions: 0o600], ofItemAtPath: keys.path("key.pem"))
         let error = await #expect(throws: AppleClientError.self, "\(name)") {
             try await ClientSecret.load(teamID: "AAAAAAAAAA", keyID: "KEYA000001", clientID: "com.example.app", keyFile: keys.path("key.pem"))
         }
@@ -95,6 +97,20 @@ struct ClientSecretTests {
             try await ClientSecret.load(teamID: "AAAAAAAAAA", keyID: "KEYA000001", clientID: "com.example.app", keyFile: "/nonexistent/key.p8")
         }
         #expect(missing?.code == .keyUnreadable)
+    }
+
+    @Test("a .p8 file readable by its group or others is refused, and accepted once private")
+    func exposedKey() async throws {
+        let keys = try KeyDirectory()
+        defer { keys.remove() }
+        let pem = try keys.p256().privatePEM
+        try keys.write("exposed.p8", pem, mode: 0o644)
+        let exposed = await #expect(throws: AppleClientError.self) {
+            try await ClientSecret.load(teamID: "AAAAAAAAAA", keyID: "KEYA000001", clientID: "com.example.app", keyFile: keys.path("exposed.p8"))
+        }
+        #expect(exposed?.code == .keyExposed)
+        try keys.write("exposed.p8", pem, mode: 0o600)
+        _ = try await ClientSecret.load(teamID: "AAAAAAAAAA", keyID: "KEYA000001", clientID: "com.example.app", keyFile: keys.path("exposed.p8"))
     }
 
     @Test("malformed identifiers are refused", arguments: [

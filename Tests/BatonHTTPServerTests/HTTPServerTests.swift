@@ -175,6 +175,89 @@ struct HTTPServerTests {
         }
     }
 
+    @Test("a client trickling its request head is cut off at the request-head deadline, whatever the idle timeout")
+    func requestHeadDeadline() async throws {
+        var configuration = HTTPServerConfiguration()
+        configuration.connectionTimeout = 30
+        configuration.requestHeadTimeout = .seconds(1)
+        try await withServer(echoRouter(), configuration: configuration) { _, port in
+            // A request in time is answered, and so is the next one on the same connection.
+            let answered = try await offPool { () -> [String?] in
+                let socket = try RawHTTPConnection.open(port: port)
+                try socket.send("GET /hello?name=a HTTP/1.1\r\nHost: x\r\n\r\n")
+                let first = socket.response()?.body
+                try socket.send("GET /hello?name=b HTTP/1.1\r\nHost: x\r\n\r\n")
+                return [first, socket.response()?.body]
+            }
+            #expect(answered == ["hello a from 127.0.0.1", "hello b from 127.0.0.1"])
+            let seconds = try await offPool { () -> Double? in
+                let socket = try RawHTTPConnection.open(port: port)
+                let start = ContinuousClock.now
+                try socket.send("GET /hello HTTP/1.1\r\nHost: x\r\n")
+                for _ in 0..<40 {
+                    // One byte every 200 ms: never idle long enough for the 30 s inactivity limit.
+                    guard (try? socket.send("X")) != nil else { break }
+                    if socket.isReadable(within: 200) { break }
+                }
+                guard socket.isClosedByServer() else { return nil }
+                let elapsed = ContinuousClock.now - start
+                return Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+            }
+            #expect(seconds != nil)
+            #expect((seconds ?? 99) < 4)
+        }
+    }
+
+    @Test("a handler past its deadline is answered 503 timeout, and stop does not wait for it")
+    func handlerDeadline() async throws {
+        var router = Router()
+        router.get("/stuck") { _ in
+            // Ignores cancellation, like a statement waiting on a lock (off the cooperative pool).
+            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+                DispatchQueue.global().asyncAfter(deadline: .now() + 5) { continuation.resume() }
+            }
+            return .text("late")
+        }
+        var configuration = HTTPServerConfiguration()
+        configuration.handlerTimeout = .milliseconds(300)
+        let server = HTTPServer(router: router, configuration: configuration)
+        let port = try await server.start(port: 0)
+        let start = ContinuousClock.now
+        let (status, response, body) = try await fetch(port, "/stuck")
+        #expect(status == 503)
+        #expect(body.contains("\"error\":\"timeout\""))
+        #expect(response.value(forHTTPHeaderField: "Retry-After") == "1")
+        #expect(ContinuousClock.now - start < .seconds(3))
+        async let stuck = fetch(port, "/stuck")
+        try await Task.sleep(for: .milliseconds(100))
+        let stopping = ContinuousClock.now
+        await server.stop()
+        #expect(ContinuousClock.now - stopping < .seconds(3))
+        #expect(try await stuck.0 == 503)
+    }
+
+    @Test("one address may hold only connections_per_address connections")
+    func perAddressLimit() async throws {
+        var configuration = HTTPServerConfiguration()
+        configuration.connectionsPerAddress = 2
+        try await withServer(echoRouter(), configuration: configuration) { _, port in
+            let (held, refused) = try await offPool { () -> (Int, Bool) in
+                let first = try RawHTTPConnection.open(port: port), second = try RawHTTPConnection.open(port: port)
+                var held = 0
+                for socket in [first, second] {
+                    try socket.send("GET /hello HTTP/1.1\r\nHost: x\r\n\r\n")
+                    if socket.response() != nil { held += 1 }
+                }
+                let third = try RawHTTPConnection.open(port: port)
+                try? third.send("GET /hello HTTP/1.1\r\nHost: x\r\n\r\n")
+                let refused = third.isReadable(within: 2_000) && third.isClosedByServer()
+                return (held, refused)
+            }
+            #expect(held == 2)
+            #expect(refused)
+        }
+    }
+
     @Test("a connection over the limit waits until one within it closes")
     func connectionLimit() async throws {
         var configuration = HTTPServerConfiguration()

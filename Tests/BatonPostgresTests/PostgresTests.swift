@@ -73,6 +73,16 @@ struct PostgresTests {
         #expect(try TestDatabase.psql(url, "SELECT to_regclass('notes') IS NOT NULL") == "t")
     }
 
+    @Test("a text parameter holding NUL is refused, not cut short; bytea may hold NUL")
+    func nulRefused() async throws {
+        let error = await #expect(throws: PostgresError.self) {
+            try await pool.query("SELECT \("admin\u{0}-and-more")::text = 'admin'")
+        }
+        #expect(error?.code == .invalidParameter)
+        let bytes: [UInt8] = [0x61, 0, 0x62]
+        #expect(try await pool.query("SELECT length(\(bytes)::bytea)")[0].decode(Int.self, at: 0) == 3)
+    }
+
     @Test("a failing statement inside withTransaction rolls back everything before it")
     func rollback() async throws {
         try await pool.execute("CREATE TABLE accounts (id int PRIMARY KEY, balance int NOT NULL)")

@@ -57,8 +57,8 @@ struct CredentialStateTests {
         let outcome = try await withColumn.applyMigration(oldSub: "send.migrated", newSub: "recv.migrated", newEmail: nil, isPrivateEmail: nil,
                                                           transferSub: "t.migrated", method: .exchange)
         guard case .migrated = outcome else { throw TestSupportError("migration did not happen: \(outcome)") }
-        #expect(try await withColumn.applyNotification(.consentRevoked, subject: "send.revoked"))
-        #expect(try await withColumn.applyNotification(.accountDelete, subject: "recv.deleted"))
+        #expect(try await withColumn.applyNotification(.consentRevoked, subject: "send.revoked", eventTime: Date()))
+        #expect(try await withColumn.applyNotification(.accountDelete, subject: "recv.deleted", eventTime: Date()))
 
         let now = Date()
         let acceptances: [(String, Date?, Bool)] = [

@@ -25,4 +25,12 @@ struct LogLineTests {
         let stamp = line.dropFirst(3).prefix { $0 != " " }
         #expect(line.hasPrefix("ts=") && stamp.count == 23 && stamp.dropFirst(10).first == "T")
     }
+
+    @Test("every control character is escaped, so a value cannot end the line, forge one or carry escapes",
+          arguments: ["a\nlevel=error", "esc\u{1B}[31m", "nel\u{85}x", "ls\u{2028}x", "ps\u{2029}x", "nul\u{0}x", "del\u{7F}", "tab\tx", "back\\slash"])
+    func controlsEscaped(value: String) {
+        let line = Logger.format(level: .info, label: "test", message: value, metadata: ["field": value])
+        #expect(!line.unicodeScalars.contains { $0.value < 0x20 || (0x7F...0x9F).contains($0.value) || $0.value == 0x2028 || $0.value == 0x2029 })
+        #expect(line.contains("msg=\""))
+    }
 }

@@ -1,3 +1,4 @@
+import Baton
 import BatonEmulator
 import Foundation
 import FoundationNetworking
@@ -15,6 +16,26 @@ struct ServeCommandTests {
         let result = try await offPool { try runBaton(["serve", "--config", config]) }
         #expect(result.status == 1)
         #expect(result.stderr.contains("legacy.table public.users does not exist"))
+    }
+
+    @Test("a client ID in both apple.client_ids and apple.legacy_client_ids stops serve at start-up: exit 2, one line")
+    func overlappingClientIDs() async throws {
+        let config: JSONValue = [
+            "database": ["url": "postgresql:///none?host=/nonexistent-baton-socket-dir"],
+            "apple": ["client_ids": ["com.example.app", "com.example.web"], "legacy_client_ids": ["com.example.app"]],
+            "legacy": ["table": "public.users", "key_column": "id", "subject_column": "apple_sub", "email_column": "email"],
+        ]
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("baton-serve-\(UUID().uuidString).json").path
+        try JSON.serialize(config).write(toFile: path, atomically: true, encoding: .utf8)
+        defer { try? FileManager.default.removeItem(atPath: path) }
+        let result = try await offPool { try runBaton(["serve", "--config", path]) }
+        #expect(result.status == 2)
+        #expect(result.stderr.split(separator: "\n").count == 1)
+        #expect(result.stderr.contains("apple.legacy_client_ids[0]"))
+        // The sample configuration lists no client ID twice.
+        let sample = try BatonConfiguration.load(path: packageRoot.appendingPathComponent("sample-config/baton.json").path,
+                                                environment: ["BATON_ADMIN_TOKEN": "sample-admin-token-0123456789"])
+        #expect(Set(sample.apple.clientIDs).isDisjoint(with: sample.apple.legacyClientIDs))
     }
 
     @Test("serves sign-ins, logs one line per request without the token, and drains on SIGTERM")

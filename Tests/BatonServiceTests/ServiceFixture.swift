@@ -40,6 +40,8 @@ final class ServiceFixture: @unchecked Sendable {
     // `@unchecked Sendable`: every stored property is immutable after init; the types are Sendable but
     // the class holds a non-final reference graph the compiler cannot prove.
     static let clientID = EmulatedTransfer.clientID
+    /// A Services ID that stayed with the sending team: its tokens are the "legacy" ones of re-linking.
+    static let legacyClientID = "com.example.oldweb"
     let mode: Mode
     let emulator: AppleEmulator
     let url: String
@@ -53,10 +55,12 @@ final class ServiceFixture: @unchecked Sendable {
     static let notificationKID = "notify-test-key"
     static let adminToken = "admin-token-0123456789abcdef"
 
-    init(_ mode: Mode, people count: Int = 6, databaseURL: String? = nil, acceptTransfer: Bool = true) async throws {
+    init(_ mode: Mode, people count: Int = 6, databaseURL: String? = nil, acceptTransfer: Bool = true,
+         requireNonce: Bool = false, serviceToken: String? = nil) async throws {
         self.mode = mode
         emulator = try await AppleEmulator.start()
         let transfer = try EmulatedTransfer(on: emulator, users: count, privateEmail: true, accept: acceptTransfer)
+        try emulator.createApp(clientID: ServiceFixture.legacyClientID, teamID: transfer.sender.teamID)
         people = transfer.users.map { Person(id: $0.id, oldSub: $0.userIdentifier, transferSub: transfer.transferIdentifiers[$0.userIdentifier]!, email: $0.email) }
 
         url = try databaseURL ?? TestDatabase.create("service")
@@ -77,16 +81,18 @@ final class ServiceFixture: @unchecked Sendable {
         let store = LegacyStore(pool: pool, legacy: try legacyTable.identifiers())
         try await store.validateLegacyTable()
         let pool = self.pool
-        engine = BatonEngine(store: store, keys: keys, clientIDs: [ServiceFixture.clientID], legacyClientIDs: [ServiceFixture.clientID], pool: pool,
+        engine = BatonEngine(store: store, keys: keys, clientIDs: [ServiceFixture.clientID], legacyClientIDs: [ServiceFixture.legacyClientID],
+                             requireNonce: requireNonce, pool: pool,
                              reportBuilder: { now in ReportBuilder(pool: pool, legacy: legacyTable, acceptedAt: nil, now: now) },
                              transferAcceptedAt: acceptedAt)
         switch mode {
         case .inProcess:
-            service = BatonAPI(engine: engine, adminToken: AdminToken(ServiceFixture.adminToken))
+            service = BatonAPI(engine: engine, adminToken: AdminToken(ServiceFixture.adminToken), serviceToken: serviceToken.flatMap(AdminToken.init))
             router = service.router()
             server = nil
         case .live:
-            let server = try await BatonServer.start(engine: engine, adminToken: AdminToken(ServiceFixture.adminToken))
+            let server = try await BatonServer.start(engine: engine, adminToken: AdminToken(ServiceFixture.adminToken),
+                                                     serviceToken: serviceToken.flatMap(AdminToken.init))
             self.server = server
             service = server.service
             router = service.router()
@@ -96,8 +102,10 @@ final class ServiceFixture: @unchecked Sendable {
     /// Runs `body` with a fresh fixture (arguments as ``init(_:people:databaseURL:acceptTransfer:)``) and closes
     /// it afterwards, whatever happens.
     static func run(_ mode: Mode, people count: Int = 6, databaseURL: String? = nil, acceptTransfer: Bool = true,
+                    requireNonce: Bool = false, serviceToken: String? = nil,
                     _ body: (ServiceFixture) async throws -> Void) async throws {
-        let fixture = try await ServiceFixture(mode, people: count, databaseURL: databaseURL, acceptTransfer: acceptTransfer)
+        let fixture = try await ServiceFixture(mode, people: count, databaseURL: databaseURL, acceptTransfer: acceptTransfer,
+                                               requireNonce: requireNonce, serviceToken: serviceToken)
         try await withTeardown(fixture, teardown: { await $0.close() }, body)
     }
 
@@ -110,6 +118,11 @@ final class ServiceFixture: @unchecked Sendable {
     /// A fresh identity token for `person` under the app's current team.
     func token(_ person: Person, nonce: String? = nil) throws -> String {
         try emulator.authorize(clientID: ServiceFixture.clientID, user: person.id, nonce: nonce).idToken
+    }
+
+    /// A fresh identity token for `person` from the sending team's Services ID (a re-link's legacy token).
+    func legacyToken(_ person: Person, nonce: String? = nil) throws -> String {
+        try emulator.authorize(clientID: ServiceFixture.legacyClientID, user: person.id, nonce: nonce).idToken
     }
 
     /// The current team's identifier of `person` (signs them in once on the emulator to learn it).
@@ -155,17 +168,19 @@ final class ServiceFixture: @unchecked Sendable {
         try await send("POST", path, contentType: "application/json", body: JSON.serializeBytes(.object(object)))
     }
 
-    func signIn(_ token: String, nonce: String? = nil) async throws -> Reply {
+    func signIn(_ token: String, nonce: String? = nil, flow: String? = nil) async throws -> Reply {
         var object: JSONObject = ["id_token": .string(token)]
         if let nonce { object["nonce"] = .string(nonce) }
+        if let flow { object["nonce_flow"] = .string(flow) }
         return try await postJSON("/v1/signin", object)
     }
 
     /// A server-to-server notification signed with the local key.
-    func notification(type: String, sub: String, eventsAsString: Bool = true, audience: String = ServiceFixture.clientID) throws -> String {
-        let events: JSONObject = ["type": .string(type), "sub": .string(sub), "event_time": .number(Date().timeIntervalSince1970 * 1000)]
+    func notification(type: String, sub: String, eventsAsString: Bool = true, audience: String = ServiceFixture.clientID,
+                      at instant: Date = Date()) throws -> String {
+        let events: JSONObject = ["type": .string(type), "sub": .string(sub), "event_time": .number((instant.timeIntervalSince1970 * 1000).rounded(.down))]
         let claims: JSONObject = [
-            "iss": "https://appleid.apple.com", "aud": .string(audience), "iat": .number(Date().timeIntervalSince1970.rounded(.down)),
+            "iss": "https://appleid.apple.com", "aud": .string(audience), "iat": .number(instant.timeIntervalSince1970.rounded(.down)),
             "jti": .string(UUID().uuidString),
             "events": eventsAsString ? .string(JSON.serialize(.object(events))) : .object(events),
         ]

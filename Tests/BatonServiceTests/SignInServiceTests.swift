@@ -92,16 +92,42 @@ struct SignInServiceTests {
         }
     }
 
-    @Test("a nonce is checked and single-use", arguments: Mode.allCases)
+    @Test("a nonce is checked for the stated flow and single-use per subject", arguments: Mode.allCases)
     func nonce(mode: Mode) async throws {
-        try await ServiceFixture.run(mode, people: 1) { f in
-            let token = try f.token(f.people[0], nonce: "nonce-123")
-            #expect(try await f.signIn(token, nonce: "other").json["reason"]?.stringValue == "nonce_mismatch")
-            #expect(try await f.signIn(token, nonce: "nonce-123").status == 200)
-            let again = try await f.signIn(token, nonce: "nonce-123")
-            #expect(again.status == 401)
-            #expect(again.error == "nonce_reused")
-        }
+        let f = try await ServiceFixture(mode, people: 2)
+        let hashed = Digest.sha256Hex(Array("nonce-123".utf8))
+        let token = try f.token(f.people[0], nonce: hashed)
+        #expect(try await f.signIn(token, nonce: "other").json["reason"]?.stringValue == "nonce_mismatch")
+        // The web flow compares the claim as is: the hash is not the raw nonce.
+        #expect(try await f.signIn(token, nonce: "nonce-123", flow: "web").json["reason"]?.stringValue == "nonce_mismatch")
+        #expect(try await f.signIn(token, nonce: "nonce-123", flow: "sideways").error == "invalid_request")
+        #expect(try await f.signIn(token, nonce: "nonce-123").status == 200)
+        let again = try await f.signIn(token, nonce: "nonce-123")
+        #expect(again.status == 401)
+        #expect(again.error == "nonce_reused")
+        // Kept until exp + leeway + margin, not only until exp: no replay inside the leeway.
+        // (The emulator's tokens live 600 s; the nonce must outlive exp by the 60 s leeway and a 300 s margin.)
+        let kept = try TestDatabase.psql(f.url, "SELECT count(*) FROM baton.nonces WHERE expires_at >= now() + interval '\(600 + 60 + 300 - 30) seconds'")
+        #expect(kept == "1")
+        // Scoped per subject: another person's token with the same nonce is not a replay.
+        #expect(try await f.signIn(try f.token(f.people[1], nonce: hashed), nonce: "nonce-123").status == 200)
+        // A raw claim is not accepted where the native flow expects its hash, nor a hash in the web flow.
+        let raw = try f.token(f.people[1], nonce: "web-nonce")
+        #expect(try await f.signIn(raw, nonce: "web-nonce").json["reason"]?.stringValue == "nonce_mismatch")
+        #expect(try await f.signIn(raw, nonce: "web-nonce", flow: "web").status == 200)
+        await f.close()
+    }
+
+    @Test("require_nonce refuses a sign-in without a nonce")
+    func requiredNonce() async throws {
+        let f = try await ServiceFixture(.inProcess, people: 1, requireNonce: true)
+        let missing = try await f.signIn(try f.token(f.people[0]))
+        #expect(missing.status == 400)
+        #expect(missing.error == "invalid_request")
+        #expect(try f.count("SELECT count(*) FROM baton.events") == 0)
+        let token = try f.token(f.people[0], nonce: Digest.sha256Hex(Array("n-1".utf8)))
+        #expect(try await f.signIn(token, nonce: "n-1").json["outcome"]?.stringValue == "migrated")
+        await f.close()
     }
 
     @Test("credential states: authorized, transferred, revoked, not_found", arguments: Mode.allCases)
@@ -125,26 +151,112 @@ struct SignInServiceTests {
         }
     }
 
+    /// A `/v1/link` body with both tokens and the session's nonce.
+    private func linkBody(_ legacy: String, _ current: String, nonce: String?) -> JSONObject {
+        var body: JSONObject = ["legacy_id_token": .string(legacy), "id_token": .string(current)]
+        if let nonce { body["nonce"] = .string(nonce) }
+        return body
+    }
+
     @Test("link rewrites the old record; a second link is current; a taken identifier is 409", arguments: Mode.allCases)
     func link(mode: Mode) async throws {
-        try await ServiceFixture.run(mode, people: 2, acceptTransfer: false) { f in
-            let legacyTokens = try f.people.map { try f.token($0) }
-            try f.emulator.acceptTransfer(clientID: ServiceFixture.clientID)
-            let linked = try await f.postJSON("/v1/link", ["legacy_id_token": .string(legacyTokens[0]), "id_token": .string(try f.token(f.people[0]))])
-            #expect(linked.status == 200)
-            #expect(linked.json["outcome"]?.stringValue == "migrated")
-            #expect(try f.count("SELECT count(*) FROM baton.transfers WHERE method = 'link' AND state = 'migrated'") == 1)
-            let again = try await f.postJSON("/v1/link", ["legacy_id_token": .string(legacyTokens[0]), "id_token": .string(try f.token(f.people[0]))])
-            #expect(again.json["outcome"]?.stringValue == "current")
-            // Another record already carries the second person's new identifier.
-            try await f.pool.execute("INSERT INTO public.users (apple_sub) VALUES (\(try f.newSub(f.people[1])))")
-            let conflict = try await f.postJSON("/v1/link", ["legacy_id_token": .string(legacyTokens[1]), "id_token": .string(try f.token(f.people[1]))])
-            #expect(conflict.status == 409)
-            #expect(conflict.error == "conflict")
-            #expect(try f.count("SELECT count(*) FROM users WHERE apple_sub = '\(f.people[1].oldSub)'") == 1)
-            let missing = try await f.postJSON("/v1/link", ["id_token": .string(try f.token(f.people[1]))])
-            #expect(missing.status == 400)
-        }
+        let f = try await ServiceFixture(mode, people: 2)
+        let claim = Digest.sha256Hex(Array("session-1".utf8))
+        let legacy0 = try f.legacyToken(f.people[0], nonce: claim)
+        let linked = try await f.postJSON("/v1/link", linkBody(legacy0, try f.token(f.people[0], nonce: claim), nonce: "session-1"))
+        #expect(linked.status == 200)
+        #expect(linked.json["outcome"]?.stringValue == "migrated")
+        #expect(try f.count("SELECT count(*) FROM baton.transfers WHERE method = 'link' AND state = 'migrated'") == 1)
+        let claim2 = Digest.sha256Hex(Array("session-2".utf8))
+        let again = try await f.postJSON("/v1/link", linkBody(try f.legacyToken(f.people[0], nonce: claim2), try f.token(f.people[0], nonce: claim2), nonce: "session-2"))
+        #expect(again.json["outcome"]?.stringValue == "current")
+        // Another record already carries the second person's new identifier.
+        try await f.pool.execute("INSERT INTO public.users (apple_sub) VALUES (\(try f.newSub(f.people[1])))")
+        let claim3 = Digest.sha256Hex(Array("session-3".utf8))
+        let conflict = try await f.postJSON("/v1/link", linkBody(try f.legacyToken(f.people[1], nonce: claim3), try f.token(f.people[1], nonce: claim3), nonce: "session-3"))
+        #expect(conflict.status == 409)
+        #expect(conflict.error == "conflict")
+        #expect(try f.count("SELECT count(*) FROM users WHERE apple_sub = '\(f.people[1].oldSub)'") == 1)
+        let missing = try await f.postJSON("/v1/link", ["id_token": .string(try f.token(f.people[1]))])
+        #expect(missing.status == 400)
+        await f.close()
+    }
+
+    @Test("link needs one nonce in both tokens, a sending-team token, and a subject awaiting migration", arguments: Mode.allCases)
+    func linkRefusals(mode: Mode) async throws {
+        let f = try await ServiceFixture(mode, people: 2)
+        let claim = Digest.sha256Hex(Array("session".utf8))
+        let legacy = try f.legacyToken(f.people[0], nonce: claim)
+        let current = try f.token(f.people[0], nonce: claim)
+        let noNonce = try await f.postJSON("/v1/link", linkBody(legacy, current, nonce: nil))
+        #expect(noNonce.status == 400)
+        #expect(noNonce.error == "missing_field")
+        let otherSession = try await f.postJSON("/v1/link", linkBody(legacy, try f.token(f.people[0], nonce: Digest.sha256Hex(Array("x".utf8))), nonce: "session"))
+        #expect(otherSession.reason == "nonce_mismatch")
+        // Two current-team tokens (X's as "legacy", Y's as current): the legacy one is refused by its audience.
+        let swapped = try await f.postJSON("/v1/link", linkBody(try f.token(f.people[1], nonce: claim), current, nonce: "session"))
+        #expect(swapped.status == 401)
+        #expect(swapped.reason == "wrong_audience")
+        // Person 0 migrates by signing in; their old identifier can then not be linked to another person.
+        #expect(try await f.signIn(try f.token(f.people[0])).json["outcome"]?.stringValue == "migrated")
+        let stolen = try await f.postJSON("/v1/link", linkBody(legacy, try f.token(f.people[1], nonce: claim), nonce: "session"))
+        #expect(stolen.status == 409)
+        #expect(stolen.error == "not_linkable")
+        #expect(try f.count("SELECT count(*) FROM baton.events WHERE method = 'link'") == 0)
+        // The nonce is consumed by a successful link only, and only once.
+        let claim2 = Digest.sha256Hex(Array("session-2".utf8))
+        let body = linkBody(try f.legacyToken(f.people[1], nonce: claim2), try f.token(f.people[1], nonce: claim2), nonce: "session-2")
+        #expect(try await f.postJSON("/v1/link", body).json["outcome"]?.stringValue == "migrated")
+        #expect(try await f.postJSON("/v1/link", body).error == "nonce_reused")
+        await f.close()
+    }
+
+    @Test("notifications: stale ones refused; a replayed revocation does not undo a later sign-in", arguments: Mode.allCases)
+    func notificationFreshness(mode: Mode) async throws {
+        let f = try await ServiceFixture(mode, people: 1)
+        let person = f.people[0]
+        let sub = try f.newSub(person)
+        let stale = try await f.postJSON("/v1/notifications", ["payload": .string(try f.notification(type: "consent-revoked", sub: sub, at: Date().addingTimeInterval(-2 * 86_400)))])
+        #expect(stale.status == 400)
+        #expect(stale.reason == "expired")
+        #expect(try await f.signIn(try f.token(person)).json["outcome"]?.stringValue == "migrated")
+        let revocation = try f.notification(type: "consent-revoked", sub: sub, at: Date().addingTimeInterval(-10))
+        #expect(try await f.postJSON("/v1/notifications", ["payload": .string(revocation)]).json["changed"]?.boolValue == true)
+        #expect(try await f.send("GET", "/v1/credential-state", query: ["user": sub]).json["state"]?.stringValue == "revoked")
+        #expect(try await f.signIn(try f.token(person)).json["outcome"]?.stringValue == "current")  // consents again
+        #expect(try await f.send("GET", "/v1/credential-state", query: ["user": sub]).json["state"]?.stringValue == "authorized")
+        let replayed = try await f.postJSON("/v1/notifications", ["payload": .string(revocation)])
+        #expect(replayed.status == 200)
+        #expect(replayed.json["changed"]?.boolValue == false)
+        #expect(try await f.send("GET", "/v1/credential-state", query: ["user": sub]).json["state"]?.stringValue == "authorized")
+        await f.close()
+    }
+
+    @Test("credential-state requires the service token when one is configured; NUL in a value is refused", arguments: Mode.allCases)
+    func serviceToken(mode: Mode) async throws {
+        let token = "service-token-0123456789"
+        let f = try await ServiceFixture(mode, people: 1, serviceToken: token)
+        let user = f.people[0].oldSub
+        #expect(try await f.send("GET", "/v1/credential-state", query: ["user": user]).status == 401)
+        #expect(try await f.send("GET", "/v1/credential-state", query: ["user": user], headers: ["Authorization": "Bearer wrong-token-0123456789"]).status == 401)
+        let ok = try await f.send("GET", "/v1/credential-state", query: ["user": user], headers: ["Authorization": "bearer \(token)"])
+        #expect(ok.status == 200)
+        #expect(ok.json["state"]?.stringValue == "transferred")
+        let nul = try await f.send("GET", "/v1/credential-state", query: ["user": user + "\u{0}x"], headers: ["Authorization": "Bearer \(token)"])
+        #expect(nul.status == 400)
+        #expect(nul.error == "invalid_request")
+        await f.close()
+    }
+
+    @Test("the admin token: Bearer in any case; the token followed by extra bytes does not match")
+    func adminBearer() async throws {
+        let f = try await ServiceFixture(.inProcess, people: 1)
+        #expect(try await f.send("GET", "/v1/report", headers: ["Authorization": "BEARER \(ServiceFixture.adminToken)"]).status == 200)
+        let padded = ServiceFixture.adminToken + String(repeating: "\u{0}", count: 256)
+        #expect(try await f.send("GET", "/v1/report", headers: ["Authorization": "Bearer \(padded)"]).status == 401)
+        let longer = ServiceFixture.adminToken + String(repeating: "A", count: 256)
+        #expect(try await f.send("GET", "/v1/report", headers: ["Authorization": "Bearer \(longer)"]).status == 401)
+        await f.close()
     }
 
     @Test("notifications: string and object events, duplicates harmless, bad signature and audience refused", arguments: Mode.allCases)

@@ -7,6 +7,22 @@ import Testing
 
 @Suite("Token bucket")
 struct TokenBucketTests {
+    @Test("a huge Retry-After pauses an hour at most (Retry-After: 9300000000 used to trap the job)")
+    func hugeRetryAfter() async throws {
+        var bucket = TokenBucket(rate: 10, now: 0)
+        bucket.rateLimited(retryAfter: 9_300_000_000, now: 0)
+        #expect(bucket.reserve(now: 0) <= 3_600)
+        bucket.rateLimited(retryAfter: .infinity, now: 0)
+        #expect(bucket.reserve(now: 0) <= 3_601)
+        // The shared limiter converts its wait checked: a cancelled wait ends without trapping.
+        let limiter = RateLimiter(rate: 10)
+        limiter.rateLimited(retryAfter: 9_300_000_000)
+        let waiting = Task { try await limiter.acquire() }
+        try await Task.sleep(for: .milliseconds(50))
+        waiting.cancel()
+        await #expect(throws: CancellationError.self) { try await waiting.value }
+    }
+
     @Test("requests are spaced 1/rate apart, the first goes at once")
     func spacing() {
         var bucket = TokenBucket(rate: 10, now: 0)

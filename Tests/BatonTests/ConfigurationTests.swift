@@ -126,8 +126,14 @@ struct ConfigurationTests {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("baton-config-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: directory) }
-        try Data("file-token-0123456789\n".utf8).write(to: directory.appendingPathComponent("admin-token"))
+        let tokenPath = directory.appendingPathComponent("admin-token").path
+        try Data("file-token-0123456789\n".utf8).write(to: URL(fileURLWithPath: tokenPath))
         let json = try configJSON { $0["admin_token_file"] = "admin-token" }
+        // A token file others may read is refused at start-up, not only warned about.
+        try FileManager.default.setAttributes([.posixPermissions: 0o640], ofItemAtPath: tokenPath)
+        let exposed = #expect(throws: ConfigurationError.self) { try BatonConfiguration.load(json: json, baseDirectory: directory.path, environment: [:]) }
+        #expect(exposed?.key == "admin_token_file")
+        try FileManager.default.setAttributes([.posixPermissions: 0o600], ofItemAtPath: tokenPath)
 
         let fromFile = try BatonConfiguration.load(json: json, baseDirectory: directory.path, environment: [:])
         #expect(fromFile.adminToken?.matches("file-token-0123456789") == true)
@@ -171,6 +177,14 @@ struct ConfigurationTests {
         ("empty client ID", "apple.client_ids", [""], .invalidValue),
         ("client ID listed twice", "apple.client_ids", ["com.example.app", "com.example.app"], .invalidValue),
         ("legacy client ID with space", "apple.legacy_client_ids", ["com.example app"], .invalidValue),
+        ("legacy client ID also current", "apple.legacy_client_ids", ["com.example.old", "com.example.web"], .invalidValue),
+        ("plain http to a remote Apple", "apple.base_url", "http://appleid.apple.com", .invalidValue),
+        ("plain http keys URL to a remote host", "apple.keys_url", "http://10.0.0.1:8080/auth/keys", .invalidValue),
+        ("notification max age too short", "apple.notification_max_age_seconds", 10, .invalidValue),
+        ("request timeout zero", "server.request_timeout_ms", 0, .invalidValue),
+        ("request head timeout too long", "server.request_head_timeout_ms", 600_001, .invalidValue),
+        ("no connection per address", "server.connections_per_ip", 0, .invalidValue),
+        ("require_nonce not a boolean", "require_nonce", "yes", .invalidValue),
         ("transfer client ID with team prefix", "apple.transfer.client_id", "AAAAAAAAAA.com.example.app", .invalidValue),
         ("transfer without client ID", "apple.transfer.client_id", nil, .missing),
         ("accepted_at not a date", "apple.transfer.accepted_at", "1 November 2026", .invalidValue),

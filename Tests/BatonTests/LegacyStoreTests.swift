@@ -1,3 +1,4 @@
+import BatonAppleSignIn
 import Baton
 import Foundation
 import BatonPostgres
@@ -142,26 +143,63 @@ struct LegacyStoreTests {
 
     @Test("notifications: duplicates change nothing and append no event")
     func notifications() async throws {
-        try await StoreFixture.run("store_notify") { f async throws in
-            #expect(try await f.store.applyNotification(.emailDisabled, subject: "s1"))
-            #expect(try await f.store.applyNotification(.emailDisabled, subject: "s1") == false)
-            #expect(try await f.store.applyNotification(.emailEnabled, subject: "s1"))
-            #expect(try await f.store.applyNotification(.accountDelete, subject: "s1"))
-            #expect(try await f.store.applyNotification(.accountDeleted, subject: "s1") == false)
-            #expect(try TestDatabase.psql(f.url, "SELECT state || ' ' || email_enabled FROM baton.subjects") == "deleted true")
-            #expect(try f.count("SELECT count(*) FROM baton.events WHERE kind = 'notification'") == 3)
-        }
+        let f = try await StoreFixture("store_notify")
+        let start = Date().addingTimeInterval(-100)
+        #expect(try await f.store.applyNotification(.emailDisabled, subject: "s1", eventTime: start))
+        #expect(try await f.store.applyNotification(.emailDisabled, subject: "s1", eventTime: start + 1) == false)
+        #expect(try await f.store.applyNotification(.emailEnabled, subject: "s1", eventTime: start + 2))
+        #expect(try await f.store.applyNotification(.accountDelete, subject: "s1", eventTime: start + 3))
+        #expect(try await f.store.applyNotification(.accountDeleted, subject: "s1", eventTime: start + 4) == false)
+        #expect(try TestDatabase.psql(f.url, "SELECT state || ' ' || email_enabled FROM baton.subjects") == "deleted true")
+        #expect(try f.count("SELECT count(*) FROM baton.events WHERE kind = 'notification'") == 3)
+        await f.pool.close()
     }
 
-    @Test("a nonce is accepted once until it expires")
+    @Test("notifications apply in event order: a replayed or late revocation does not undo a later sign-in")
+    func notificationOrder() async throws {
+        let f = try await StoreFixture("store_notify_order")
+        try await f.addUser(sub: "s1", email: nil)
+        let revokedAt = Date().addingTimeInterval(-60)
+        #expect(try await f.store.applyNotification(.consentRevoked, subject: "s1", eventTime: revokedAt))
+        try await f.store.restoreAuthorization(subject: "s1")  // the user signed in again
+        #expect(try await f.store.applyNotification(.consentRevoked, subject: "s1", eventTime: revokedAt) == false)
+        #expect(try await f.store.applyNotification(.consentRevoked, subject: "s1", eventTime: revokedAt - 30) == false)
+        #expect(CredentialState(try await f.store.credentialFacts(of: "s1"), transferAccepted: true) == .authorized)
+        #expect(try await f.store.applyNotification(.consentRevoked, subject: "s1", eventTime: Date().addingTimeInterval(5)))
+        #expect(CredentialState(try await f.store.credentialFacts(of: "s1"), transferAccepted: true) == .revoked)
+        await f.pool.close()
+    }
+
+    @Test("a nonce is accepted once per subject until it expires; a released one is accepted again")
     func nonces() async throws {
-        try await StoreFixture.run("store_nonce") { f async throws in
-            let later = Date().addingTimeInterval(600)
-            #expect(try await f.store.consumeNonce("n-1", expiresAt: later))
-            #expect(try await f.store.consumeNonce("n-1", expiresAt: later) == false)
-            #expect(try await f.store.consumeNonce("n-2", expiresAt: Date().addingTimeInterval(-1)))
-            #expect(try await f.store.consumeNonce("n-2", expiresAt: later))
+        let f = try await StoreFixture("store_nonce")
+        let later = Date().addingTimeInterval(600)
+        #expect(try await f.store.consumeNonce("n-1", subject: "a", expiresAt: later))
+        #expect(try await f.store.consumeNonce("n-1", subject: "a", expiresAt: later) == false)
+        #expect(try await f.store.consumeNonce("n-1", subject: "b", expiresAt: later))
+        #expect(try await f.store.consumeNonce("n-2", subject: "a", expiresAt: Date().addingTimeInterval(-1)))
+        #expect(try await f.store.consumeNonce("n-2", subject: "a", expiresAt: later))
+        try await f.store.releaseNonce("n-1", subject: "a")
+        #expect(try await f.store.consumeNonce("n-1", subject: "a", expiresAt: later))
+        await f.pool.close()
+    }
+
+    @Test("re-linking accepts only a sending-team identifier still waiting (or a repeat of its own link)")
+    func linkable() async throws {
+        let f = try await StoreFixture("store_linkable")
+        try await f.addUser(sub: "pending.old", email: nil)
+        try await f.addTransfer(oldSub: "pending.old", transferSub: "t.p")
+        try await f.addUser(sub: "plain.old", email: nil)
+        try await f.addUser(sub: "mig.old", email: nil)
+        _ = try await f.store.applyMigration(oldSub: "mig.old", newSub: "mig.new", newEmail: nil, isPrivateEmail: nil, transferSub: nil, method: .signin)
+        let cases: [(String, String, Bool)] = [
+            ("pending.old", "x.new", true), ("plain.old", "x.new", true), ("mig.old", "mig.new", true),
+            ("mig.old", "x.new", false), ("mig.new", "x.new", false), ("nobody", "x.new", false),
+        ]
+        for (legacy, current, expected) in cases {
+            #expect(try await f.store.isLinkable(legacySubject: legacy, currentSubject: current) == expected, "\(legacy) → \(current)")
         }
+        await f.pool.close()
     }
 
     @Test("an email Apple changed is updated with an event; an unchanged one writes nothing")

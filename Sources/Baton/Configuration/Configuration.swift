@@ -1,4 +1,5 @@
 import Foundation
+import BatonJOSE
 import BatonPostgres
 
 /// Baton's configuration: a JSON file (default `baton.json`) overridden by `BATON_*` environment variables.
@@ -27,6 +28,14 @@ public struct BatonConfiguration: Sendable, Equatable, Codable {
     public var adminToken: AdminToken?
     /// Seconds between reloads of the `GET /report` page (a meta refresh); 0 for none; default 300.
     public var reportRefreshSeconds: Int
+    /// The file holding the service token `GET /v1/credential-state` then requires, if any.
+    public var serviceTokenFile: String?
+    /// The service token, from `BATON_SERVICE_TOKEN` or `service_token_file`; never read from or written to JSON.
+    public var serviceToken: AdminToken?
+    /// Whether `POST /v1/signin` refuses a request without a nonce (`require_nonce`); default false.
+    public var requireNonce: Bool
+    /// Limits of `baton serve`'s HTTP server (`server.*`).
+    public var server: Server
 
     /// Creates a configuration; call ``validate()`` on one built by hand.
     public init(
@@ -36,7 +45,11 @@ public struct BatonConfiguration: Sendable, Equatable, Codable {
         legacy: Legacy,
         adminTokenFile: String? = nil,
         adminToken: AdminToken? = nil,
-        reportRefreshSeconds: Int = 300
+        reportRefreshSeconds: Int = 300,
+        serviceTokenFile: String? = nil,
+        serviceToken: AdminToken? = nil,
+        requireNonce: Bool = false,
+        server: Server = Server()
     ) {
         self.listen = listen
         self.database = database
@@ -45,12 +58,18 @@ public struct BatonConfiguration: Sendable, Equatable, Codable {
         self.adminTokenFile = adminTokenFile
         self.adminToken = adminToken
         self.reportRefreshSeconds = reportRefreshSeconds
+        self.serviceTokenFile = serviceTokenFile
+        self.serviceToken = serviceToken
+        self.requireNonce = requireNonce
+        self.server = server
     }
 
     enum CodingKeys: String, CodingKey {
-        case listen, database, apple, legacy
+        case listen, database, apple, legacy, server
         case adminTokenFile = "admin_token_file"
         case reportRefreshSeconds = "report_refresh_seconds"
+        case serviceTokenFile = "service_token_file"
+        case requireNonce = "require_nonce"
     }
 
     // MARK: - Sections
@@ -105,6 +124,31 @@ public struct BatonConfiguration: Sendable, Equatable, Codable {
         }
     }
 
+    /// The `server` section: limits of `baton serve`'s HTTP server against slow or greedy clients.
+    public struct Server: Sendable, Equatable, Codable {
+        /// The longest a request's handler may run before the answer is 503 `timeout`, in milliseconds; also how
+        /// long shutdown waits for running handlers. Default 10,000; 100...600,000.
+        public var requestTimeoutMilliseconds: Int
+        /// The longest a client may take to send a request's head and body, in milliseconds, however slowly it
+        /// trickles bytes. Default 10,000; 100...600,000.
+        public var requestHeadTimeoutMilliseconds: Int
+        /// Connections one client address may hold at once. Default 32; 1...10,000.
+        public var connectionsPerIP: Int
+
+        /// Creates the section with its defaults.
+        public init(requestTimeoutMilliseconds: Int = 10_000, requestHeadTimeoutMilliseconds: Int = 10_000, connectionsPerIP: Int = 32) {
+            self.requestTimeoutMilliseconds = requestTimeoutMilliseconds
+            self.requestHeadTimeoutMilliseconds = requestHeadTimeoutMilliseconds
+            self.connectionsPerIP = connectionsPerIP
+        }
+
+        enum CodingKeys: String, CodingKey {
+            case requestTimeoutMilliseconds = "request_timeout_ms"
+            case requestHeadTimeoutMilliseconds = "request_head_timeout_ms"
+            case connectionsPerIP = "connections_per_ip"
+        }
+    }
+
     /// The database section.
     public struct Database: Sendable, Equatable, Codable {
         /// A libpq connection URL, `postgresql://…` (it may hold a password: never print it).
@@ -145,6 +189,8 @@ public struct BatonConfiguration: Sendable, Equatable, Codable {
         public var legacyClientIDs: [String]
         /// The transfer being carried out; absent when there is none.
         public var transfer: Transfer?
+        /// The oldest server-to-server notification accepted, by its `iat`, in seconds; default 86,400 (a day).
+        public var notificationMaxAgeSeconds: Int
 
         /// The default base URL, `https://appleid.apple.com`.
         public static let defaultBaseURL = URL(string: "https://appleid.apple.com")!
@@ -158,7 +204,8 @@ public struct BatonConfiguration: Sendable, Equatable, Codable {
             issuer: String = Apple.defaultIssuer,
             clientIDs: [String],
             legacyClientIDs: [String] = [],
-            transfer: Transfer? = nil
+            transfer: Transfer? = nil,
+            notificationMaxAgeSeconds: Int = 86_400
         ) {
             self.baseURL = baseURL
             self.keysURL = keysURL ?? Apple.keysURL(for: baseURL)
@@ -166,9 +213,11 @@ public struct BatonConfiguration: Sendable, Equatable, Codable {
             self.clientIDs = clientIDs
             self.legacyClientIDs = legacyClientIDs
             self.transfer = transfer
+            self.notificationMaxAgeSeconds = notificationMaxAgeSeconds
         }
 
         enum CodingKeys: String, CodingKey {
+            case notificationMaxAgeSeconds = "notification_max_age_seconds"
             case baseURL = "base_url"
             case keysURL = "keys_url"
             case issuer
@@ -328,7 +377,7 @@ public struct BatonConfiguration: Sendable, Equatable, Codable {
     }
 }
 
-/// The admin token: compared in constant time, never printed.
+/// A bearer token (the admin token, the service token): compared in constant time, never printed.
 public struct AdminToken: Sendable, Equatable, CustomStringConvertible, CustomDebugStringConvertible, CustomReflectable {
     private let value: [UInt8]
 
@@ -341,14 +390,10 @@ public struct AdminToken: Sendable, Equatable, CustomStringConvertible, CustomDe
         value = Array(text.utf8)
     }
 
-    /// Whether `candidate` is the token, comparing every byte whatever the first difference.
+    /// Whether `candidate` is the token, in constant time (``ConstantTime/equals(_:_:)``): the lengths are
+    /// compared as integers, so the token followed by extra bytes does not match.
     public func matches(_ candidate: some StringProtocol) -> Bool {
-        let bytes = Array(candidate.utf8)
-        var difference = UInt8(truncatingIfNeeded: bytes.count ^ value.count)
-        for index in value.indices {
-            difference |= value[index] ^ (index < bytes.count ? bytes[index] : 0)
-        }
-        return difference == 0
+        ConstantTime.equals(Array(candidate.utf8), value)
     }
 
     /// Always `<redacted>`.

@@ -12,6 +12,8 @@ extension BatonConfiguration {
         case list
         /// A file path: relative to the JSON file's directory, or to the current directory from the environment.
         case path
+        /// `true` or `false` (also `1` and `0` in the environment).
+        case boolean
     }
 
     /// What an absent key means.
@@ -87,7 +89,9 @@ extension BatonConfiguration {
         Key("apple.client_ids", .list, .required,
             "client IDs accepted as `aud`: bundle IDs and Services IDs, **without** a `TEAMID.` prefix"),
         Key("apple.legacy_client_ids", .list, .value([], "empty"),
-            "client IDs of the sending team accepted for re-linking (`POST /v1/link`)"),
+            "client IDs of the sending team accepted for re-linking (`POST /v1/link`); one also in `apple.client_ids` is refused at start-up (a current-team token would pass as the sending team's)"),
+        Key("apple.notification_max_age_seconds", .integer, .value(86_400, "`86400`"),
+            "`baton serve`: the oldest server-to-server notification accepted, by its `iat`, 60–2592000"),
         Key("apple.transfer.client_id", .string, .required,
             "the transferred app's client ID, sent as `client_id` and as the secret's `sub`"),
         Key("apple.transfer.accepted_at", .string, .absent("absent"),
@@ -116,12 +120,25 @@ extension BatonConfiguration {
             "a column holding each user's transfer identifier, if the application stores them"),
         Key("admin_token_file", .path, .absent("absent"),
             "a file holding the admin token for `GET /v1/report`"),
+        Key("service_token_file", .path, .absent("absent"),
+            "a file holding a token `GET /v1/credential-state` then requires (`Authorization: Bearer …`); without it the route is open"),
+        Key("require_nonce", .boolean, .value(false, "`false`"),
+            "`baton serve`: `POST /v1/signin` without a `nonce` is refused (400 `invalid_request`)"),
+        Key("server.request_timeout_ms", .integer, .value(10_000, "`10000`"),
+            "`baton serve`: a request not answered within it gets 503 `timeout`; also bounds shutdown's wait for running requests; 100–600000"),
+        Key("server.request_head_timeout_ms", .integer, .value(10_000, "`10000`"),
+            "`baton serve`: a client must send a whole request (head and body) within it, however slowly it trickles bytes, else the connection is closed; 100–600000"),
+        Key("server.connections_per_ip", .integer, .value(32, "`32`"),
+            "`baton serve`: connections one client address may hold at once; 1–10000"),
         Key("report_refresh_seconds", .integer, .value(300, "`300`"),
             "how often the `GET /report` page reloads itself (a meta refresh, no script); `0` for never, otherwise 10–86,400"),
     ]
 
     /// The environment variable holding the admin token itself (it has no JSON key).
     public static let adminTokenVariable = "BATON_ADMIN_TOKEN"
+
+    /// The environment variable holding the service token itself (it has no JSON key).
+    public static let serviceTokenVariable = "BATON_SERVICE_TOKEN"
 
     /// `BATON_` + the path upper-cased with `.` as `_`: `database.url` → `BATON_DATABASE_URL`.
     /// An index in a list (`apple.client_ids[1]`) names the list's variable.

@@ -1,3 +1,4 @@
+import BatonAppleSignIn
 import BatonConcurrency
 import BatonJOSE
 import Foundation
@@ -65,7 +66,8 @@ extension BatonConfiguration {
         } catch let error as DecodingError {
             throw ConfigurationError(decoding: error)
         }
-        configuration.adminToken = try loadAdminToken(environment: environment, file: configuration.adminTokenFile)
+        configuration.adminToken = try loadToken(environment[adminTokenVariable], file: configuration.adminTokenFile, key: "admin_token")
+        configuration.serviceToken = try loadToken(environment[serviceTokenVariable], file: configuration.serviceTokenFile, key: "service_token")
         try configuration.validate()
         return configuration
     }
@@ -99,8 +101,8 @@ extension BatonConfiguration {
     private static func checkKnownKeys(_ object: JSONObject, prefix: String) throws {
         for member in object {
             let path = prefix.isEmpty ? member.key : "\(prefix).\(member.key)"
-            if path == "admin_token" {
-                throw ConfigurationError(.unknownKey, key: path, reason: "the admin token is never read from the configuration file: put it in the file named by admin_token_file, or in \(adminTokenVariable)")
+            if path == "admin_token" || path == "service_token" {
+                throw ConfigurationError(.unknownKey, key: path, reason: "a token is never read from the configuration file: put it in the file named by \(path)_file, or in \(environmentVariable(for: path))")
             }
             if keys.contains(where: { $0.path == path }) { continue }
             guard keys.contains(where: { $0.path.hasPrefix(path + ".") }) else {
@@ -129,6 +131,12 @@ extension BatonConfiguration {
                     throw ConfigurationError(.invalidValue, key: key.path, reason: "must be a whole number")
                 }
                 try set(.number(Double(number)), at: key.path, in: &tree)
+            case .boolean:
+                switch trimmed.lowercased() {
+                case "true", "1": try set(.bool(true), at: key.path, in: &tree)
+                case "false", "0": try set(.bool(false), at: key.path, in: &tree)
+                default: throw ConfigurationError(.invalidValue, key: key.path, reason: "must be true or false")
+                }
             case .list:
                 let items = trimmed.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
                 try set(.array(items.map(JSONValue.string)), at: key.path, in: &tree)
@@ -139,6 +147,14 @@ extension BatonConfiguration {
     /// Fills in each absent (or `null`) key that has a default, where its section is present; a missing
     /// section stays missing so that the error names the section.
     private static func applyDefaults(to tree: inout JSONObject) throws {
+        // A section none of whose keys is required (`server`) may be left out whole: it is created, then filled.
+        let sections = Set(keys.map { $0.path.split(separator: ".").dropLast().joined(separator: ".") }).filter { !$0.isEmpty }
+        for section in sections.sorted() where value(at: section, in: tree) == nil {
+            let members = keys.filter { $0.path.hasPrefix(section + ".") }
+            if members.allSatisfy({ if case .value = $0.defaultValue { true } else { false } }) {
+                try set(.object(JSONObject()), at: section, in: &tree)
+            }
+        }
         for key in keys {
             let parts = key.path.split(separator: ".")
             let section = parts.dropLast().joined(separator: ".")
@@ -191,24 +207,28 @@ extension BatonConfiguration {
         try assign(&tree, 0)
     }
 
-    /// The admin token from `BATON_ADMIN_TOKEN`, else from `file`, else none.
-    private static func loadAdminToken(environment: [String: String], file: String?) throws -> AdminToken? {
+    /// A bearer token from its environment variable's value, else from `file`, else none. `key` is
+    /// `admin_token` or `service_token`; the file is refused when its group or others have any permission.
+    private static func loadToken(_ fromEnvironment: String?, file: String?, key: String) throws -> AdminToken? {
         let text: String
-        let key: String
-        if let fromEnvironment = environment[adminTokenVariable]?.trimmingCharacters(in: .whitespacesAndNewlines), !fromEnvironment.isEmpty {
+        let source: String
+        if let fromEnvironment = fromEnvironment?.trimmingCharacters(in: .whitespacesAndNewlines), !fromEnvironment.isEmpty {
             text = fromEnvironment
-            key = "admin_token"
+            source = key
         } else if let file, !file.isEmpty {
+            source = key + "_file"
             guard let data = FileManager.default.contents(atPath: file) else {
-                throw ConfigurationError(.fileUnreadable, key: "admin_token_file", reason: "cannot read the admin token file")
+                throw ConfigurationError(.fileUnreadable, key: source, reason: "cannot read the token file")
+            }
+            guard !SecretFile.isExposed(file) else {
+                throw ConfigurationError(.invalidValue, key: source, reason: "the token file is readable by its group or others: chmod 600 it")
             }
             text = String(decoding: data, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
-            key = "admin_token_file"
         } else {
             return nil
         }
         guard let token = AdminToken(text) else {
-            throw ConfigurationError(.invalidValue, key: key, reason: "the admin token must be at least \(AdminToken.minimumLength) characters")
+            throw ConfigurationError(.invalidValue, key: source, reason: "the token must be at least \(AdminToken.minimumLength) characters")
         }
         return token
     }

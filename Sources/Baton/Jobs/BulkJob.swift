@@ -95,7 +95,7 @@ enum FailureKind: Equatable {
             case .rateLimited: return .rateLimited
             case .serverError, .timeout, .connectionFailed, .unexpectedStatus, .invalidResponse: return .transient
             case .invalidRequest, .invalidGrant: return .user
-            case .invalidClient, .unauthorizedClient, .unsupportedGrantType, .invalidScope, .otherAppleError, .invalidParameter, .keyInvalid, .keyUnreadable:
+            case .invalidClient, .unauthorizedClient, .unsupportedGrantType, .invalidScope, .otherAppleError, .invalidParameter, .keyInvalid, .keyUnreadable, .keyExposed:
                 return .fatal
             }
         }
@@ -317,7 +317,7 @@ public final class BulkJob: Sendable {
                     transientTries += 1
                     if transientTries <= options.transientRetries {
                         let delay = options.retryDelay * pow(2, Double(transientTries - 1)) * Double.random(in: 0.5...1)
-                        try? await Task.sleep(for: .nanoseconds(Int64(delay * 1e9)))
+                        try? await Task.sleep(nanoseconds: RetryPolicy.nanoseconds(delay))
                         continue
                     }
                     await recordFailure(item, reason: reason)

@@ -1,3 +1,4 @@
+import BatonAppleSignIn
 import Foundation
 import Synchronization
 
@@ -52,9 +53,11 @@ public struct TokenBucket: Sendable, Equatable {
         return start - now
     }
 
-    /// Records a 429: no request before `now + retryAfter` (1 s when Apple gave none), and a lower rate.
+    /// Records a 429: no request before `now + retryAfter` (1 s when Apple gave none; at most
+    /// `RetryPolicy.retryAfterCeiling`, one hour), and a lower rate.
     public mutating func rateLimited(retryAfter: Double?, now: Double) {
-        pausedUntil = max(pausedUntil, now + max(0, retryAfter ?? 1))
+        let pause = retryAfter.map { $0.isNaN ? 1 : min(max(0, $0), RetryPolicy.retryAfterCeiling) } ?? 1
+        pausedUntil = max(pausedUntil, now + pause)
         rate = max(minimumRate, rate * decreaseFactor)
         lastAdjustment = now
     }
@@ -83,7 +86,7 @@ public final class RateLimiter: Sendable {
     public func acquire() async throws {
         let now = seconds
         let wait = bucket.withLock { $0.reserve(now: now) }
-        if wait > 0 { try await Task.sleep(for: .nanoseconds(Int64(wait * 1e9))) }
+        if wait > 0 { try await Task.sleep(nanoseconds: RetryPolicy.nanoseconds(wait)) }
     }
 
     /// Records a 429 with Apple's `Retry-After` (seconds).

@@ -266,6 +266,22 @@ public struct LegacyStore: BatonStore {
         return PostgresQuery(unsafeSQL: sql, first.bindings + second.bindings)
     }
 
+    /// Whether `legacySub` may be re-linked to `currentSub` (`POST /v1/link`): it is a `baton.transfers.old_sub`
+    /// not yet migrated (or migrated to `currentSub` already: a repeated link), or a legacy row's subject that
+    /// is neither in `baton.transfers` nor the new subject of any migration. A current-team identifier that a
+    /// migration wrote is never accepted as the sending team's. One statement, on indexed columns.
+    /// - Throws: ``PostgresError``.
+    public func isLinkable(legacySubject legacySub: String, currentSubject currentSub: String) async throws -> Bool {
+        let l = legacy
+        let rows = try await pool.query("""
+            SELECT EXISTS (SELECT 1 FROM baton.transfers WHERE old_sub = \(legacySub) AND (state <> 'migrated' OR new_sub = \(currentSub)))
+                OR (EXISTS (SELECT 1 FROM \(l.table) WHERE \(l.subjectColumn) = \(legacySub))
+                    AND NOT EXISTS (SELECT 1 FROM baton.transfers WHERE old_sub = \(legacySub))
+                    AND NOT EXISTS (SELECT 1 FROM baton.events WHERE kind = 'migrated' AND new_sub = \(legacySub)))
+            """)
+        return try rows[0].decode(Bool.self, at: 0)
+    }
+
     // MARK: - Current users
 
     /// Replaces the email of `user` (matched by key and subject) with `email` and appends an `email_changed`
@@ -292,12 +308,13 @@ public struct LegacyStore: BatonStore {
         return LegacyUser(key: try row.decode(String.self, at: 0), subject: user.subject, email: try row.decode(String?.self, at: 1))
     }
 
-    /// Marks `sub` authorized again in `baton.subjects` with an `authorized` event, when it was revoked.
+    /// Marks `sub` authorized again in `baton.subjects` with an `authorized` event, when it was revoked; the
+    /// sign-in's time becomes the subject's latest `event_time`, so a revocation older than it is ignored.
     /// - Throws: ``PostgresError``.
     public func restoreAuthorization(subject sub: String) async throws {
         try await pool.execute("""
             WITH changed AS (
-                UPDATE baton.subjects SET state = 'authorized', updated_at = now()
+                UPDATE baton.subjects SET state = 'authorized', updated_at = now(), event_time = GREATEST(event_time, now())
                 WHERE sub = \(sub) AND state = 'revoked' RETURNING sub
             )
             INSERT INTO baton.events (kind, old_sub, detail)
@@ -305,19 +322,25 @@ public struct LegacyStore: BatonStore {
             """)
     }
 
-    /// Records `nonce` as used until `expiresAt`; false when it is already recorded and not yet expired.
-    /// Every 1,000th call also deletes expired nonces.
+    /// Records `nonce` as used by `sub` until `expiresAt`; false when `sub` already used it and it has not
+    /// expired. Every 1,000th call also deletes expired nonces.
     /// - Throws: ``PostgresError``.
-    public func consumeNonce(_ nonce: String, expiresAt: Date) async throws -> Bool {
+    public func consumeNonce(_ nonce: String, subject sub: String, expiresAt: Date) async throws -> Bool {
         if nonceCount.next() % 1_000 == 0 {
             try await pool.execute("DELETE FROM baton.nonces WHERE expires_at < now()")
         }
         let rows = try await pool.query("""
-            INSERT INTO baton.nonces AS n (nonce, expires_at) VALUES (\(nonce), \(expiresAt))
-            ON CONFLICT (nonce) DO UPDATE SET expires_at = EXCLUDED.expires_at WHERE n.expires_at < now()
+            INSERT INTO baton.nonces AS n (sub, nonce, expires_at) VALUES (\(sub), \(nonce), \(expiresAt))
+            ON CONFLICT (sub, nonce) DO UPDATE SET expires_at = EXCLUDED.expires_at WHERE n.expires_at < now()
             RETURNING 1
             """)
         return rows.count == 1
+    }
+
+    /// Deletes the nonce `sub` consumed, so a sign-in that failed before writing can be retried with it.
+    /// - Throws: ``PostgresError``.
+    public func releaseNonce(_ nonce: String, subject sub: String) async throws {
+        try await pool.execute("DELETE FROM baton.nonces WHERE sub = \(sub) AND nonce = \(nonce)")
     }
 
     // MARK: - Credential state and notifications
@@ -325,9 +348,10 @@ public struct LegacyStore: BatonStore {
     /// Applies one server-to-server notification: `consent-revoked` → `revoked`, `account-delete(d)` →
     /// `deleted`, `email-disabled`/`email-enabled` → `email_enabled`. A duplicate (nothing would change)
     /// writes nothing and returns false; otherwise `baton.subjects` is upserted and a
-    /// `notification` event appended, and it returns true.
+    /// `notification` event appended, and it returns true. An event whose `eventTime` is not later than the
+    /// subject's latest applied one (a replay, or a late delivery) writes nothing and returns false.
     /// - Throws: ``PostgresError``.
-    public func applyNotification(_ kind: NotificationKind, subject sub: String) async throws -> Bool {
+    public func applyNotification(_ kind: NotificationKind, subject sub: String, eventTime: Date) async throws -> Bool {
         let state: String?
         let emailEnabled: Bool?
         switch kind {
@@ -338,12 +362,13 @@ public struct LegacyStore: BatonStore {
         }
         let rows = try await pool.query("""
             WITH up AS (
-                INSERT INTO baton.subjects AS s (sub, state, email_enabled)
-                VALUES (\(sub), COALESCE(\(state)::text, 'authorized'), \(emailEnabled))
+                INSERT INTO baton.subjects AS s (sub, state, email_enabled, event_time)
+                VALUES (\(sub), COALESCE(\(state)::text, 'authorized'), \(emailEnabled), \(eventTime))
                 ON CONFLICT (sub) DO UPDATE SET
                     state = COALESCE(\(state)::text, s.state), email_enabled = COALESCE(\(emailEnabled), s.email_enabled),
-                    updated_at = now()
-                WHERE (s.state, s.email_enabled) IS DISTINCT FROM (COALESCE(\(state)::text, s.state), COALESCE(\(emailEnabled), s.email_enabled))
+                    updated_at = now(), event_time = EXCLUDED.event_time
+                WHERE (s.event_time IS NULL OR s.event_time < EXCLUDED.event_time)
+                  AND (s.state, s.email_enabled) IS DISTINCT FROM (COALESCE(\(state)::text, s.state), COALESCE(\(emailEnabled), s.email_enabled))
                 RETURNING sub, state
             )
             INSERT INTO baton.events (kind, old_sub, detail)

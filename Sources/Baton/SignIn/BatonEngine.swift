@@ -9,7 +9,7 @@ import BatonPostgres
 ///
 /// ```swift
 /// let engine = try await BatonEngine.start(configuration: configuration, logger: logger)
-/// let result = try await engine.signIn(idToken: token, nonce: nil)
+/// let result = try await engine.signIn(idToken: token, nonce: .native(raw: sessionNonce))
 /// switch result.outcome {
 /// case .current, .migrated: openSession(for: result.user!.key)
 /// case .new: createAccount(sub: result.sub)
@@ -29,6 +29,12 @@ public final class BatonEngine: Sendable {
     public let legacyVerifier: IdentityTokenVerifier?
     /// The longest a re-link token may have been issued before the request, in seconds (default 600).
     public let linkMaxAge: TimeInterval
+    /// Whether ``signIn(idToken:nonce:)`` refuses a call without a nonce (default false).
+    public let requireNonce: Bool
+    /// The oldest server-to-server notification accepted, by its `iat`, in seconds (default 86,400).
+    public let notificationMaxAge: TimeInterval
+    /// How long after a token's `exp` + leeway its consumed nonce is still kept, in seconds: 300.
+    public static let nonceRetentionMargin: TimeInterval = 300
     private let correlator: SignInCorrelator
     private let keys: any VerificationKeyProvider
     private let keysReady: @Sendable () -> Bool
@@ -45,6 +51,8 @@ public final class BatonEngine: Sendable {
     ///   - legacyClientIDs: accepted `aud` of the sending team's tokens for re-linking; empty disables `link`.
     ///   - issuer: the required `iss` (default Apple's).
     ///   - linkMaxAge: freshness of re-link tokens in seconds (default 600).
+    ///   - requireNonce: refuse sign-ins without a nonce (default false).
+    ///   - notificationMaxAge: the oldest notification accepted, in seconds (default 86,400).
     ///   - keysReady: whether a usable key set is held (readiness); default always true.
     ///   - pool: a pool the engine owns and closes at ``shutdown()``.
     ///   - reportBuilder: makes the report's builder for an instant; nil disables ``migrationReport()``.
@@ -52,15 +60,20 @@ public final class BatonEngine: Sendable {
     ///   - now: the clock.
     public init(store: any BatonStore, keys: any VerificationKeyProvider, clientIDs: [String], legacyClientIDs: [String] = [],
                 issuer: String = IdentityTokenVerifier.appleIssuer, linkMaxAge: TimeInterval = 600,
+                requireNonce: Bool = false, notificationMaxAge: TimeInterval = 86_400,
                 keysReady: @escaping @Sendable () -> Bool = { true }, pool: PostgresPool? = nil,
                 reportBuilder: (@Sendable (Date) -> ReportBuilder)? = nil, transferAcceptedAt: Date? = nil,
                 now: @escaping @Sendable () -> Date = { Date() }) {
+        // A token is told to be the sending team's only by its `aud` (see `BatonConfiguration.validate()`).
+        precondition(Set(clientIDs).isDisjoint(with: legacyClientIDs), "a client ID is both current and legacy")
         self.store = store
         self.keys = keys
         self.verifier = IdentityTokenVerifier(clientIDs: clientIDs, keys: keys, issuer: issuer, now: now)
         self.legacyVerifier = legacyClientIDs.isEmpty ? nil
             : IdentityTokenVerifier(clientIDs: legacyClientIDs, keys: keys, issuer: issuer, now: now)
         self.linkMaxAge = linkMaxAge
+        self.requireNonce = requireNonce
+        self.notificationMaxAge = notificationMaxAge
         self.correlator = SignInCorrelator(store: store)
         self.keysReady = keysReady
         self.pool = pool
@@ -91,6 +104,8 @@ public final class BatonEngine: Sendable {
             }
             return BatonEngine(store: store, keys: cache, clientIDs: configuration.apple.clientIDs,
                                legacyClientIDs: configuration.apple.legacyClientIDs, issuer: configuration.apple.issuer,
+                               requireNonce: configuration.requireNonce,
+                               notificationMaxAge: TimeInterval(configuration.apple.notificationMaxAgeSeconds),
                                keysReady: { cache.isReady }, pool: pool,
                                reportBuilder: { now in ReportBuilder(pool: pool, configuration: configuration, now: now) },
                                transferAcceptedAt: configuration.apple.transfer?.acceptedAt)
@@ -111,28 +126,39 @@ public final class BatonEngine: Sendable {
     ///
     /// - Parameters:
     ///   - idToken: the identity token from Apple.
-    ///   - nonce: when given, the token's `nonce` claim must equal it (web flow) or its SHA-256 in hex (native
-    ///     flow), and the nonce is accepted once until the token expires.
+    ///   - nonce: the nonce the caller's session issued and the flow it went through (``ExpectedNonce``); the
+    ///     verifier checks the token's claim against it, and the nonce is consumed once per `sub` until the
+    ///     token's `exp` + leeway + ``nonceRetentionMargin``, before anything is written (a failed sign-in
+    ///     releases it). Required when ``requireNonce``.
     /// - Returns: the outcome, the record (its `key` opens the session), `sub` and `transfer_sub`.
-    /// - Throws: ``BatonError`` `invalid_token` (reason: the verifier's code), `nonce_reused`,
-    ///   `keys_unavailable`, `database_unavailable`.
-    public func signIn(idToken: String, nonce: String? = nil) async throws -> SignInResult {
-        let token = try await verify(idToken, with: verifier)
-        if let nonce {
-            guard let claim = token.nonce else { throw BatonError(.invalidToken, VerificationError.Code.missingClaim.rawValue) }
-            guard claim == nonce || claim == Digest.sha256Hex(Array(nonce.utf8)) else {
-                throw BatonError(.invalidToken, VerificationError.Code.nonceMismatch.rawValue)
-            }
-        }
+    /// - Throws: ``BatonError`` `invalid_request` (no nonce while one is required), `invalid_token` (reason: the
+    ///   verifier's code), `nonce_reused`, `keys_unavailable`, `database_unavailable`.
+    public func signIn(idToken: String, nonce: ExpectedNonce? = nil) async throws -> SignInResult {
+        if requireNonce && nonce == nil { throw BatonError(.invalidRequest, "nonce is required") }
+        let token = try await verify(idToken, with: verifier, nonce: nonce)
         let identity = VerifiedIdentity(sub: token.subject, transferSub: token.transferSubject, email: token.email,
                                         isPrivateEmail: token.isPrivateEmail)
         return try await database {
-            // The nonce is recorded only after correlation succeeded, so a failed attempt can be retried.
-            let result = try await correlator.correlate(identity)
-            if let claim = token.nonce, nonce != nil, try await !store.consumeNonce(claim, expiresAt: token.expiresAt) {
-                throw BatonError(.nonceReused, "this nonce was already used")
+            try await consumingNonce(of: nonce == nil ? nil : token, subject: token.subject) {
+                try await correlator.correlate(identity)
             }
-            return result
+        }
+    }
+
+    /// Consumes the nonce of `token` for `sub` (nothing when `token` is nil), then runs `body`; when `body`
+    /// fails, the nonce is released so the caller can retry. A nonce already used is `nonce_reused` and
+    /// `body` does not run, so a replay writes nothing.
+    private func consumingNonce<T>(of token: AppleIDToken?, subject sub: String, _ body: () async throws -> T) async throws -> T {
+        guard let token, let claim = token.nonce else { return try await body() }
+        let keepUntil = token.expiresAt.addingTimeInterval(verifier.leeway + BatonEngine.nonceRetentionMargin)
+        guard try await store.consumeNonce(claim, subject: sub, expiresAt: keepUntil) else {
+            throw BatonError(.nonceReused, "this nonce was already used")
+        }
+        do {
+            return try await body()
+        } catch {
+            try? await store.releaseNonce(claim, subject: sub)
+            throw error
         }
     }
 
@@ -153,24 +179,35 @@ public final class BatonEngine: Sendable {
     /// Rewrites the record of the sending team's identifier to the current team's, from two tokens of the
     /// same person (`method = link`), for users whose transfer identifier cannot be exchanged.
     ///
+    /// Both tokens must carry the nonce the caller's session issued (one sign-in ceremony per team, with the
+    /// same nonce), which is then consumed for the current `sub`; the legacy token's `sub` must be a sending-team
+    /// identifier still waiting (``BatonStore/isLinkable(legacySubject:currentSubject:)``).
+    ///
     /// - Parameters:
     ///   - legacyIDToken: a token of the sending team (verified against `legacy_client_ids`).
     ///   - idToken: a token of the current team (verified against `client_ids`).
+    ///   - nonce: the session's nonce and its flow; both tokens' `nonce` claims must match it.
     /// - Returns: `migrated` when this call rewrote the record, `current` when it already was.
     /// - Throws: ``BatonError`` `invalid_request` (linking not configured), `invalid_token`, `stale_token`
-    ///   (either token issued more than ``linkMaxAge`` ago), `conflict` (the new identifier belongs to another
+    ///   (either token issued more than ``linkMaxAge`` ago), `nonce_reused`, `not_linkable` (the legacy `sub` is
+    ///   no sending-team identifier awaiting migration), `conflict` (the new identifier belongs to another
     ///   record), `legacy_record_missing`, `database_unavailable`.
-    public func link(legacyIDToken: String, idToken: String) async throws -> SignInResult {
+    public func link(legacyIDToken: String, idToken: String, nonce: ExpectedNonce) async throws -> SignInResult {
         guard let legacyVerifier else { throw BatonError(.invalidRequest, "re-linking needs apple.legacy_client_ids") }
-        let legacy = try await verify(legacyIDToken, with: legacyVerifier)
-        let current = try await verify(idToken, with: verifier)
+        let legacy = try await verify(legacyIDToken, with: legacyVerifier, nonce: nonce)
+        let current = try await verify(idToken, with: verifier, nonce: nonce)
         let instant = now()
         for token in [legacy, current] where instant.timeIntervalSince(token.issuedAt) > linkMaxAge {
             throw BatonError(.staleToken, "tokens for re-linking must be issued within \(Int(linkMaxAge)) s")
         }
         let outcome = try await database {
-            try await store.applyMigration(oldSub: legacy.subject, newSub: current.subject, newEmail: current.email,
-                                           isPrivateEmail: current.isPrivateEmail, transferSub: current.transferSubject, method: .link)
+            guard try await store.isLinkable(legacySubject: legacy.subject, currentSubject: current.subject) else {
+                throw BatonError(.notLinkable, "the legacy token's subject is not a sending-team identifier awaiting migration")
+            }
+            return try await consumingNonce(of: current, subject: current.subject) {
+                try await store.applyMigration(oldSub: legacy.subject, newSub: current.subject, newEmail: current.email,
+                                               isPrivateEmail: current.isPrivateEmail, transferSub: current.transferSubject, method: .link)
+            }
         }
         switch outcome {
         case .migrated(let user):
@@ -196,14 +233,17 @@ public final class BatonEngine: Sendable {
 
     /// Applies one of Apple's server-to-server notifications: `payload` is a JWS signed by Apple's keys
     /// whose `aud` is a configured client ID and whose `events` claim (a JSON string, or an object) holds
-    /// `type` and `sub`. Duplicates are harmless; unknown types are accepted and ignored.
+    /// `type`, `sub` and `event_time` (milliseconds; `iat` when absent).
+    ///
+    /// Order: the compact form and header, then the signature, and only then the claims are parsed; `iat` must
+    /// be within ``notificationMaxAge`` (and not in the future beyond the verifier's leeway). Each subject keeps
+    /// the `event_time` of the latest event applied, and an older one (late or replayed) changes nothing.
+    /// Duplicates are harmless; unknown types are accepted and ignored.
     /// - Throws: ``BatonError`` `invalid_notification` (with why), `keys_unavailable`, `database_unavailable`.
     public func handleNotification(payload: String) async throws -> NotificationResult {
         let jws: CompactJWS
-        let claims: JSONObject
         do {
             jws = try CompactJWS.parse(payload)
-            claims = try jws.claims()
         } catch {
             throw BatonError(.invalidNotification, "malformed")
         }
@@ -219,6 +259,12 @@ public final class BatonEngine: Sendable {
         guard key.allowedAlgorithm == "RS256", key.verifies(jws) else {
             throw BatonError(.invalidNotification, VerificationError.Code.badSignature.rawValue)
         }
+        let claims: JSONObject
+        do {
+            claims = try jws.claims()
+        } catch {
+            throw BatonError(.invalidNotification, "malformed")
+        }
         guard claims["iss"]?.stringValue == verifier.issuer else {
             throw BatonError(.invalidNotification, VerificationError.Code.wrongIssuer.rawValue)
         }
@@ -226,6 +272,12 @@ public final class BatonEngine: Sendable {
         guard audiences.contains(where: verifier.clientIDs.contains) else {
             throw BatonError(.invalidNotification, VerificationError.Code.wrongAudience.rawValue)
         }
+        guard case .number(let iat)? = claims["iat"], iat.isFinite else {
+            throw BatonError(.invalidNotification, VerificationError.Code.missingClaim.rawValue)
+        }
+        let current = now().timeIntervalSince1970
+        guard iat <= current + verifier.leeway else { throw BatonError(.invalidNotification, VerificationError.Code.notYetValid.rawValue) }
+        guard current - iat <= notificationMaxAge else { throw BatonError(.invalidNotification, VerificationError.Code.expired.rawValue) }
         let events: JSONObject
         if let text = claims["events"]?.stringValue, let parsed = try? JSON.parseObject(Array(text.utf8)) {
             events = parsed
@@ -237,8 +289,15 @@ public final class BatonEngine: Sendable {
         guard let type = events["type"]?.stringValue, let sub = events["sub"]?.stringValue, !sub.isEmpty else {
             throw BatonError(.invalidNotification, "'events' needs 'type' and 'sub'")
         }
+        var eventTime = Date(timeIntervalSince1970: iat)
+        if let value = events["event_time"] {
+            guard case .number(let milliseconds) = value, milliseconds.isFinite, milliseconds >= 0, milliseconds / 1000 <= current + verifier.leeway else {
+                throw BatonError(.invalidNotification, "'event_time' must be a past time in milliseconds")
+            }
+            eventTime = Date(timeIntervalSince1970: milliseconds / 1000)
+        }
         guard let kind = NotificationKind(rawValue: type) else { return NotificationResult(type: type, changed: false) }
-        let changed = try await database { try await store.applyNotification(kind, subject: sub) }
+        let changed = try await database { try await store.applyNotification(kind, subject: sub, eventTime: eventTime) }
         return NotificationResult(type: type, changed: changed)
     }
 
@@ -296,9 +355,9 @@ public final class BatonEngine: Sendable {
 
     // MARK: - Helpers
 
-    private func verify(_ token: String, with verifier: IdentityTokenVerifier) async throws -> AppleIDToken {
+    private func verify(_ token: String, with verifier: IdentityTokenVerifier, nonce: ExpectedNonce?) async throws -> AppleIDToken {
         do {
-            return try await verifier.verify(token)
+            return try await verifier.verify(token, nonce: nonce)
         } catch let error as VerificationError {
             throw BatonError.rejected(error)
         }

@@ -39,6 +39,10 @@ public protocol BatonStore: Sendable {
     func applyMigration(transferSub: String, newSub: String, newEmail: String?, isPrivateEmail: Bool?,
                         method: MigrationMethod) async throws -> MigrationOutcome
 
+    /// Whether `legacySub` may be re-linked to `currentSub`: a pending (not migrated) `baton.transfers.old_sub`,
+    /// a legacy row's subject that no migration ever produced, or already migrated to `currentSub` (a repeat).
+    func isLinkable(legacySubject legacySub: String, currentSubject currentSub: String) async throws -> Bool
+
     /// Replaces the email of the record `user` (matched by key and subject) and appends an `email_changed`
     /// event; returns the updated record, or nil when the record changed meanwhile.
     func updateEmail(of user: LegacyUser, to email: String) async throws -> LegacyUser?
@@ -46,15 +50,19 @@ public protocol BatonStore: Sendable {
     /// Marks `sub` authorized again after a revocation (the user signed in again), with an event.
     func restoreAuthorization(subject sub: String) async throws
 
-    /// Records `nonce` as used until `expiresAt`; false when it was already used and has not expired.
-    func consumeNonce(_ nonce: String, expiresAt: Date) async throws -> Bool
+    /// Records `nonce` as used by `sub` until `expiresAt`; false when `sub` already used it and it has not expired.
+    func consumeNonce(_ nonce: String, subject sub: String, expiresAt: Date) async throws -> Bool
+
+    /// Forgets a nonce ``consumeNonce(_:subject:expiresAt:)`` recorded, when the sign-in it guarded failed
+    /// before writing anything, so the caller may retry with it.
+    func releaseNonce(_ nonce: String, subject sub: String) async throws
 
     /// What Baton's tables know of `sub`, for the credential-state rules (``CredentialState/init(_:transferAccepted:)``).
     func credentialFacts(of sub: String) async throws -> CredentialFacts
 
-    /// Applies one server-to-server notification to `baton.subjects`; true when it changed something
-    /// (then with an event), false for a duplicate.
-    func applyNotification(_ kind: NotificationKind, subject sub: String) async throws -> Bool
+    /// Applies one server-to-server notification that happened at `eventTime` to `baton.subjects`; true when it
+    /// changed something (then with an event), false for a duplicate or an event older than the latest applied.
+    func applyNotification(_ kind: NotificationKind, subject sub: String, eventTime: Date) async throws -> Bool
 
     /// Whether the database answers and accepts writes (a writable primary).
     func ping() async throws

@@ -300,6 +300,8 @@ private final class ServiceProcess: Sendable {
             "database": ["url": .string(databaseURL), "pool_size": .number(Double(poolSize))],
             "apple": ["base_url": .string(appleBaseURL.absoluteString), "client_ids": [.string(clientID)]],
             "legacy": ["table": "public.users", "key_column": "id", "subject_column": "apple_sub", "email_column": "email"],
+            // The load comes from one address: the per-address connection limit must not cap the concurrency.
+            "server": ["connections_per_ip": 10_000],
         ]
         let path = FileManager.default.temporaryDirectory.appendingPathComponent("baton-bench-\(UUID().uuidString).json").path
         try JSON.serialize(configuration).write(toFile: path, atomically: true, encoding: .utf8)

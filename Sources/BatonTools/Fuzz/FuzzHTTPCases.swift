@@ -165,7 +165,7 @@ struct FuzzCaseGenerator: Sendable {
 
 /// Random JSON texts, form bodies and tokens.
 enum RandomJSON {
-    private static let names = ["client_id", "client_secret", "user", "nonce", "sub", "transfer_sub", "target", "id_token",
+    private static let names = ["client_id", "client_secret", "user", "nonce", "nonce_flow", "sub", "transfer_sub", "target", "id_token", "legacy_id_token", "payload",
                                 "grant_type", "scope", "team_id", "email", "state", "", "a\u{0}b", "\u{1F600}", "__proto__"]
 
     /// Any JSON value, nested up to a few levels (and now and then very deep).

@@ -117,18 +117,13 @@ struct Doctor {
         let path = credentials.privateKeyPath
         do {
             let signer = try await ClientSecret.load(teamID: credentials.teamID, keyID: credentials.keyID, clientID: clientID, keyFile: path)
-            let permissions = (try? FileManager.default.attributesOfItem(atPath: path)[.posixPermissions] as? Int) ?? 0
-            if permissions & 0o077 != 0 {
-                report(.warning, name, "\(path) is an EC P-256 key but readable by others (mode \(String(permissions, radix: 8)))",
-                       fix: "chmod 600 \(path)")
-            } else {
-                report(.ok, name, "\(path): EC P-256, key \(credentials.keyID) of team \(credentials.teamID)")
-            }
+            report(.ok, name, "\(path): EC P-256, key \(credentials.keyID) of team \(credentials.teamID)")
             return signer
         } catch let error as AppleClientError {
             let fix: String
             switch error.code {
             case .keyUnreadable: fix = "check apple.transfer.\(side).private_key_path and the file's permissions"
+            case .keyExposed: fix = "chmod 600 \(path)"
             default: fix = error.explanation.replacingOccurrences(of: "1. ", with: "")
             }
             report(.failure, name, error.description, fix: fix)

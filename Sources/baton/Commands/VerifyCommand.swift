@@ -41,12 +41,9 @@ private func runVerify(_ arguments: Arguments) async throws -> Int32 {
     guard arguments.positionals.count == 1, let tokenArgument = arguments.positionals.first else {
         throw CommandFailure.usage(arguments.positionals.isEmpty ? "missing TOKEN" : "expected one TOKEN")
     }
-    let nonce: ExpectedNonce?
-    switch (arguments.value("nonce"), arguments.required("nonce-flow")) {
-    case (nil, _): nonce = nil
-    case (let value?, "web"): nonce = .web(value)
-    case (let value?, _): nonce = .native(raw: value)
-    }
+    // The option is a choice of native or web, so the value always names a flow.
+    let flow = ExpectedNonce.Flow(rawValue: arguments.required("nonce-flow")) ?? .native
+    let nonce = arguments.value("nonce").map { ExpectedNonce($0, flow: flow) }
     var now: @Sendable () -> Date = { Date() }
     if let text = arguments.value("now") {
         guard let seconds = Double(text), seconds.isFinite, seconds >= 0 else {
