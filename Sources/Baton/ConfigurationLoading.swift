@@ -11,6 +11,8 @@ extension BatonConfiguration {
         case list
         /// A file path: relative to the JSON file's directory, or to the current directory from the environment.
         case path
+        /// Column → value equality filters: `provider=apple,kind=oauth` in the environment.
+        case filters
     }
 
     /// One configuration key: its path in the JSON file and the kind of value it holds.
@@ -54,8 +56,17 @@ extension BatonConfiguration {
         Key(path: "legacy.table", kind: .string, required: true),
         Key(path: "legacy.key_column", kind: .string, required: true),
         Key(path: "legacy.subject_column", kind: .string, required: true),
-        Key(path: "legacy.email_column", kind: .string, required: true),
+        Key(path: "legacy.email_column", kind: .string),
         Key(path: "legacy.transfer_column", kind: .string),
+        Key(path: "legacy.where", kind: .filters),
+        Key(path: "legacy.email.table", kind: .string, required: true),
+        Key(path: "legacy.email.column", kind: .string, required: true),
+        Key(path: "legacy.email.key_column", kind: .string, required: true),
+        Key(path: "legacy.email.reference_column", kind: .string, required: true),
+        Key(path: "legacy.json.column", kind: .string, required: true),
+        Key(path: "legacy.json.subject_keys", kind: .list),
+        Key(path: "legacy.json.email_keys", kind: .list),
+        Key(path: "legacy.email_policy", kind: .string),
         Key(path: "admin_token_file", kind: .path),
     ]
 
@@ -67,8 +78,10 @@ extension BatonConfiguration {
 
     /// `BATON_` + the path upper-cased with `.` as `_`: `database.url` → `BATON_DATABASE_URL`.
     /// An index in a list (`apple.client_ids[1]`) names the list's variable.
+    /// `legacy.email.column` would collide with `legacy.email_column`, so it is `BATON_LEGACY_EMAIL_TABLE_COLUMN`.
     public static func environmentVariable(for path: String) -> String {
         let key = path.split(separator: "[", maxSplits: 1).first.map(String.init) ?? path
+        if key == "legacy.email.column" { return "BATON_LEGACY_EMAIL_TABLE_COLUMN" }
         return "BATON_" + key.uppercased().replacingOccurrences(of: ".", with: "_")
     }
 
@@ -201,6 +214,16 @@ extension BatonConfiguration {
             case .list:
                 let items = trimmed.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
                 try set(items, at: key.path, in: &tree)
+            case .filters:
+                var filters: [String: String] = [:]
+                for item in trimmed.split(separator: ",") {
+                    let pair = item.split(separator: "=", maxSplits: 1).map { $0.trimmingCharacters(in: .whitespaces) }
+                    guard pair.count == 2, !pair[0].isEmpty else {
+                        throw ConfigurationError(.invalidValue, key: key.path, reason: "expected column=value pairs separated by commas")
+                    }
+                    filters[pair[0]] = pair[1]
+                }
+                try set(filters, at: key.path, in: &tree)
             }
         }
     }

@@ -106,7 +106,12 @@ public struct ReportBuilder: Sendable {
             migrated: byState("migrated"),
             pending: byState("pending"),
             failed: byState("failed"),
-            unresolvable: byState("unresolvable")
+            unresolvable: byState("unresolvable"),
+            unmatchedSignins: try await pool.query("""
+                SELECT count(DISTINCT e.transfer_sub) FROM baton.events AS e
+                WHERE e.kind = 'unmatched'
+                  AND NOT EXISTS (SELECT 1 FROM baton.transfers AS t WHERE t.transfer_sub = e.transfer_sub AND t.state = 'migrated')
+                """)[0].decode(Int.self, at: 0)
         )
         let methods = MigrationReport.Method.allCases.map { method in
             MigrationReport.MethodOutcome(
@@ -257,14 +262,17 @@ public struct ReportBuilder: Sendable {
                 LIMIT \(limit)
                 """
         }
-        return """
+        let l = identifiers
+        let legacyRow: PostgresQuery = """
             SELECT t.old_sub, t.state, t.attempts, t.last_error, legacy.key, legacy.email
             FROM baton.transfers AS t
             LEFT JOIN LATERAL (
-                SELECT \(identifiers.keyColumn)::text AS key, \(identifiers.emailColumn)::text AS email
-                FROM \(identifiers.table) WHERE \(identifiers.subjectColumn) = t.old_sub LIMIT 1
-            ) AS legacy ON true
-            WHERE t.state <> 'migrated' AND (\(after)::text IS NULL OR t.old_sub > \(after))
+                SELECT u.\(l.keyColumn)::text AS key, \(unsafeRaw: l.emailSQL) AS email
+                FROM \(l.table) AS u\(unsafeRaw: l.emailJoinSQL) WHERE u.\(l.subjectColumn) = t.old_sub
+            """
+        return legacyRow + l.filterSQL() + """
+             LIMIT 1) AS legacy ON true
+            WHERE t.state <> 'migrated' AND t.old_sub IS NOT NULL AND (\(after)::text IS NULL OR t.old_sub > \(after))
             ORDER BY t.old_sub
             LIMIT \(limit)
             """
