@@ -28,7 +28,7 @@ test: deps
 ## Each scenario starts PostgreSQL clusters of its own; the disk-full scenario mounts a small tmpfs (root).
 faults: build
 	swift build --build-tests $(SWIFT_BUILD_FLAGS)
-	BATON_FAULTS=long scripts/pg.sh run swift test --skip-build --no-parallel --filter Faults $(SWIFT_BUILD_FLAGS)
+	BATON_FAULTS=long scripts/pg.sh run swift test --skip-build --no-parallel --filter FaultTests $(SWIFT_BUILD_FLAGS)
 
 ## The one-command demo: builds (debug: the fastest to produce on a fresh machine), starts a throwaway
 ## PostgreSQL, runs `baton demo` (the emulator, the service and the jobs in-process on 127.0.0.1), writes

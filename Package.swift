@@ -46,6 +46,8 @@ let package = Package(
         .testTarget(name: "BatonServiceTests", dependencies: ["BatonService", "TestSupport", "Baton", "BatonEmulator", "BatonAppleSignIn", "BatonHTTPServer", "BatonJOSE", "BatonPostgres"], swiftSettings: swiftSettings),
         .testTarget(name: "BatonEmulatorTests", dependencies: ["BatonEmulator", "BatonAppleSignIn", "TestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "CLITests", dependencies: ["BatonEmulator", "BatonJOSE", "TestSupport"], swiftSettings: swiftSettings),
+        // The fault suite: `baton serve` and `baton exchange` as child processes under outages (`make faults`).
+        .testTarget(name: "FaultTests", dependencies: ["BatonEmulator", "TestSupport"], swiftSettings: swiftSettings),
     ],
     swiftLanguageModes: [.v6]
 )
