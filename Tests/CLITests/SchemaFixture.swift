@@ -125,12 +125,12 @@ struct SchemaWorld {
     /// Starts `baton serve`, runs `body` with its port, then stops it with SIGTERM and returns its output.
     @discardableResult
     func serving(_ body: (Int) async throws -> Void) async throws -> ProcessResult {
-        let port = try freeLoopbackPort()
+        let port = try SchemaHTTP.freePort()
         let config = try configuration(port: port)
         let process = try runProcessAsync(batonBinaryPath, ["serve", "--config", config])
         var up = false
         for _ in 0..<200 where !up {
-            up = await HTTPProbe.status("GET", port: port, path: "/healthz") == 200
+            up = await SchemaHTTP.status("GET", port: port, path: "/healthz") == 200
             if !up { try await Task.sleep(for: .milliseconds(50)) }
         }
         do {
@@ -149,7 +149,7 @@ struct SchemaWorld {
     func credentialState(port: Int, user: String) async throws -> String? {
         var components = URLComponents(string: "http://127.0.0.1:\(port)/v1/credential-state")!
         components.queryItems = [URLQueryItem(name: "user", value: user)]
-        let (data, _) = try await HTTPProbe.session.data(from: components.url!)
+        let (data, _) = try await SchemaHTTP.session.data(from: components.url!)
         return (try JSONSerialization.jsonObject(with: data) as? [String: Any])?["state"] as? String
     }
 }
@@ -186,7 +186,7 @@ enum SchemaScenario {
 
             let output = try await world.serving { port in
                 // A first sign-in migrates: subject, relay email, JSON keys.
-                let first = await HTTPProbe.signIn(port: port, token: try world.token(people[0].id))
+                let first = await SchemaHTTP.signIn(port: port, token: try world.token(people[0].id))
                 #expect(first.status == 200 && first.outcome == "migrated", "\(first)")
                 let row0 = try world.psql(framework.appleRow(0)).split(separator: "|", omittingEmptySubsequences: false).map(String.init)
                 let newEmail0 = try world.claims(try world.token(people[0].id))["email"]!.stringValue!
@@ -197,8 +197,8 @@ enum SchemaScenario {
 
                 // Concurrent first sign-ins of one user: one migrates, the others see the current record.
                 let token1 = try world.token(people[1].id)
-                let answers = await withTaskGroup(of: ProbeAnswer.self) { group in
-                    for _ in 0..<5 { group.addTask { await HTTPProbe.signIn(port: port, token: token1) } }
+                let answers = await withTaskGroup(of: SchemaHTTP.Answer.self) { group in
+                    for _ in 0..<5 { group.addTask { await SchemaHTTP.signIn(port: port, token: token1) } }
                     return await group.reduce(into: []) { $0.append($1) }
                 }
                 #expect(answers.allSatisfy { $0.status == 200 }, "\(answers)")
@@ -207,26 +207,26 @@ enum SchemaScenario {
                 #expect(try world.count("SELECT count(*) FROM baton.events WHERE kind = 'migrated' AND old_sub = '\(people[1].oldSub)'") == 1)
 
                 // Another row holds the new email under a unique constraint: migrated, email kept, conflict recorded.
-                let third = await HTTPProbe.signIn(port: port, token: try world.token(people[2].id))
+                let third = await SchemaHTTP.signIn(port: port, token: try world.token(people[2].id))
                 #expect(third.status == 200 && third.outcome == "migrated", "\(third)")
                 let row2 = try world.psql(framework.appleRow(2)).split(separator: "|", omittingEmptySubsequences: false).map(String.init)
                 #expect(row2[0] == people[2].newSub)
                 #expect(row2[1] == people[2].email)
                 #expect(try world.count("SELECT count(*) FROM baton.events WHERE kind = 'email_conflict' AND new_email = '\(newEmail2)' AND old_email = '\(people[2].email)'") == 1)
-                let again = await HTTPProbe.signIn(port: port, token: try world.token(people[2].id))
+                let again = await SchemaHTTP.signIn(port: port, token: try world.token(people[2].id))
                 #expect(again.status == 200 && again.outcome == "current", "\(again)")
 
                 // An address the user gave the application is kept (email_policy relay).
-                let fourth = await HTTPProbe.signIn(port: port, token: try world.token(people[3].id))
+                let fourth = await SchemaHTTP.signIn(port: port, token: try world.token(people[3].id))
                 #expect(fourth.status == 200 && fourth.outcome == "migrated", "\(fourth)")
                 let row3 = try world.psql(framework.appleRow(3)).split(separator: "|", omittingEmptySubsequences: false).map(String.init)
                 #expect(row3[1] == "person3@example.com")
-                let current = await HTTPProbe.signIn(port: port, token: try world.token(people[3].id))
+                let current = await SchemaHTTP.signIn(port: port, token: try world.token(people[3].id))
                 #expect(current.outcome == "current")
                 #expect(try world.psql(framework.appleRow(3)).split(separator: "|", omittingEmptySubsequences: false)[1] == "person3@example.com")
 
                 // A transfer_sub Baton cannot resolve: unmatched, never new.
-                let stranger = await HTTPProbe.signIn(port: port, token: try world.token(world.stranger))
+                let stranger = await SchemaHTTP.signIn(port: port, token: try world.token(world.stranger))
                 #expect(stranger.status == 200 && stranger.outcome == "unmatched", "\(stranger)")
                 #expect(try world.count("SELECT count(*) FROM baton.events WHERE kind = 'unmatched'") == 1)
 
@@ -258,5 +258,59 @@ enum SchemaScenario {
             #expect(try world.psql(framework.invariant) == guarded)
             #expect(before != guarded, "the invariant digest sees the application's own edits")
         }
+    }
+}
+
+/// Plain HTTP to `baton serve` on loopback for the framework scenarios.
+enum SchemaHTTP {
+    /// An answer: the status (-1 when none came) and the body's `error` and `outcome`.
+    struct Answer: Sendable {
+        var status: Int
+        var error: String?
+        var outcome: String?
+    }
+
+    static let session: URLSession = {
+        let configuration = URLSessionConfiguration.ephemeral
+        configuration.timeoutIntervalForRequest = 20
+        return URLSession(configuration: configuration)
+    }()
+
+    /// `POST /v1/signin` with `token`.
+    static func signIn(port: Int, token: String) async -> Answer {
+        var request = URLRequest(url: URL(string: "http://127.0.0.1:\(port)/v1/signin")!)
+        request.httpMethod = "POST"
+        request.setValue("application/json", forHTTPHeaderField: "Content-Type")
+        request.httpBody = try? JSONSerialization.data(withJSONObject: ["id_token": token])
+        do {
+            let (data, response) = try await session.data(for: request)
+            let body = (try? JSONSerialization.jsonObject(with: data)) as? [String: Any]
+            return Answer(status: (response as? HTTPURLResponse)?.statusCode ?? -1, error: body?["error"] as? String, outcome: body?["outcome"] as? String)
+        } catch {
+            return Answer(status: -1, error: "transport: \(type(of: error))")
+        }
+    }
+
+    /// The status of `GET path` (-1 when no answer came).
+    static func status(_ method: String, port: Int, path: String) async -> Int {
+        var request = URLRequest(url: URL(string: "http://127.0.0.1:\(port)\(path)")!)
+        request.httpMethod = method
+        return ((try? await session.data(for: request))?.1 as? HTTPURLResponse)?.statusCode ?? -1
+    }
+
+    /// A loopback port that was free a moment ago (bound to 0 and released).
+    static func freePort() throws -> Int {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        guard fd >= 0 else { throw TestSupportError("socket() failed") }
+        defer { close(fd) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let bound = withUnsafeMutablePointer(to: &address) { pointer in
+            pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) == 0 && getsockname(fd, $0, &length) == 0 }
+        }
+        guard bound else { throw TestSupportError("bind() failed") }
+        return Int(UInt16(bigEndian: address.sin_port))
     }
 }
