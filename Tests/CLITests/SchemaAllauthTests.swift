@@ -58,13 +58,6 @@ extension Framework {
                 UNION ALL SELECT (to_jsonb(a) - 'email')::text FROM auth_user a WHERE a.username LIKE 'apple%'
             ) AS rows
             """,
-        legacy: [
-            "table": "public.socialaccount_socialaccount", "key_column": "id", "subject_column": "uid",
-            "where": ["provider": "apple"],
-            "email": ["table": "public.auth_user", "column": "email", "key_column": "id", "reference_column": "user_id"],
-            "json": ["column": "extra_data", "subject_keys": ["sub"], "email_keys": ["email"]],
-            "email_policy": "relay",
-        ],
         jsonSubjectKeys: ["sub"]
     ) }
 }

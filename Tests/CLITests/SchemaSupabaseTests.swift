@@ -62,12 +62,6 @@ extension Framework {
                 UNION ALL SELECT (to_jsonb(u) - 'email')::text FROM auth.users u WHERE u.raw_user_meta_data->>'test_user' LIKE 'apple%'
             ) AS rows
             """,
-        legacy: [
-            "table": "auth.identities", "key_column": "id", "subject_column": "provider_id",
-            "where": ["provider": "apple"],
-            "email": ["table": "auth.users", "column": "email", "key_column": "id", "reference_column": "user_id"],
-            "json": ["column": "identity_data", "subject_keys": ["sub", "provider_id"], "email_keys": ["email"]],
-        ],
         jsonSubjectKeys: ["sub", "provider_id"]
     ) }
 }
