@@ -8,7 +8,7 @@ let demoCommand = Command(
     summary: "end-to-end scenario: a transfer of 10,000 users on a throwaway PostgreSQL and the Apple emulator",
     usage: """
     usage: baton demo [--database-url URL] [--users N] [--concurrency N] [--rate R] [--stragglers N]
-                      [--out FILE] [--keep-data]
+                      [--out FILE] [--keep-data] [--schema users|allauth|supabase|omniauth]
 
     Tells the story of an app transfer, step by step, with its figures: an app under team A with a legacy
     public.users table; transfer identifiers (baton transfer-ids); team B accepts; Baton's service
@@ -23,20 +23,26 @@ let demoCommand = Command(
       --rate R             requests per second of the bulk jobs (default 2000)
       --stragglers N       users the exchange leaves for after day 60 (default users/400, 3 to 25)
       --out FILE           the HTML report (default report.html)
-      --keep-data          leave public.users and schema baton in the database afterwards
+      --keep-data          leave the app's tables and schema baton in the database afterwards
+      --schema NAME        the app's tables: users (default, public.users), or the tables an auth framework
+                           creates: allauth, supabase, omniauth (see docs/schemas.md); DEMO_FLAGS=--schema allauth
 
     Everything it starts (the emulator, the service, the jobs) runs in this process on 127.0.0.1 and
     stops with it, also on Ctrl-C. No secret or token is printed.
     Exit status: 0 every user accounted for, 1 a step went wrong, 2 usage errors.
     """,
     run: { arguments in
-        let parsed = try Arguments(arguments, options: ["database-url", "users", "concurrency", "rate", "stragglers", "out"], flags: ["keep-data"])
+        let parsed = try Arguments(arguments, options: ["database-url", "users", "concurrency", "rate", "stragglers", "out", "schema"], flags: ["keep-data"])
         if let extra = parsed.positionals.first { throw CommandFailure.usage("unexpected argument '\(extra)'") }
         let environment = ProcessInfo.processInfo.environment
         guard let url = parsed.value("database-url") ?? environment["BATON_DATABASE_URL"], !url.isEmpty else {
             throw CommandFailure.usage("no database: give --database-url or set BATON_DATABASE_URL (make demo starts a throwaway one)")
         }
         let users = try parsed.integer("users", default: 10_000, in: 30...1_000_000)
+        let schemaName = parsed.value("schema") ?? DemoSchema.users.rawValue
+        guard let schema = DemoSchema(rawValue: schemaName) else {
+            throw CommandFailure.usage("--schema must be one of \(DemoSchema.allCases.map(\.rawValue).joined(separator: ", "))")
+        }
         let options = DemoOptions(
             databaseURL: url,
             users: users,
@@ -45,7 +51,8 @@ let demoCommand = Command(
             stragglers: try parsed.integer("stragglers", default: min(25, max(3, users / 400)), in: 0...users / 2),
             reportPath: parsed.value("out") ?? "report.html",
             keepData: parsed.flag("keep-data"),
-            throwawayDatabase: environment["BATON_TEST_PG_DIR"] != nil && environment["BATON_TEST_DATABASE_URL"] == url
+            throwawayDatabase: environment["BATON_TEST_PG_DIR"] != nil && environment["BATON_TEST_DATABASE_URL"] == url,
+            schema: schema
         )
         stopOnInterrupt()
         do {
