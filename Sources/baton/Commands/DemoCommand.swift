@@ -8,7 +8,7 @@ let demoCommand = Command(
     summary: "end-to-end scenario: a transfer of 10,000 users on a throwaway PostgreSQL and the Apple emulator",
     usage: """
     usage: baton demo [--database-url URL] [--users N] [--concurrency N] [--rate R] [--stragglers N]
-                      [--out FILE] [--keep-data] [--schema users|allauth|supabase|omniauth]
+                      [--out FILE] [--keep-data] [--schema users|allauth|supabase|omniauth] [--cross-company]
 
     Tells the story of an app transfer, step by step, with its figures: an app under team A with a legacy
     public.users table; transfer identifiers (baton transfer-ids); team B accepts; Baton's service
@@ -26,13 +26,16 @@ let demoCommand = Command(
       --keep-data          leave the app's tables and schema baton in the database afterwards
       --schema NAME        the app's tables: users (default, public.users), or the tables an auth framework
                            creates: allauth, supabase, omniauth (see docs/schemas.md); DEMO_FLAGS=--schema allauth
+      --cross-company      team B is another company: team A exports keys and transfer identifiers only
+                           (transfer-ids --export), team B loads them with NULL subjects into a database of
+                           its own (created beside the given one) and imports key,transfer_sub
 
     Everything it starts (the emulator, the service, the jobs) runs in this process on 127.0.0.1 and
     stops with it, also on Ctrl-C. No secret or token is printed.
     Exit status: 0 every user accounted for, 1 a step went wrong, 2 usage errors.
     """,
     run: { arguments in
-        let parsed = try Arguments(arguments, options: ["database-url", "users", "concurrency", "rate", "stragglers", "out", "schema"], flags: ["keep-data"])
+        let parsed = try Arguments(arguments, options: ["database-url", "users", "concurrency", "rate", "stragglers", "out", "schema"], flags: ["keep-data", "cross-company"])
         if let extra = parsed.positionals.first { throw CommandFailure.usage("unexpected argument '\(extra)'") }
         let environment = ProcessInfo.processInfo.environment
         guard let url = parsed.value("database-url") ?? environment["BATON_DATABASE_URL"], !url.isEmpty else {
@@ -52,7 +55,8 @@ let demoCommand = Command(
             reportPath: parsed.value("out") ?? "report.html",
             keepData: parsed.flag("keep-data"),
             throwawayDatabase: environment["BATON_TEST_PG_DIR"] != nil && environment["BATON_TEST_DATABASE_URL"] == url,
-            schema: schema
+            schema: schema,
+            crossCompany: parsed.flag("cross-company")
         )
         stopOnInterrupt()
         do {

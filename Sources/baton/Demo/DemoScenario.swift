@@ -28,6 +28,9 @@ struct DemoOptions: Sendable {
     var throwawayDatabase: Bool
     /// The application's tables (`--schema`); default the plain users table.
     var schema: DemoSchema = .users
+    /// Whether the recipient is another company (`--cross-company`): a database of its own that receives
+    /// transfer identifiers only.
+    var crossCompany = false
 }
 
 /// The demo's figures, checked at the end: every user is accounted for.
@@ -225,15 +228,33 @@ struct DemoScenario {
         output.line("until then identity tokens carry transfer_sub, and team B can exchange transfer identifiers itself")
         output.line("Baton's configuration: apple.transfer.accepted_at = \(ISO8601DateFormatter().string(from: acceptedAt))")
 
+        let recipient = options.crossCompany
+            ? try await handOver(pool: pool, legacy: legacy)
+            : DemoRecipient(pool: pool, url: options.databaseURL, legacy: self.legacy, appleRows: options.schema.appleRows,
+                            rewrittenRows: options.schema.rewrittenRows, database: nil)
+        do {
+            let rest = try await fromService(pool: recipient.pool, emulator: emulator, teamB: teamB, people: people, acceptedAt: acceptedAt, recipient: recipient)
+            try await dropRecipient(recipient, mainPool: pool)
+            return healthy && rest
+        } catch {
+            try? await dropRecipient(recipient, mainPool: pool)
+            throw error
+        }
+    }
+
+    /// Step 6, the service on the recipient's database; then the rest with it running.
+    private func fromService(pool: PostgresPool, emulator: AppleEmulator, teamB: TeamCredentials, people: [EmulatedUser], acceptedAt: Date,
+                             recipient: DemoRecipient) async throws -> Bool {
+        let clientID = DemoScenario.clientID
         // 6. Baton's service.
         output.step(6, "Baton's HTTP service (baton serve)")
         // A random admin token for GET /v1/report, never printed.
         let adminToken = (0..<4).map { _ in String(format: "%016llx", UInt64.random(in: .min ... .max)) }.joined()
         let configuration = BatonConfiguration(
             listen: .init(host: "127.0.0.1", port: 0),
-            database: .init(url: options.databaseURL, poolSize: options.concurrency),
+            database: .init(url: recipient.url, poolSize: options.concurrency),
             apple: .init(baseURL: emulator.baseURL, clientIDs: [clientID], transfer: .init(clientID: clientID, acceptedAt: acceptedAt)),
-            legacy: self.legacy,
+            legacy: recipient.legacy,
             adminToken: AdminToken(adminToken)
         )
         let server = try await BatonServer.start(configuration: configuration, port: 0)
@@ -244,9 +265,9 @@ struct DemoScenario {
 
         do {
             let rest = try await afterService(pool: pool, emulator: emulator, teamB: teamB, people: people, serviceURL: serviceURL, acceptedAt: acceptedAt,
-                                              adminToken: adminToken)
+                                              adminToken: adminToken, side: recipient)
             await server.stop()
-            return healthy && rest
+            return rest
         } catch {
             await server.stop()
             throw error
@@ -255,18 +276,21 @@ struct DemoScenario {
 
     /// Steps 7 to 10: devices, the exchange, day 61, the report and the final account.
     private func afterService(pool: PostgresPool, emulator: AppleEmulator, teamB: TeamCredentials, people: [EmulatedUser],
-                              serviceURL: URL, acceptedAt: Date, adminToken: String) async throws -> Bool {
+                              serviceURL: URL, acceptedAt: Date, adminToken: String, side: DemoRecipient) async throws -> Bool {
         let clientID = DemoScenario.clientID
-        let legacy = try self.legacy.identifiers()
+        let legacy = try side.legacy.identifiers()
         var healthy = true
 
         // 7. Devices: a third of the users open the app at once.
         let deviceUsers = people.enumerated().filter { $0.offset % 3 == 0 }.map(\.element.userIdentifier)
         output.step(7, "\(DemoFormat.count(deviceUsers.count)) iPhones open the app at once (a third of the users)")
         output.line("each does what the app does on a device, \(options.concurrency) devices in flight:")
-        let devices = DemoDevices(service: serviceURL, apple: emulator.baseURL, clientID: clientID, concurrency: options.concurrency)
+        let devices = DemoDevices(service: serviceURL, apple: emulator.baseURL, clientID: clientID, concurrency: options.concurrency,
+                                  asksCredentialState: !options.crossCompany)
         let (tally, deviceSeconds) = await timed { await devices.run(users: deviceUsers) }
-        output.line("  GET /v1/credential-state?user=OLD_SUB → \(DemoFormat.tally(tally.credentialStates))")
+        output.line(options.crossCompany
+            ? "  getCredentialState on the device (team B's Baton never sees OLD_SUB) → \(DemoFormat.tally(tally.credentialStates))"
+            : "  GET /v1/credential-state?user=OLD_SUB → \(DemoFormat.tally(tally.credentialStates))")
         output.line("  silent re-authorization (POST /emulator/authorize) → \(DemoFormat.count(tally.tokens)) identity tokens, \(DemoFormat.count(tally.tokensWithTransferSub)) with transfer_sub")
         output.line("  POST /v1/signin with the new token → \(DemoFormat.tally(tally.signInOutcomes))")
         let signIns = tally.signInOutcomes["migrated"] ?? 0
@@ -339,8 +363,8 @@ struct DemoScenario {
 
         // 10. The report.
         output.step(10, "The report (baton report)")
-        let account = try await accountFor(pool: pool)
-        let report = try await ReportBuilder(pool: pool, legacy: self.legacy, acceptedAt: acceptedAt, now: emulator.now, limit: 100).build()
+        let account = try await accountFor(pool: pool, recipient: side)
+        let report = try await ReportBuilder(pool: pool, legacy: side.legacy, acceptedAt: acceptedAt, now: emulator.now, limit: 100).build()
         output.write("\n" + report.renderTable(listLimit: 5).split(separator: "\n", omittingEmptySubsequences: false).map { "      " + $0 }.joined(separator: "\n") + "\n")
         let html = report.renderHTML()
         try await writeFile(options.reportPath, html)
@@ -348,7 +372,7 @@ struct DemoScenario {
         output.line("written \(absolute) (\(DemoFormat.count(html.utf8.count / 1024)) KB, self-contained: open it in a browser)")
         output.line("a team runs: baton report (a table), baton report --format html --out report.html, --format csv for a mailer")
         output.line("every user accounted for: \(DemoFormat.count(account.bySignIn)) by sign-in + \(DemoFormat.count(account.byExchange)) by exchange + \(DemoFormat.count(account.unresolved)) unresolved = \(DemoFormat.count(account.bySignIn + account.byExchange + account.byLink + account.unresolved)) of \(DemoFormat.count(account.legacyUsers)) users in \(legacy.table)")
-        if let others = options.schema.otherProviderRows {
+        if let others = options.schema.otherProviderRows, !options.crossCompany {
             let untouched = try await pool.query(PostgresQuery(unsafeSQL: others))[0].decode(Int.self, at: 0)
             output.line("\(DemoFormat.count(untouched)) rows of another provider still carry the same subjects as migrated Apple users: untouched, as the where filter promises")
         }
@@ -390,14 +414,14 @@ struct DemoScenario {
     }
 
     /// Counts the outcome of every user from the database.
-    private func accountFor(pool: PostgresPool) async throws -> DemoAccount {
+    private func accountFor(pool: PostgresPool, recipient: DemoRecipient) async throws -> DemoAccount {
         let row = try await pool.query("""
-            SELECT (\(unsafeRaw: options.schema.appleRows)),
+            SELECT (\(unsafeRaw: recipient.appleRows)),
                    count(*) FILTER (WHERE state = 'migrated' AND method = 'signin'),
                    count(*) FILTER (WHERE state = 'migrated' AND method = 'exchange'),
                    count(*) FILTER (WHERE state = 'migrated' AND method = 'link'),
                    count(*) FILTER (WHERE state <> 'migrated'),
-                   (\(unsafeRaw: options.schema.rewrittenRows)),
+                   (\(unsafeRaw: recipient.rewrittenRows)),
                    (SELECT count(*) FROM baton.events WHERE kind = 'migrated')
             FROM baton.transfers
             """)[0]
