@@ -170,12 +170,18 @@ enum SchemaScenario {
             let before = try world.psql(framework.invariant)
             let people = world.people
 
-            // Same-company import (old_sub,transfer_sub) through the binary.
+            // The sender's walk (baton transfer-ids) takes the Apple rows only; the same pairs imported
+            // (old_sub,transfer_sub) are then already present.
+            let ids = try await runBatonOffPool(["transfer-ids", "--yes", "--rate", "100", "--config", try world.configuration()])
+            #expect(ids.status == 0, "\(ids.stdout)\(ids.stderr)")
+            #expect(try world.count("SELECT count(*) FROM baton.transfers") == people.count)
+            #expect(try world.count("SELECT count(*) FROM baton.transfers WHERE transfer_sub IS NOT NULL") == people.count)
             let csv = world.directory.path("transfers.csv")
             try (["old_sub,transfer_sub"] + people.map { "\($0.oldSub),\($0.transferSub)" }).joined(separator: "\n")
                 .write(toFile: csv, atomically: true, encoding: .utf8)
             let imported = try await runBatonOffPool(["import", "transfers", csv, "--config", try world.configuration()])
             #expect(imported.status == 0, "\(imported.stderr)")
+            #expect(imported.stdout.contains("already present \(people.count)"), "\(imported.stdout)")
 
             // doctor explains the table in one line per check; a missing unique index comes with the SQL that adds it.
             var doctor = try await runBatonOffPool(["doctor", "--config", try world.configuration()])
