@@ -119,6 +119,13 @@ struct CrossCompanyTests {
         let row = try TestDatabase.psql(recipientURL, "SELECT \"appleSub\" || '|' || \"email\" FROM public.\"user\" WHERE \"transferSub\" = '\(transfers[first.userIdentifier]!)'")
         #expect(row == "\(authorization.userIdentifier)|\(claims["email"]!.stringValue!)")
 
+        // The report lists the users still pending by their transfer identifiers, with the recipient's keys.
+        let pending = try await runBatonOffPool(["report", "--format", "json", "--config", recipientConfig])
+        let listed = try JSON.parseObject(Array(pending.stdout.utf8))["unresolved"]?["users"]?.arrayValue ?? []
+        #expect(listed.count == 3, "\(pending.stdout.prefix(600))")
+        #expect(listed.allSatisfy { $0["legacy_key"]?.stringValue?.hasPrefix("acct-") == true })
+        #expect(Set(listed.compactMap { $0["old_sub"]?.stringValue }) == Set(users.dropFirst().map { transfers[$0.userIdentifier]! }))
+
         // The exchange migrates the others from key,transfer_sub rows.
         let exchange = try await runBatonOffPool(["exchange", "--config", recipientConfig])
         #expect(exchange.status == 0, "\(exchange.stdout)\(exchange.stderr)")
