@@ -180,4 +180,34 @@ struct LegacyShapesTests {
         #expect(try await loose.inspectLegacyTable().failure?.name == "key uniqueness")
         await f.pool.close()
     }
+
+    @Test("on a large identity table the sign-in statements are index scans: lookup, and migration by transfer identifier")
+    func plans() async throws {
+        let f = try await ShapeFixture("shape_plans")
+        try await f.pool.execute(#"""
+            INSERT INTO public."user" SELECT 'u' || n, 'u' || n || '@example.org', 'n' FROM generate_series(1, 20000) AS n;
+            """#)
+        try await f.pool.execute(#"""
+            INSERT INTO public."Identity" SELECT 'i' || n, CASE WHEN n % 3 = 0 THEN 'google' ELSE 'apple' END, 'sub.' || n, 'u' || n,
+                jsonb_build_object('sub', 'sub.' || n), 't.' || n FROM generate_series(1, 20000) AS n;
+            """#)
+        try await f.pool.execute("INSERT INTO baton.transfers (old_sub, transfer_sub) SELECT 'sub.' || n, 'bt.' || n FROM generate_series(1, 20000) AS n")
+        try await f.pool.execute(#"ANALYZE public."Identity""#)
+        try await f.pool.execute(#"ANALYZE public."user""#)
+        try await f.pool.execute("ANALYZE baton.transfers")
+        func plan(_ query: PostgresQuery) async throws -> String {
+            try await f.pool.query(PostgresQuery(unsafeSQL: "EXPLAIN " + query.sql, query.bindings)).map { try $0.decode(String.self, at: 0) }.joined(separator: "\n")
+        }
+        let lookup = try await plan(f.store.lookupQuery(subject: "sub.5"))
+        let migration = try await plan(f.store.migrationQuery(from: .transfer("bt.5"), newSub: "new.5", newEmail: "x@privaterelay.appleid.com",
+                                                              isPrivateEmail: true, transferSub: "bt.5", method: .signin))
+        let byColumn = try await plan(f.store.migrationQuery(from: .transfer("t.5"), newSub: "new.5", newEmail: nil, isPrivateEmail: nil,
+                                                             transferSub: "t.5", method: .signin))
+        for text in [lookup, migration, byColumn] {
+            #expect(!text.contains("Seq Scan on \"Identity\"") && !text.contains("Seq Scan on \"user\""), "\(text)")
+        }
+        #expect(try await f.store.applyMigration(transferSub: "bt.5", newSub: "new.5", newEmail: nil, isPrivateEmail: nil, method: .signin)
+                == .migrated(LegacyUser(key: "i5", subject: "new.5", email: "u5@example.org")))
+        await f.pool.close()
+    }
 }

@@ -108,25 +108,33 @@ extension LegacyStore {
                                transferSub: String?, method: MigrationMethod, writeEmail: Bool = true) -> PostgresQuery {
         let l = legacy
         let reference = l.emailTable.map { ", u.\($0.referenceColumn.quoted) AS r" } ?? ""
-        var query: PostgresQuery = """
-            WITH old AS (
-                SELECT u.\(l.keyColumn) AS k, \(unsafeRaw: l.emailSQL) AS e, u.\(l.subjectColumn)::text AS s\(unsafeRaw: reference)
-                FROM \(l.table) AS u\(unsafeRaw: l.emailJoinSQL)
-                WHERE
+        let columns: PostgresQuery = """
+            SELECT u.\(l.keyColumn) AS k, \(unsafeRaw: l.emailSQL) AS e, u.\(l.subjectColumn)::text AS s\(unsafeRaw: reference)
+            FROM \(l.table) AS u\(unsafeRaw: l.emailJoinSQL)
             """
+        var query: PostgresQuery
         switch source {
         case .subject(let oldSub):
-            query = query + " u.\(l.subjectColumn) = \(oldSub)"
+            query = "WITH old AS (" + columns + " WHERE u.\(l.subjectColumn) = \(oldSub)"
         case .transfer(let transferSub):
-            query = query + """
-                 (u.\(l.subjectColumn) = (SELECT old_sub FROM baton.transfers WHERE transfer_sub = \(transferSub))
-                  OR (u.\(l.keyColumn)::text = (SELECT legacy_key FROM baton.transfers WHERE transfer_sub = \(transferSub))
-                      AND u.\(l.subjectColumn) IS DISTINCT FROM \(newSub))
+            // The row's key, found by the first way that knows it (each an index probe; the key's arm only runs
+            // when baton.transfers holds a key for this identifier); then the row itself is locked by key.
+            var candidates: PostgresQuery = """
+                WITH candidate AS (
+                    (SELECT x.\(l.keyColumn) AS k FROM \(l.table) AS x
+                     WHERE x.\(l.subjectColumn) = (SELECT old_sub FROM baton.transfers WHERE transfer_sub = \(transferSub))
                 """
+            candidates = candidates + l.filterSQL(alias: "x") + " LIMIT 1)"
             if let column = l.transferColumn {
-                query = query + " OR (u.\(column) = \(transferSub) AND u.\(l.subjectColumn) IS DISTINCT FROM \(newSub))"
+                candidates = candidates + " UNION ALL (SELECT x.\(l.keyColumn) FROM \(l.table) AS x WHERE x.\(column) = \(transferSub)"
+                    + l.filterSQL(alias: "x") + " LIMIT 1)"
             }
-            query = query + ")"
+            candidates = candidates + """
+                 UNION ALL (SELECT y.k FROM (SELECT legacy_key FROM baton.transfers WHERE transfer_sub = \(transferSub) AND legacy_key IS NOT NULL) AS m
+                            CROSS JOIN LATERAL (SELECT x.\(l.keyColumn) AS k FROM \(l.table) AS x WHERE x.\(l.keyColumn)::text = m.legacy_key
+                """ + l.filterSQL(alias: "x") + " LIMIT 1) AS y) LIMIT 1)"
+            query = candidates + ", old AS (" + columns
+                + " WHERE u.\(l.keyColumn) = (SELECT k FROM candidate) AND u.\(l.subjectColumn) IS DISTINCT FROM \(newSub)"
         }
         query = query + l.filterSQL() + """
              LIMIT 1 FOR UPDATE OF u
