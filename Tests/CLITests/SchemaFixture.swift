@@ -274,6 +274,8 @@ enum SchemaScenario {
             let json = try JSON.parseObject(Array(report.stdout.utf8))
             #expect(json["totals"]?["migrated"]?.intValue == 6, "\(report.stdout.prefix(400))")
             #expect(json["totals"]?["unmatched_signins"]?.intValue == 1, "\(report.stdout.prefix(400))")
+            let table = try await runBatonOffPool(["report", "--config", try world.configuration()])
+            #expect(table.stdout.contains("Unmatched   1 sign-ins carried a transfer_sub"), "\(table.stdout.prefix(800))")
 
             // Nothing else changed: other providers' rows, other columns, other JSON keys.
             #expect(try world.psql(framework.invariant) == guarded)
