@@ -11,7 +11,7 @@ struct Benchmark: Sendable {
 let benchmarks: [Benchmark] = [
     Benchmark(name: "verify", summary: "identity-token verification against bare OpenSSL RS256", run: runVerifyBenchmark),
     Benchmark(name: "emulator", summary: "emulator requests/s (/auth/keys, /auth/usermigrationinfo) and tokens/s (/emulator/authorize) [--concurrency N --requests N --tokens N --exchanges N]", run: runEmulatorBenchmark),
-    Benchmark(name: "signin", summary: "sign-ins/s and p99 through baton serve vs pgbench on the same SQL [--database-url URL --users N --transfers N --migrations N --current-requests N --concurrency N --pool-size N]", run: runSigninBenchmark),
+    Benchmark(name: "signin", summary: "sign-ins/s and p99 through baton serve vs pgbench on the same SQL [--database-url URL --users N --transfers N --migrations N --current-requests N --concurrency N --pool-size N --schema users|allauth]", run: runSigninBenchmark),
     Benchmark(name: "exchange", summary: "baton exchange against the emulator (20 ms, 200/s limit) vs one request at a time [--users N --backlog N --database-url URL]", run: runExchangeBenchmark),
 ]
 
