@@ -5,6 +5,12 @@ import Synchronization
 /// Baton's PostgreSQL store: the application's legacy user table (named by the configuration, every
 /// identifier validated and quoted) and Baton's own tables in schema `baton`.
 ///
+/// The table may be a users table with an `apple_sub` column or a multi-provider identity table: every
+/// statement reads and writes only the Apple rows (`legacy.where`), finds the email where it lives (a column,
+/// or the users table the row references), rewrites the JSON copy's keys with the subject, and writes emails
+/// only as `legacy.email_policy` allows. The statements are built from the fragments in `Legacy/LegacySQL.swift`;
+/// the migration is in `Legacy/LegacyMigration.swift`, the start-up inspection in `Legacy/LegacyInspection.swift`.
+///
 /// This is where the migration rules live, so that a sign-in (`method = signin`), a bulk exchange
 /// (`method = exchange`) and a re-link (`method = link`) all rewrite records the same way: call
 /// ``applyMigration(oldSub:newSub:newEmail:isPrivateEmail:transferSub:method:)``.
