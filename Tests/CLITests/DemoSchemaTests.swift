@@ -5,7 +5,7 @@ import Testing
 @Suite("baton demo --schema")
 struct DemoSchemaTests {
     @Test("the story on a framework's tables: every user accounted for, other providers' rows untouched, tables dropped",
-          arguments: ["allauth", "supabase", "omniauth"])
+          arguments: ["allauth", "authjs", "better-auth", "supabase", "omniauth"])
     func schema(_ name: String) async throws {
         let databaseURL = try TestDatabase.create("demo_\(name)")
         let out = FileManager.default.temporaryDirectory.appendingPathComponent("demo-\(UUID().uuidString).html").path
@@ -39,6 +39,6 @@ struct DemoSchemaTests {
     func unknown() async throws {
         let result = try await runBatonOffPool(["demo", "--database-url", "postgresql:///x", "--schema", "keycloak"])
         #expect(result.status == 2)
-        #expect(result.stderr.contains("--schema must be one of users, allauth, supabase, omniauth"))
+        #expect(result.stderr.contains("--schema must be one of users, allauth, authjs, better-auth, supabase, omniauth"))
     }
 }

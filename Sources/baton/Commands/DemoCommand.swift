@@ -8,7 +8,7 @@ let demoCommand = Command(
     summary: "end-to-end scenario: a transfer of 10,000 users on a throwaway PostgreSQL and the Apple emulator",
     usage: """
     usage: baton demo [--database-url URL] [--users N] [--concurrency N] [--rate R] [--stragglers N]
-                      [--out FILE] [--keep-data] [--schema users|allauth|supabase|omniauth] [--cross-company]
+                      [--out FILE] [--keep-data] [--schema NAME] [--cross-company]
 
     Tells the story of an app transfer, step by step, with its figures: an app under team A with a legacy
     public.users table; transfer identifiers (baton transfer-ids); team B accepts; Baton's service
@@ -25,7 +25,7 @@ let demoCommand = Command(
       --out FILE           the HTML report (default report.html)
       --keep-data          leave the app's tables and schema baton in the database afterwards
       --schema NAME        the app's tables: users (default, public.users), or the tables an auth framework
-                           creates: allauth, supabase, omniauth (see docs/schemas.md); DEMO_FLAGS=--schema allauth
+                           creates: allauth, authjs, better-auth, supabase, omniauth (docs/schemas.md); DEMO_FLAGS=--schema allauth
       --cross-company      team B is another company: team A exports keys and transfer identifiers only
                            (transfer-ids --export), team B loads them with NULL subjects into a database of
                            its own (created beside the given one) and imports key,transfer_sub

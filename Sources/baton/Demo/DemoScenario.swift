@@ -103,7 +103,7 @@ struct DemoScenario {
         output.step(1, "PostgreSQL and Baton's schema (baton db migrate)")
         let pool = PostgresPool(url: options.databaseURL, maxConnections: options.concurrency + 4)
         let existing = try await pool.query("""
-            SELECT bool_or(to_regclass(t) IS NOT NULL), EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = 'baton')
+            SELECT bool_or(to_regclass(quote_ident(split_part(t, '.', 1)) || '.' || quote_ident(split_part(t, '.', 2))) IS NOT NULL), EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = 'baton')
             FROM unnest(string_to_array(\(options.schema.tables.joined(separator: ",")), ',')) AS t
             """)[0]
         if try existing.decode(Bool.self, at: 0) || existing.decode(Bool.self, at: 1) {

@@ -5,13 +5,15 @@ import Baton
 /// shapes every tenth user also has another provider's row whose subject equals their Apple one, which the
 /// migration leaves untouched.
 enum DemoSchema: String, CaseIterable, Sendable {
-    case users, allauth, supabase, omniauth
+    case users, allauth, authjs, betterAuth = "better-auth", supabase, omniauth
 
     /// The tables the demo creates and drops, for the wording and the emptiness check.
     var tables: [String] {
         switch self {
         case .users: ["public.users"]
         case .allauth: ["public.socialaccount_socialaccount", "public.auth_user"]
+        case .authjs: ["public.Account", "public.User"]
+        case .betterAuth: ["public.account", "public.user"]
         case .supabase: ["auth.identities", "auth.users"]
         case .omniauth: ["public.identities", "public.users"]
         }
@@ -27,6 +29,14 @@ enum DemoSchema: String, CaseIterable, Sendable {
                                              filters: ["provider": "apple"],
                                              email: LegacyEmailTable(table: "public.auth_user", column: "email", keyColumn: "id", referenceColumn: "user_id"),
                                              json: LegacyJSONCopy(column: "extra_data", subjectKeys: ["sub"], emailKeys: ["email"]))
+        case .authjs:
+            return BatonConfiguration.Legacy(table: "public.Account", keyColumn: "id", subjectColumn: "providerAccountId", emailColumn: nil,
+                                             filters: ["provider": "apple"],
+                                             email: LegacyEmailTable(table: "public.User", column: "email", keyColumn: "id", referenceColumn: "userId"))
+        case .betterAuth:
+            return BatonConfiguration.Legacy(table: "public.account", keyColumn: "id", subjectColumn: "accountId", emailColumn: nil,
+                                             filters: ["providerId": "apple"],
+                                             email: LegacyEmailTable(table: "public.user", column: "email", keyColumn: "id", referenceColumn: "userId"))
         case .supabase:
             return BatonConfiguration.Legacy(table: "auth.identities", keyColumn: "id", subjectColumn: "provider_id", emailColumn: nil,
                                              filters: ["provider": "apple"],
@@ -59,6 +69,25 @@ enum DemoSchema: String, CaseIterable, Sendable {
                     "provider" varchar(200) NOT NULL, "uid" varchar(191) NOT NULL, "extra_data" jsonb NOT NULL,
                     "user_id" integer NOT NULL REFERENCES public.auth_user ("id") DEFERRABLE INITIALLY DEFERRED,
                     CONSTRAINT "socialaccount_socialaccount_provider_uid_fc810c6e_uniq" UNIQUE ("provider", "uid"));
+                """
+        case .authjs:
+            return """
+                CREATE TABLE "User" ("id" TEXT NOT NULL, "name" TEXT, "email" TEXT, "emailVerified" TIMESTAMP(3), "image" TEXT,
+                    CONSTRAINT "User_pkey" PRIMARY KEY ("id"));
+                CREATE UNIQUE INDEX "User_email_key" ON "User"("email");
+                CREATE TABLE "Account" ("id" TEXT NOT NULL, "userId" TEXT NOT NULL REFERENCES "User"("id") ON DELETE CASCADE, "type" TEXT NOT NULL,
+                    "provider" TEXT NOT NULL, "providerAccountId" TEXT NOT NULL, "id_token" TEXT, CONSTRAINT "Account_pkey" PRIMARY KEY ("id"));
+                CREATE UNIQUE INDEX "Account_provider_providerAccountId_key" ON "Account"("provider", "providerAccountId");
+                """
+        case .betterAuth:
+            // better-auth creates no unique index over (providerId, accountId); the demo adds the one Baton asks for.
+            return """
+                create table "user" ("id" text not null primary key, "name" text not null, "email" text not null unique,
+                    "emailVerified" boolean not null default false, "createdAt" timestamp not null default now(), "updatedAt" timestamp not null default now());
+                create table "account" ("id" text not null primary key, "accountId" text not null, "providerId" text not null,
+                    "userId" text not null references "user" ("id") on delete cascade, "idToken" text,
+                    "createdAt" timestamp not null default now(), "updatedAt" timestamp not null default now());
+                CREATE UNIQUE INDEX ON "public"."account" ("providerId", "accountId");
                 """
         case .supabase:
             return """
@@ -99,6 +128,22 @@ enum DemoSchema: String, CaseIterable, Sendable {
                 SELECT 'google', src.sub, jsonb_build_object('sub', src.sub, 'name', 'Google ' || src.n), u.id
                 FROM src JOIN u ON u.username = 'user' || src.n WHERE src.n % 10 = 0 AND (SELECT count(*) FROM apple) > 0
                 """
+        case .authjs:
+            return source + """
+                , u AS (INSERT INTO "User" ("id", "name", "email") SELECT 'cluser' || n, 'User ' || n, email FROM src RETURNING 1),
+                apple AS (INSERT INTO "Account" ("id", "userId", "type", "provider", "providerAccountId")
+                          SELECT 'clapple' || n, 'cluser' || n, 'oidc', 'apple', sub FROM src WHERE (SELECT count(*) FROM u) > 0 RETURNING 1)
+                INSERT INTO "Account" ("id", "userId", "type", "provider", "providerAccountId")
+                SELECT 'clgoogle' || n, 'cluser' || n, 'oauth', 'google', sub FROM src WHERE n % 10 = 0 AND (SELECT count(*) FROM apple) > 0
+                """
+        case .betterAuth:
+            return source + """
+                , u AS (INSERT INTO "user" ("id", "name", "email") SELECT 'user-' || n, 'User ' || n, email FROM src RETURNING 1),
+                apple AS (INSERT INTO "account" ("id", "accountId", "providerId", "userId")
+                          SELECT 'acc-apple-' || n, sub, 'apple', 'user-' || n FROM src WHERE (SELECT count(*) FROM u) > 0 RETURNING 1)
+                INSERT INTO "account" ("id", "accountId", "providerId", "userId")
+                SELECT 'acc-github-' || n, sub, 'github', 'user-' || n FROM src WHERE n % 10 = 0 AND (SELECT count(*) FROM apple) > 0
+                """
         case .supabase:
             return source + """
                 , u AS (INSERT INTO auth.users (id, email) SELECT gen_random_uuid(), email FROM src RETURNING id, email),
@@ -122,28 +167,33 @@ enum DemoSchema: String, CaseIterable, Sendable {
     /// SQL counting the Apple rows.
     var appleRows: String {
         let legacy = self.legacy
-        let filter = legacy.filters.map { " WHERE " + $0.map { "\($0.key) = '\($0.value)'" }.joined(separator: " AND ") } ?? ""
-        return "SELECT count(*) FROM \(legacy.table)\(filter)"
+        let filter = legacy.filters.map { " WHERE " + $0.map { "\"\($0.key)\" = '\($0.value)'" }.joined(separator: " AND ") } ?? ""
+        return "SELECT count(*) FROM \(quoted(legacy.table))\(filter)"
     }
 
     /// SQL counting the Apple rows whose subject is a migrated user's new identifier.
     var rewrittenRows: String {
         let legacy = self.legacy
-        let filter = legacy.filters.map { $0.map { " AND u.\($0.key) = '\($0.value)'" }.joined() } ?? ""
-        return "SELECT count(*) FROM \(legacy.table) u JOIN baton.transfers t ON t.new_sub = u.\(legacy.subjectColumn) AND t.state = 'migrated'\(filter)"
+        let filter = legacy.filters.map { $0.map { " AND u.\"\($0.key)\" = '\($0.value)'" }.joined() } ?? ""
+        return "SELECT count(*) FROM \(quoted(legacy.table)) u JOIN baton.transfers t ON t.new_sub = u.\"\(legacy.subjectColumn)\" AND t.state = 'migrated'\(filter)"
     }
 
     /// SQL counting other providers' rows whose subject equals a migrated user's old identifier (untouched).
     var otherProviderRows: String? {
         guard let filters = legacy.filters, let (column, value) = filters.first else { return nil }
-        return "SELECT count(*) FROM \(legacy.table) u JOIN baton.transfers t ON t.old_sub = u.\(legacy.subjectColumn) AND t.state = 'migrated' WHERE u.\(column) <> '\(value)'"
+        return "SELECT count(*) FROM \(quoted(legacy.table)) u JOIN baton.transfers t ON t.old_sub = u.\"\(legacy.subjectColumn)\" AND t.state = 'migrated' WHERE u.\"\(column)\" <> '\(value)'"
     }
 
     /// The statements dropping what the demo created.
     var drop: [String] {
         switch self {
         case .supabase: ["DROP SCHEMA IF EXISTS auth CASCADE"]
-        default: tables.map { "DROP TABLE IF EXISTS \($0) CASCADE" }
+        default: tables.map { "DROP TABLE IF EXISTS \(quoted($0)) CASCADE" }
         }
+    }
+
+    /// `public.User` → `"public"."User"` (the demo's own names, all plain identifiers).
+    private func quoted(_ name: String) -> String {
+        name.split(separator: ".").map { "\"\($0)\"" }.joined(separator: ".")
     }
 }
