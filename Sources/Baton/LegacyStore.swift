@@ -157,8 +157,9 @@ public struct LegacyStore: BatonStore {
             if let json = l.json, !json.emailKeys.isEmpty {
                 set = set + ", \(json.column) = " + l.jsonSQL(json, newSub: nil, newEmail: email, write: true)
             }
-            query = query + ", changed AS (UPDATE \(l.table) AS u SET " + set + " FROM old WHERE u.\(l.keyColumn) = old.k AND "
-                + wanted + " RETURNING u.\(l.keyColumn)::text AS k, u.\(column)::text AS e)"
+            // The key may be unique only among the Apple rows: the filter is part of every write.
+            query = query + ", changed AS (UPDATE \(l.table) AS u SET " + set + " FROM old WHERE u.\(l.keyColumn) = old.k" + l.filterSQL()
+                + " AND" + wanted + " RETURNING u.\(l.keyColumn)::text AS k, u.\(column)::text AS e)"
         } else if let mail = l.emailTable {
             query = query + """
                 , changed AS (UPDATE \(mail.table) AS m SET \(mail.column) = \(email) FROM old
@@ -167,7 +168,7 @@ public struct LegacyStore: BatonStore {
             if let json = l.json, !json.emailKeys.isEmpty {
                 query = query + ", json_copy AS (UPDATE \(l.table) AS u SET \(json.column) = "
                     + l.jsonSQL(json, newSub: nil, newEmail: email, write: true)
-                    + " FROM changed WHERE u.\(l.keyColumn)::text = changed.k)"
+                    + " FROM old WHERE u.\(l.keyColumn) = old.k AND EXISTS (SELECT 1 FROM changed)" + l.filterSQL() + ")"
             }
         }
         return query + """

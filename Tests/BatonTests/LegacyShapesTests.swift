@@ -210,4 +210,33 @@ struct LegacyShapesTests {
                 == .migrated(LegacyUser(key: "i5", subject: "new.5", email: "u5@example.org")))
         await f.pool.close()
     }
+
+    @Test("a key unique only among the Apple rows (Keycloak's shape): writes never reach the same key's other rows")
+    func keyUniqueWithFilter() async throws {
+        let url = try TestDatabase.create("shape_keycloak")
+        let pool = PostgresPool(url: url, maxConnections: 4)
+        _ = try await BatonSchema.migrator().migrate(pool)
+        try await pool.withConnection { connection in
+            try await connection.executeScript(unsafeSQL: """
+                CREATE TABLE public.federated_identity (identity_provider varchar(255) NOT NULL, user_id varchar(36) NOT NULL,
+                    federated_user_id varchar(255), email varchar(255), token jsonb, PRIMARY KEY (identity_provider, user_id));
+                CREATE UNIQUE INDEX ON public.federated_identity (identity_provider, federated_user_id);
+                INSERT INTO public.federated_identity VALUES ('apple', 'u1', 'old.1', 'a@privaterelay.appleid.com', '{"sub": "old.1"}'),
+                                                             ('google', 'u1', 'old.1', 'a@privaterelay.appleid.com', '{"sub": "old.1"}');
+                """)
+        }
+        let legacy = BatonConfiguration.Legacy(table: "public.federated_identity", keyColumn: "user_id", subjectColumn: "federated_user_id",
+                                               emailColumn: "email", filters: ["identity_provider": "apple"],
+                                               json: LegacyJSONCopy(column: "token", subjectKeys: ["sub"], emailKeys: ["email"]), emailPolicy: .always)
+        let store = LegacyStore(pool: pool, legacy: try legacy.identifiers())
+        #expect(try await store.validateLegacyTable().failure == nil)
+        let outcome = try await store.applyMigration(oldSub: "old.1", newSub: "new.1", newEmail: "b@privaterelay.appleid.com", isPrivateEmail: true,
+                                                     transferSub: nil, method: .exchange)
+        #expect(outcome == .migrated(LegacyUser(key: "u1", subject: "new.1", email: "b@privaterelay.appleid.com")))
+        let user = LegacyUser(key: "u1", subject: "new.1", email: "b@privaterelay.appleid.com")
+        #expect(try await store.updateEmail(of: user, to: "me@example.com")?.email == "me@example.com")
+        #expect(try TestDatabase.psql(url, "SELECT string_agg(identity_provider || ' ' || federated_user_id || ' ' || email || ' ' || token::text, ';' ORDER BY identity_provider) FROM public.federated_identity")
+                == #"apple new.1 me@example.com {"sub": "new.1"};google old.1 a@privaterelay.appleid.com {"sub": "old.1"}"#)
+        await pool.close()
+    }
 }

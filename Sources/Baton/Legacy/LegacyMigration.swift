@@ -154,8 +154,9 @@ extension LegacyStore {
         }
         let returnedEmail = l.emailColumn.map { "u.\($0.quoted)::text" } ?? "NULL::text"
         let returnedReference = l.emailTable.map { ", u.\($0.referenceColumn.quoted) AS r" } ?? ""
-        query = query + ", moved AS (UPDATE \(l.table) AS u SET " + set + """
-             FROM old WHERE u.\(l.keyColumn) = old.k AND u.\(l.subjectColumn) IS DISTINCT FROM \(newSub) AND NOT EXISTS (SELECT 1 FROM taken)
+        // The key may be unique only among the Apple rows (`legacy.where`): the filter is part of the write too.
+        query = query + ", moved AS (UPDATE \(l.table) AS u SET " + set + " FROM old WHERE u.\(l.keyColumn) = old.k" + l.filterSQL() + """
+             AND u.\(l.subjectColumn) IS DISTINCT FROM \(newSub) AND NOT EXISTS (SELECT 1 FROM taken)
                 RETURNING u.\(l.keyColumn)::text AS k, \(unsafeRaw: returnedEmail) AS e\(unsafeRaw: returnedReference)
             )
             """
