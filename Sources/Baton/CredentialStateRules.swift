@@ -61,23 +61,17 @@ extension LegacyStore {
     /// - Throws: ``PostgresError``.
     public func credentialFacts(of sub: String) async throws -> CredentialFacts {
         let l = legacy
-        let query: PostgresQuery
+        // Only the Apple rows (`legacy.where`) count: another provider's row with the same subject is not this user.
+        let carries: PostgresQuery = "EXISTS (SELECT 1 FROM \(l.table) AS u WHERE u.\(l.subjectColumn) = \(sub)" + l.filterSQL()
+        var query: PostgresQuery = """
+            SELECT (SELECT state FROM baton.subjects WHERE sub = \(sub)),
+                   EXISTS (SELECT 1 FROM baton.transfers WHERE new_sub = \(sub)),
+                   EXISTS (SELECT 1 FROM baton.transfers WHERE old_sub = \(sub))
+            """
         if let column = l.transferColumn {
-            query = """
-                SELECT (SELECT state FROM baton.subjects WHERE sub = \(sub)),
-                       EXISTS (SELECT 1 FROM baton.transfers WHERE new_sub = \(sub)),
-                       EXISTS (SELECT 1 FROM baton.transfers WHERE old_sub = \(sub))
-                           OR EXISTS (SELECT 1 FROM \(l.table) WHERE \(l.subjectColumn) = \(sub) AND \(column) IS NOT NULL),
-                       EXISTS (SELECT 1 FROM \(l.table) WHERE \(l.subjectColumn) = \(sub))
-                """
-        } else {
-            query = """
-                SELECT (SELECT state FROM baton.subjects WHERE sub = \(sub)),
-                       EXISTS (SELECT 1 FROM baton.transfers WHERE new_sub = \(sub)),
-                       EXISTS (SELECT 1 FROM baton.transfers WHERE old_sub = \(sub)),
-                       EXISTS (SELECT 1 FROM \(l.table) WHERE \(l.subjectColumn) = \(sub))
-                """
+            query = query + " OR " + carries + " AND u.\(column) IS NOT NULL)"
         }
+        query = query + ", " + carries + ")"
         let row = try await pool.query(query)[0]
         return CredentialFacts(subjectState: try row.decode(String?.self, at: 0).flatMap(SubjectState.init(rawValue:)),
                                isReceivingTeamIdentifier: try row.decode(Bool.self, at: 1),

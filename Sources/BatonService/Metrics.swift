@@ -49,7 +49,7 @@ public final class ServiceMetrics: Sendable {
             out += "baton_http_requests_total{route=\"\(parts[0])\",status=\"\(parts[1])\"} \(count)\n"
         }
         out += "# HELP baton_signin_outcomes_total Sign-in outcomes.\n# TYPE baton_signin_outcomes_total counter\n"
-        for outcome in ["current", "migrated", "new"] {
+        for outcome in ["current", "migrated", "new", "unmatched"] {
             out += "baton_signin_outcomes_total{outcome=\"\(outcome)\"} \(snapshot.outcomes[outcome] ?? 0)\n"
         }
         out += "# HELP baton_rejections_total Rejected requests by reason.\n# TYPE baton_rejections_total counter\n"

@@ -53,8 +53,8 @@ struct ConnectionStringTests {
     @Test("a connection that meets a read-only server is dropped and replaced, never reused")
     func readOnlyDropped() async throws {
         let url = try TestDatabase.create("readonly")
-        let name = String(url.split(separator: "/")[2].split(separator: "?")[0])
         let pool = PostgresPool(url: url, maxConnections: 1, acquireTimeout: .seconds(5))
+        let name = try await pool.query("SELECT current_database()")[0].decode(String.self, at: 0)
         try await pool.execute("CREATE TABLE t (n int)")
         _ = try TestDatabase.psql(try TestDatabase.serverURL(), "ALTER DATABASE \(name) SET default_transaction_read_only = on")
         // The pool's connection predates the change; a fresh one is read-only, like a demoted primary's.

@@ -9,7 +9,7 @@ struct ReadinessTests {
     @Test("503 while the database is read-only (no writable primary), 200 once it is writable again", arguments: Mode.allCases)
     func readOnlyPrimary(mode: Mode) async throws {
         let f = try await ServiceFixture(mode, people: 1)
-        let name = String(f.url.split(separator: "/")[2].split(separator: "?")[0])
+        let name = try TestDatabase.psql(f.url, "SELECT current_database()")
         #expect(try await f.readyz(expecting: 200).status == 200)
         try demote(f, name: name, readOnly: true)
         let notReady = try await f.readyz(expecting: 503)

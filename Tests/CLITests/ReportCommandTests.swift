@@ -98,7 +98,7 @@ struct ReportCommandTests {
         #expect(json.status == 0, "\(json.stderr)")
         let object = try JSONSerialization.jsonObject(with: Data(json.stdout.utf8)) as? [String: Any]
         let totals = object?["totals"] as? [String: Int]
-        #expect(totals == ["total": 30, "migrated": 12, "pending": 6, "failed": 6, "unresolvable": 6])
+        #expect(totals == ["total": 30, "migrated": 12, "pending": 6, "failed": 6, "unresolvable": 6, "unmatched_signins": 0])
         let window = object?["window"] as? [String: Any]
         #expect(window?["days_left"] as? Int == 46)
         let unresolved = object?["unresolved"] as? [String: Any]

@@ -293,26 +293,42 @@ public struct BatonConfiguration: Sendable, Equatable, Codable {
         }
     }
 
-    /// The application's own user table, which Baton reads and rewrites but never creates or drops.
+    /// The application's own user (or identity) table, which Baton reads and rewrites but never creates or
+    /// drops. The shapes auth frameworks give it, and how to name them here, are in docs/schemas.md.
     public struct Legacy: Sendable, Equatable, Codable {
-        /// The table, optionally schema-qualified: `public.users`.
+        /// The table, optionally schema-qualified: `public.users`, `auth.identities`.
         public var table: String
         /// The primary key column.
         public var keyColumn: String
         /// The column holding the Apple `sub`.
         public var subjectColumn: String
-        /// The column holding the user's email.
-        public var emailColumn: String
+        /// The column of `table` holding the user's email; nil when the email is elsewhere (``email``) or nowhere.
+        public var emailColumn: String?
         /// A column holding each user's transfer identifier, if the application stores them.
         public var transferColumn: String?
+        /// Equality filters (column → text value) selecting the Apple rows of a table shared with other
+        /// providers, such as `{"provider": "apple"}`; nil or empty: every row is an Apple row.
+        public var filters: [String: String]?
+        /// Where the email lives when it is in another table (the users table the identity row references).
+        public var email: LegacyEmailTable?
+        /// A JSON column of `table` holding copies of the claims, rewritten with the subject.
+        public var json: LegacyJSONCopy?
+        /// When Baton replaces a stored email (default `relay`).
+        public var emailPolicy: EmailPolicy?
 
         /// Creates the section.
-        public init(table: String, keyColumn: String, subjectColumn: String, emailColumn: String, transferColumn: String? = nil) {
+        public init(table: String, keyColumn: String, subjectColumn: String, emailColumn: String?, transferColumn: String? = nil,
+                    filters: [String: String]? = nil, email: LegacyEmailTable? = nil, json: LegacyJSONCopy? = nil,
+                    emailPolicy: EmailPolicy? = nil) {
             self.table = table
             self.keyColumn = keyColumn
             self.subjectColumn = subjectColumn
             self.emailColumn = emailColumn
             self.transferColumn = transferColumn
+            self.filters = filters
+            self.email = email
+            self.json = json
+            self.emailPolicy = emailPolicy
         }
 
         enum CodingKeys: String, CodingKey {
@@ -321,18 +337,16 @@ public struct BatonConfiguration: Sendable, Equatable, Codable {
             case subjectColumn = "subject_column"
             case emailColumn = "email_column"
             case transferColumn = "transfer_column"
+            case filters = "where"
+            case email
+            case json
+            case emailPolicy = "email_policy"
         }
 
         /// The validated identifiers, ready for `PostgresQuery` interpolation (which quotes them).
         /// - Throws: ``ConfigurationError`` (`invalidValue`) naming the first invalid one.
         public func identifiers() throws -> LegacyIdentifiers {
-            LegacyIdentifiers(
-                table: try BatonConfiguration.identifier(table, key: "legacy.table", allowSchema: true),
-                keyColumn: try BatonConfiguration.identifier(keyColumn, key: "legacy.key_column", allowSchema: false),
-                subjectColumn: try BatonConfiguration.identifier(subjectColumn, key: "legacy.subject_column", allowSchema: false),
-                emailColumn: try BatonConfiguration.identifier(emailColumn, key: "legacy.email_column", allowSchema: false),
-                transferColumn: try transferColumn.map { try BatonConfiguration.identifier($0, key: "legacy.transfer_column", allowSchema: false) }
-            )
+            try LegacyIdentifiers(self)
         }
 
         /// The table, quoted for SQL: `"public"."users"`.
@@ -340,20 +354,6 @@ public struct BatonConfiguration: Sendable, Equatable, Codable {
         public func quotedTable() throws -> String {
             try BatonConfiguration.quoteIdentifier(table, key: "legacy.table", allowSchema: true)
         }
-    }
-
-    /// The legacy table's validated identifiers.
-    public struct LegacyIdentifiers: Sendable, Equatable {
-        /// The table, possibly schema-qualified.
-        public var table: PostgresIdentifier
-        /// The primary key column.
-        public var keyColumn: PostgresIdentifier
-        /// The Apple `sub` column.
-        public var subjectColumn: PostgresIdentifier
-        /// The email column.
-        public var emailColumn: PostgresIdentifier
-        /// The transfer identifier column, if configured.
-        public var transferColumn: PostgresIdentifier?
     }
 
     /// Validates an identifier from the configuration: `^[A-Za-z_][A-Za-z0-9_]{0,62}$`, with an optional

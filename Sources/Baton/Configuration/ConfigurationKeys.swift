@@ -12,6 +12,8 @@ extension BatonConfiguration {
         case list
         /// A file path: relative to the JSON file's directory, or to the current directory from the environment.
         case path
+        /// Column → value equality filters: `provider=apple,kind=oauth` in the environment.
+        case filters
         /// `true` or `false` (also `1` and `0` in the environment).
         case boolean
     }
@@ -109,15 +111,33 @@ extension BatonConfiguration {
         Key("apple.transfer.recipient.private_key_path", .path, .required,
             "that key's `.p8` file; used to exchange transfer identifiers (`baton exchange`)"),
         Key("legacy.table", .string, .required,
-            "the application's user table, optionally schema-qualified (`public.users`); quoted, so case-sensitive"),
+            "the application's user or identity table, optionally schema-qualified (`public.users`, `auth.identities`); quoted, so case-sensitive ([schemas.md](schemas.md))"),
         Key("legacy.key_column", .string, .required,
-            "its primary key column"),
+            "its primary key column (unique: checked at start-up)"),
         Key("legacy.subject_column", .string, .required,
-            "the column holding the Apple `sub`; should carry a unique constraint (`baton doctor` checks)"),
-        Key("legacy.email_column", .string, .required,
-            "the column holding the user's email (rewritten to the new private relay address)"),
+            "the column holding the Apple `sub`; a unique index over it and the `legacy.where` columns is required at start-up"),
+        Key("legacy.email_column", .string, .absent("`null`"),
+            "the column of `legacy.table` holding the user's email; leave out when the email is in another table (`legacy.email`) or nowhere"),
         Key("legacy.transfer_column", .string, .absent("`null`"),
-            "a column holding each user's transfer identifier, if the application stores them"),
+            "a column holding each user's transfer identifier, if the application stores them; between companies the recipient's rows may hold only this (subject NULL)"),
+        Key("legacy.where", .filters, .absent("`null`"),
+            "equality filters selecting the Apple rows of a table shared with other providers: `{\"provider\": \"apple\"}`; from the environment `provider=apple,kind=oauth`; part of every lookup, rewrite, bulk query and report"),
+        Key("legacy.email.table", .string, .required,
+            "the table holding the email when it is not `legacy.table` (`public.auth_user`, `auth.users`)"),
+        Key("legacy.email.column", .string, .required,
+            "its email column (the variable's name avoids `BATON_LEGACY_EMAIL_COLUMN`)"),
+        Key("legacy.email.key_column", .string, .required,
+            "its key column"),
+        Key("legacy.email.reference_column", .string, .required,
+            "the column of `legacy.table` referencing that key (`user_id`)"),
+        Key("legacy.json.column", .string, .required,
+            "a json, jsonb or text column of `legacy.table` copying the claims (`extra_data`, `identity_data`); never a generated column"),
+        Key("legacy.json.subject_keys", .list, .absent("`[\"sub\"]`"),
+            "its top-level keys rewritten with the new subject (a missing key is not added)"),
+        Key("legacy.json.email_keys", .list, .absent("`[]`"),
+            "its top-level keys rewritten with the new email, under `legacy.email_policy`"),
+        Key("legacy.email_policy", .string, .absent("`relay`"),
+            "`relay`: replace a stored email only when it is a private relay address (at migration, or when Apple's relay address changes); `always`; `never`. Without an email location Baton never writes emails"),
         Key("admin_token_file", .path, .absent("absent"),
             "a file holding the admin token for `GET /v1/report`"),
         Key("service_token_file", .path, .absent("absent"),
@@ -142,8 +162,11 @@ extension BatonConfiguration {
 
     /// `BATON_` + the path upper-cased with `.` as `_`: `database.url` → `BATON_DATABASE_URL`.
     /// An index in a list (`apple.client_ids[1]`) names the list's variable.
+    /// `legacy.email.column` would collide with `legacy.email_column`, so it is `BATON_LEGACY_EMAIL_TABLE_COLUMN`.
     public static func environmentVariable(for path: String) -> String {
-        "BATON_" + keyPath(of: path).uppercased().replacingOccurrences(of: ".", with: "_")
+        let key = keyPath(of: path)
+        if key == "legacy.email.column" { return "BATON_LEGACY_EMAIL_TABLE_COLUMN" }
+        return "BATON_" + key.uppercased().replacingOccurrences(of: ".", with: "_")
     }
 
     /// Whether `path` (an index such as `[0]` ignored) is one of ``keys``, rather than a section.

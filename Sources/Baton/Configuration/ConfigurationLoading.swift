@@ -140,6 +140,16 @@ extension BatonConfiguration {
             case .list:
                 let items = trimmed.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
                 try set(.array(items.map(JSONValue.string)), at: key.path, in: &tree)
+            case .filters:
+                var filters = JSONObject()
+                for item in trimmed.split(separator: ",") {
+                    let pair = item.split(separator: "=", maxSplits: 1).map { $0.trimmingCharacters(in: .whitespaces) }
+                    guard pair.count == 2, !pair[0].isEmpty else {
+                        throw ConfigurationError(.invalidValue, key: key.path, reason: "expected column=value pairs separated by commas")
+                    }
+                    filters[pair[0]] = .string(pair[1])
+                }
+                try set(.object(filters), at: key.path, in: &tree)
             }
         }
     }

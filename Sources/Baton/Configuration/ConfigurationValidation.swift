@@ -60,13 +60,7 @@ extension BatonConfiguration {
                 throw ConfigurationError(.invalidValue, key: "apple.transfer.recipient.team_id", reason: "the recipient's team ID equals the sender's: a transfer moves an app between two teams")
             }
         }
-        let identifiers = try legacy.identifiers()
-        if identifiers.emailColumn == identifiers.subjectColumn {
-            throw ConfigurationError(.invalidValue, key: "legacy.email_column", reason: "must differ from legacy.subject_column")
-        }
-        if let transferColumn = identifiers.transferColumn, transferColumn == identifiers.subjectColumn || transferColumn == identifiers.emailColumn {
-            throw ConfigurationError(.invalidValue, key: "legacy.transfer_column", reason: "must differ from legacy.subject_column and legacy.email_column")
-        }
+        _ = try legacy.identifiers()
         if let adminTokenFile, adminTokenFile.isEmpty {
             throw ConfigurationError(.invalidValue, key: "admin_token_file", reason: "must be a path (remove the key to serve without an admin token)")
         }

@@ -5,8 +5,12 @@ public struct BulkJobError: Error, Equatable, CustomStringConvertible {
     public enum Code: String, Sendable, Equatable {
         /// The import file cannot be opened or read.
         case unreadableFile = "unreadable_file"
-        /// The import file's first line is not `old_sub,transfer_sub`.
+        /// The import file's first line is not `old_sub,transfer_sub` or `key,transfer_sub`.
         case missingHeader = "missing_header"
+        /// `--columns` names something that is not a column, or a column that holds identifiers or emails.
+        case invalidColumn = "invalid_column"
+        /// An export would have carried a team-scoped identifier or a private relay address.
+        case identifierInExport = "identifier_in_export"
         /// The 60-day window after the transfer's acceptance has closed: Apple no longer answers.
         case windowClosed = "window_closed"
         /// The transfer is not accepted yet (no `apple.transfer.accepted_at`), so nothing can be exchanged.

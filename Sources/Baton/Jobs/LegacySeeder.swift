@@ -31,13 +31,11 @@ public struct LegacySeeder: Sendable {
             let page: PostgresQuery
             let common = """
                 SELECT u.\(legacy.keyColumn.quoted) AS key, u.\(legacy.subjectColumn.quoted)::text AS subject, \(transfer) AS transfer_sub
-                FROM \(legacy.table.quoted) u
+                FROM \(legacy.table.quoted) u WHERE true
                 """
-            if let after {
-                page = "WITH page AS (\(unsafeRaw: common) WHERE u.\(legacy.keyColumn) > \(after) ORDER BY u.\(legacy.keyColumn) LIMIT \(pageSize)), \(unsafeRaw: Self.insertAndReport)"
-            } else {
-                page = "WITH page AS (\(unsafeRaw: common) ORDER BY u.\(legacy.keyColumn) LIMIT \(pageSize)), \(unsafeRaw: Self.insertAndReport)"
-            }
+            let afterKey: PostgresQuery = after.map { "AND u.\(legacy.keyColumn) > \($0)" } ?? ""
+            page = "WITH page AS (\(unsafeRaw: common)" + legacy.filterSQL() + " " + afterKey
+                + " ORDER BY u.\(legacy.keyColumn) LIMIT \(pageSize)), \(unsafeRaw: Self.insertAndReport)"
             let row = try await pool.query(page)[0]
             guard let last = try row.decode(String?.self, at: 0) else { return added }
             added += try row.decode(Int.self, at: 1)
@@ -56,8 +54,9 @@ public struct LegacySeeder: Sendable {
               AND (t.old_sub IS NULL OR (t.state = 'pending' AND t.transfer_sub IS NULL))
               AND NOT EXISTS (SELECT 1 FROM baton.transfers m WHERE m.new_sub = u.\(l.subjectColumn.quoted)::text)
             """
-        let count = try await pool.query("SELECT count(*) \(unsafeRaw: needing)")[0].decode(Int.self, at: 0)
-        let rows = try await pool.query("SELECT u.\(l.subjectColumn)::text \(unsafeRaw: needing) ORDER BY u.\(l.keyColumn) LIMIT \(max(0, sample))")
+        let count = try await pool.query("SELECT count(*) \(unsafeRaw: needing)" + l.filterSQL())[0].decode(Int.self, at: 0)
+        let rows = try await pool.query("SELECT u.\(l.subjectColumn)::text \(unsafeRaw: needing)" + l.filterSQL()
+                                        + " ORDER BY u.\(l.keyColumn) LIMIT \(max(0, sample))")
         return (count, try rows.map { try $0.decode(String.self, at: 0) })
     }
 

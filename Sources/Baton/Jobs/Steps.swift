@@ -4,10 +4,11 @@ import Foundation
 /// Applies an exchanged user to the legacy record exactly as a sign-in migration does (same rules, same audit
 /// event), with `method = exchange`; the migration store implements it.
 public protocol ExchangeApplier: Sendable {
-    /// Rewrites the legacy record of `oldSub` to `user` once. Returns ``BulkStepOutcome/alreadyDone`` when the
-    /// record was already migrated (by a sign-in or another worker) and nothing changed.
+    /// Rewrites the legacy record of `oldSub` (or, when nil, the one `transferSub` leads to) to `user` once.
+    /// Returns ``BulkStepOutcome/alreadyDone`` when the record was already migrated (by a sign-in or another
+    /// worker) and nothing changed.
     /// - Throws: ``Postgres/PostgresError``.
-    func applyExchange(oldSub: String, transferSub: String, user: ExchangedUser) async throws -> BulkStepOutcome
+    func applyExchange(oldSub: String?, transferSub: String, user: ExchangedUser) async throws -> BulkStepOutcome
 }
 
 /// `baton exchange`: the recipient side of `/auth/usermigrationinfo` for one pending transfer, then the rewrite.
@@ -56,7 +57,8 @@ public struct TransferIdentifierStep: BulkJobStep {
     /// Asks Apple for the user's transfer identifier for the target team and stores it.
     /// - Throws: ``AppleSignIn/AppleClientError``, ``Postgres/PostgresError``.
     public func perform(_ item: TransferQueue.Item) async throws -> BulkStepOutcome {
-        let transferSub = try await client.transferIdentifier(forUser: item.oldSub, targetTeamID: targetTeamID)
+        guard let oldSub = item.oldSub else { return .alreadyDone }
+        let transferSub = try await client.transferIdentifier(forUser: oldSub, targetTeamID: targetTeamID)
         return try await queue.storeTransferIdentifier(item, transferSub: transferSub) ? .done : .alreadyDone
     }
 }
@@ -66,9 +68,14 @@ extension LegacyStore: ExchangeApplier {
     /// with `method = exchange`, so an exchange and a sign-in of the same user rewrite it once between them.
     /// A record already migrated whose `baton.transfers` row is still pending (migrated outside Baton's
     /// jobs) has that row closed as migrated; a missing record or a conflict is ``BulkStepOutcome/unresolvable(_:)``.
-    public func applyExchange(oldSub: String, transferSub: String, user: ExchangedUser) async throws -> BulkStepOutcome {
-        let outcome = try await applyMigration(oldSub: oldSub, newSub: user.sub, newEmail: user.email, isPrivateEmail: user.isPrivateEmail,
-                                               transferSub: transferSub, method: .exchange)
+    public func applyExchange(oldSub: String?, transferSub: String, user: ExchangedUser) async throws -> BulkStepOutcome {
+        let outcome = if let oldSub {
+            try await applyMigration(oldSub: oldSub, newSub: user.sub, newEmail: user.email, isPrivateEmail: user.isPrivateEmail,
+                                     transferSub: transferSub, method: .exchange)
+        } else {
+            try await applyMigration(transferSub: transferSub, newSub: user.sub, newEmail: user.email, isPrivateEmail: user.isPrivateEmail,
+                                     method: .exchange)
+        }
         switch outcome {
         case .migrated:
             return .done
@@ -76,7 +83,7 @@ extension LegacyStore: ExchangeApplier {
             try await pool.execute("""
                 UPDATE baton.transfers SET state = 'migrated', new_sub = COALESCE(new_sub, \(user.sub)), method = COALESCE(method, 'exchange'),
                     migrated_at = COALESCE(migrated_at, now()), lease_owner = NULL, lease_expires_at = NULL, updated_at = now()
-                WHERE old_sub = \(oldSub) AND state = 'pending'
+                WHERE (old_sub = \(oldSub) OR transfer_sub = \(transferSub)) AND state = 'pending'
                 """)
             return .alreadyDone
         case .legacyRecordMissing:

@@ -46,7 +46,9 @@ final class LineReader: @unchecked Sendable {
     }
 }
 
-/// `baton import transfers FILE.csv`: loads `old_sub,transfer_sub` pairs made elsewhere into `baton.transfers`.
+/// `baton import transfers FILE.csv`: loads `old_sub,transfer_sub` pairs (one company) or `key,transfer_sub`
+/// pairs (between companies: the recipient's key of each row loaded from the sender's export) into
+/// `baton.transfers`.
 ///
 /// Every line is checked; rejected lines are reported with their numbers and reasons, and the rest are loaded
 /// in one transaction. The file streams through a temporary table in batches, so a 1,000,000-line file needs
@@ -73,8 +75,19 @@ public struct TransferImporter: Sendable {
         public var reason: String
     }
 
-    /// The header the file must start with.
+    /// The header of the same-company form (both teams' data in one database).
     public static let header = "old_sub,transfer_sub"
+    /// The header of the cross-company form: the recipient's own key for the row loaded from the sender's
+    /// export (`baton transfer-ids --export`), never the sender's identifier.
+    public static let keyHeader = "key,transfer_sub"
+
+    /// Which of the two forms a file is in.
+    enum Form {
+        case oldSub, key
+        /// The file's first column, and the `baton.transfers` column it fills.
+        var column: String { self == .oldSub ? "old_sub" : "legacy_key" }
+        var name: String { self == .oldSub ? "old_sub" : "key" }
+    }
     /// The longest identifier accepted.
     public static let maxIdentifierLength = 256
 
@@ -88,11 +101,11 @@ public struct TransferImporter: Sendable {
     }
 
     /// Why `line` is not a valid `old_sub,transfer_sub` pair, or the pair.
-    public static func parse(_ line: String) -> Result<(oldSub: String, transferSub: String), ParseProblem> {
+    public static func parse(_ line: String, first: String = "old_sub") -> Result<(oldSub: String, transferSub: String), ParseProblem> {
         let fields = line.split(separator: ",", omittingEmptySubsequences: false)
         guard fields.count == 2 else { return .failure(ParseProblem("expected 2 fields, found \(fields.count)")) }
         for (index, field) in fields.enumerated() {
-            let name = index == 0 ? "old_sub" : "transfer_sub"
+            let name = index == 0 ? first : "transfer_sub"
             if field.isEmpty { return .failure(ParseProblem("\(name) is empty")) }
             if field.utf8.count > maxIdentifierLength { return .failure(ParseProblem("\(name) is longer than \(maxIdentifierLength) characters")) }
             let allowed = field.utf8.allSatisfy { byte in
@@ -100,7 +113,7 @@ public struct TransferImporter: Sendable {
             }
             if !allowed { return .failure(ParseProblem("\(name) holds a character other than letters, digits, '.', '_' and '-'")) }
         }
-        if fields[0] == fields[1] { return .failure(ParseProblem("old_sub and transfer_sub are the same")) }
+        if fields[0] == fields[1] { return .failure(ParseProblem("\(first) and transfer_sub are the same")) }
         return .success((String(fields[0]), String(fields[1])))
     }
 
@@ -120,14 +133,18 @@ public struct TransferImporter: Sendable {
             throw BulkJobError(.missingHeader, "the file is empty: its first line must be '\(TransferImporter.header)'")
         }
         if first.hasPrefix("\u{FEFF}") { first.removeFirst() }
-        guard first.trimmingCharacters(in: .whitespaces) == TransferImporter.header else {
-            throw BulkJobError(.missingHeader, "the first line must be the header '\(TransferImporter.header)'")
+        let form: Form
+        switch first.trimmingCharacters(in: .whitespaces) {
+        case TransferImporter.header: form = .oldSub
+        case TransferImporter.keyHeader: form = .key
+        default:
+            throw BulkJobError(.missingHeader, "the first line must be the header '\(TransferImporter.header)' (one company) or '\(TransferImporter.keyHeader)' (between companies)")
         }
         let batchSize = self.batchSize
         return try await pool.withConnection { connection in
             try await connection.query("BEGIN")
             do {
-                let summary = try await Self.load(reader: reader, connection: connection, batchSize: batchSize, reject: reject)
+                let summary = try await Self.load(reader: reader, form: form, connection: connection, batchSize: batchSize, reject: reject)
                 try await connection.query(dryRun ? "ROLLBACK" : "COMMIT")
                 return summary
             } catch {
@@ -137,7 +154,7 @@ public struct TransferImporter: Sendable {
         }
     }
 
-    private static func load(reader: LineReader, connection: PostgresConnection, batchSize: Int, reject: @Sendable (Rejection) -> Void) async throws -> Summary {
+    private static func load(reader: LineReader, form: Form, connection: PostgresConnection, batchSize: Int, reject: @Sendable (Rejection) -> Void) async throws -> Summary {
         try await connection.executeScript(unsafeSQL: """
             CREATE TEMPORARY TABLE import_rows (line bigint PRIMARY KEY, old_sub text NOT NULL, transfer_sub text NOT NULL) ON COMMIT DROP;
             CREATE TEMPORARY TABLE import_rejects (line bigint PRIMARY KEY, reason text NOT NULL) ON COMMIT DROP;
@@ -156,7 +173,7 @@ public struct TransferImporter: Sendable {
                     rejectNumbers.append(String(lineNumber)); reasons.append("empty line")
                     continue
                 }
-                switch parse(line) {
+                switch parse(line, first: form.name) {
                 case .success(let pair):
                     numbers.append(String(lineNumber)); olds.append(pair.oldSub); transfers.append(pair.transferSub)
                 case .failure(let problem):
@@ -177,9 +194,10 @@ public struct TransferImporter: Sendable {
             }
         }
         // Repeats inside the file, then conflicts with what is stored; each line gets its first reason only.
-        try await connection.executeScript(unsafeSQL: """
+        let name = form.name, column = form.column
+        var checks = """
             INSERT INTO import_rejects (line, reason)
-            SELECT line, 'old_sub repeats line ' || first_line FROM (
+            SELECT line, '\(name) repeats line ' || first_line FROM (
                 SELECT line, min(line) OVER (PARTITION BY old_sub) AS first_line FROM import_rows) r
             WHERE line <> first_line
             ON CONFLICT (line) DO NOTHING;
@@ -189,31 +207,46 @@ public struct TransferImporter: Sendable {
             WHERE line <> first_line
             ON CONFLICT (line) DO NOTHING;
             INSERT INTO import_rejects (line, reason)
-            SELECT i.line, 'old_sub already has another transfer_sub' FROM import_rows i
-            JOIN baton.transfers t ON t.old_sub = i.old_sub
+            SELECT i.line, '\(name) already has another transfer_sub' FROM import_rows i
+            JOIN baton.transfers t ON t.\(column) = i.old_sub
             WHERE t.transfer_sub IS NOT NULL AND t.transfer_sub <> i.transfer_sub
             ON CONFLICT (line) DO NOTHING;
             INSERT INTO import_rejects (line, reason)
-            SELECT i.line, 'transfer_sub already belongs to another old_sub' FROM import_rows i
+            SELECT i.line, 'transfer_sub already belongs to another \(name)' FROM import_rows i
             JOIN baton.transfers t ON t.transfer_sub = i.transfer_sub
-            WHERE t.old_sub <> i.old_sub
+            WHERE t.\(column) IS DISTINCT FROM i.old_sub
             ON CONFLICT (line) DO NOTHING;
-            INSERT INTO import_rejects (line, reason)
-            SELECT i.line, 'old_sub is already a recipient-team identifier (migrated)' FROM import_rows i
-            JOIN baton.transfers t ON t.new_sub = i.old_sub
-            ON CONFLICT (line) DO NOTHING;
-            DELETE FROM import_rows i USING import_rejects r WHERE r.line = i.line;
-            """)
+
+            """
+        if form == .oldSub {
+            checks += """
+                INSERT INTO import_rejects (line, reason)
+                SELECT i.line, 'old_sub is already a recipient-team identifier (migrated)' FROM import_rows i
+                JOIN baton.transfers t ON t.new_sub = i.old_sub
+                ON CONFLICT (line) DO NOTHING;
+
+                """
+        }
+        try await connection.executeScript(unsafeSQL: checks + "DELETE FROM import_rows i USING import_rejects r WHERE r.line = i.line;")
         let present = try await connection.query("""
-            SELECT count(*) FROM import_rows i JOIN baton.transfers t ON t.old_sub = i.old_sub AND t.transfer_sub = i.transfer_sub
+            SELECT count(*) FROM import_rows i JOIN baton.transfers t ON t.\(unsafeRaw: column) = i.old_sub AND t.transfer_sub = i.transfer_sub
             """)
         summary.alreadyPresent = try present[0].decode(Int.self, at: 0)
-        summary.loaded = try await connection.execute("""
-            INSERT INTO baton.transfers AS t (old_sub, transfer_sub)
-            SELECT old_sub, transfer_sub FROM import_rows ORDER BY line
-            ON CONFLICT (old_sub) DO UPDATE SET transfer_sub = EXCLUDED.transfer_sub, updated_at = now()
-            WHERE t.transfer_sub IS NULL
-            """)
+        if form == .oldSub {
+            summary.loaded = try await connection.execute("""
+                INSERT INTO baton.transfers AS t (old_sub, transfer_sub)
+                SELECT old_sub, transfer_sub FROM import_rows ORDER BY line
+                ON CONFLICT (old_sub) DO UPDATE SET transfer_sub = EXCLUDED.transfer_sub, updated_at = now()
+                WHERE t.transfer_sub IS NULL
+                """)
+        } else {
+            summary.loaded = try await connection.execute("""
+                INSERT INTO baton.transfers (legacy_key, transfer_sub)
+                SELECT i.old_sub, i.transfer_sub FROM import_rows i
+                WHERE NOT EXISTS (SELECT 1 FROM baton.transfers t WHERE t.transfer_sub = i.transfer_sub)
+                ORDER BY i.line
+                """)
+        }
         if summary.loaded > 0 {
             try await connection.execute("""
                 INSERT INTO baton.events (kind, detail) VALUES ('transfers_imported', jsonb_build_object('rows', \(summary.loaded)))

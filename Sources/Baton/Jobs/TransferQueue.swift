@@ -25,8 +25,10 @@ public struct TransferQueue: Sendable {
 
     /// A leased row.
     public struct Item: Sendable, Equatable {
-        /// The sending team's identifier.
-        public var oldSub: String
+        /// The row's `id`.
+        public var id: Int64
+        /// The sending team's identifier (nil for a cross-company import, which knows only the transfer identifier).
+        public var oldSub: String?
         /// The transfer identifier (nil for the sender job).
         public var transferSub: String?
         /// Attempts recorded before this one.
@@ -69,7 +71,7 @@ public struct TransferQueue: Sendable {
         let rows = try await pool.query("""
             UPDATE baton.transfers t SET lease_owner = \(owner), lease_expires_at = now() + make_interval(secs => \(Double(leaseSeconds))), updated_at = now()
             FROM (
-                SELECT old_sub FROM baton.transfers
+                SELECT id FROM baton.transfers
                 WHERE \(unsafeRaw: kind.condition)
                   AND (next_attempt_at IS NULL OR next_attempt_at <= now())
                   AND (lease_expires_at IS NULL OR lease_expires_at < now())
@@ -77,13 +79,14 @@ public struct TransferQueue: Sendable {
                 LIMIT \(max(1, limit))
                 FOR UPDATE SKIP LOCKED
             ) due
-            WHERE t.old_sub = due.old_sub
-            RETURNING t.old_sub, t.transfer_sub, t.attempts
+            WHERE t.id = due.id
+            RETURNING t.id, t.old_sub, t.transfer_sub, t.attempts
             """)
         // The local deadline leaves a margin for clock steps and the time the claim itself took.
         let leaseEnds = started.addingTimeInterval(Double(leaseSeconds) * 0.9)
         return try rows.map { row in
-            Item(oldSub: try row.decode(String.self, at: 0), transferSub: try row.decode(String?.self, at: 1), attempts: try row.decode(Int.self, at: 2), leaseEnds: leaseEnds)
+            Item(id: try row.decode(Int64.self, at: 0), oldSub: try row.decode(String?.self, at: 1), transferSub: try row.decode(String?.self, at: 2),
+                 attempts: try row.decode(Int.self, at: 3), leaseEnds: leaseEnds)
         }
     }
 
@@ -107,7 +110,7 @@ public struct TransferQueue: Sendable {
         try await pool.execute("""
             UPDATE baton.transfers SET transfer_sub = \(transferSub), attempts = attempts + 1, last_error = NULL,
                 lease_owner = NULL, lease_expires_at = NULL, next_attempt_at = NULL, updated_at = now()
-            WHERE old_sub = \(item.oldSub) AND state = 'pending' AND transfer_sub IS NULL
+            WHERE id = \(item.id) AND state = 'pending' AND transfer_sub IS NULL
             """) == 1
     }
 
@@ -123,7 +126,7 @@ public struct TransferQueue: Sendable {
                 state = CASE WHEN \(final) THEN 'failed' ELSE state END,
                 next_attempt_at = now() + make_interval(secs => \(delay)),
                 lease_owner = NULL, lease_expires_at = NULL, updated_at = now()
-            WHERE old_sub = \(item.oldSub) AND state = 'pending' AND lease_owner = \(owner)
+            WHERE id = \(item.id) AND state = 'pending' AND lease_owner = \(owner)
             """)
         return final
     }
@@ -136,7 +139,7 @@ public struct TransferQueue: Sendable {
         try await pool.execute("""
             UPDATE baton.transfers SET state = 'unresolvable', attempts = attempts + 1, last_error = \(reason),
                 lease_owner = NULL, lease_expires_at = NULL, updated_at = now()
-            WHERE old_sub = \(item.oldSub) AND state = 'pending' AND lease_owner = \(owner)
+            WHERE id = \(item.id) AND state = 'pending' AND lease_owner = \(owner)
             """) == 1
     }
 
@@ -145,7 +148,7 @@ public struct TransferQueue: Sendable {
         guard !items.isEmpty else { return }
         try await pool.execute("""
             UPDATE baton.transfers SET lease_owner = NULL, lease_expires_at = NULL
-            WHERE old_sub = ANY(\(arrayLiteral(items.map(\.oldSub)))::text[]) AND lease_owner = \(owner) AND state = 'pending'
+            WHERE id = ANY(\(arrayLiteral(items.map { String($0.id) }))::bigint[]) AND lease_owner = \(owner) AND state = 'pending'
             """)
     }
 

@@ -5,6 +5,12 @@ import Synchronization
 /// Baton's PostgreSQL store: the application's legacy user table (named by the configuration, every
 /// identifier validated and quoted) and Baton's own tables in schema `baton`.
 ///
+/// The table may be a users table with an `apple_sub` column or a multi-provider identity table: every
+/// statement reads and writes only the Apple rows (`legacy.where`), finds the email where it lives (a column,
+/// or the users table the row references), rewrites the JSON copy's keys with the subject, and writes emails
+/// only as `legacy.email_policy` allows. The statements are built from the fragments in `Legacy/LegacySQL.swift`;
+/// the migration is in `Legacy/LegacyMigration.swift`, the start-up inspection in `Legacy/LegacyInspection.swift`.
+///
 /// This is where the migration rules live, so that a sign-in (`method = signin`), a bulk exchange
 /// (`method = exchange`) and a re-link (`method = link`) all rewrite records the same way: call
 /// ``applyMigration(oldSub:newSub:newEmail:isPrivateEmail:transferSub:method:)``.
@@ -65,182 +71,28 @@ public struct LegacyStore: BatonStore {
         try await pool.query(transferLookupQuery(transferSub: transferSub)).first?.decode(String.self, at: 0)
     }
 
-    /// The statement of ``lookupForSignIn(subject:)`` (also the SQL `baton bench signin` gives pgbench).
+    /// The statement of ``lookupForSignIn(subject:)`` (also the SQL `baton bench signin` gives pgbench): the
+    /// Apple row carrying `sub`, its email (joined from the email table when it lives there) and its state.
     package func lookupQuery(subject sub: String) -> PostgresQuery {
         let l = legacy
         return """
-            SELECT u.\(l.keyColumn)::text, u.\(l.emailColumn)::text, s.state
-            FROM \(l.table) AS u LEFT JOIN baton.subjects AS s ON s.sub = \(sub)
-            WHERE u.\(l.subjectColumn) = \(sub) LIMIT 1
-            """
+            SELECT u.\(l.keyColumn)::text, \(unsafeRaw: l.emailSQL), s.state
+            FROM \(l.table) AS u\(unsafeRaw: l.emailJoinSQL) LEFT JOIN baton.subjects AS s ON s.sub = \(sub)
+            WHERE u.\(l.subjectColumn) = \(sub)
+            """ + l.filterSQL() + " LIMIT 1"
     }
 
     /// The statement of ``oldSubject(forTransferSubject:)`` (also the SQL `baton bench signin` gives pgbench).
     public func transferLookupQuery(transferSub: String) -> PostgresQuery {
         let l = legacy
         guard let column = l.transferColumn else {
-            return "SELECT old_sub FROM baton.transfers WHERE transfer_sub = \(transferSub)"
+            return "SELECT old_sub FROM baton.transfers WHERE transfer_sub = \(transferSub) AND old_sub IS NOT NULL"
         }
         return """
-            SELECT old_sub FROM baton.transfers WHERE transfer_sub = \(transferSub)
+            SELECT old_sub FROM baton.transfers WHERE transfer_sub = \(transferSub) AND old_sub IS NOT NULL
             UNION ALL
-            SELECT \(l.subjectColumn)::text FROM \(l.table) WHERE \(column) = \(transferSub) AND \(l.subjectColumn) IS NOT NULL
-            LIMIT 1
-            """
-    }
-
-    // MARK: - Migration
-
-    /// Rewrites the legacy record of `oldSub` to `newSub`, exactly once however many callers race.
-    ///
-    /// One statement, hence one transaction, on one pooled connection:
-    /// 1. locks the legacy row whose subject is `oldSub` (`SELECT … FOR UPDATE`);
-    /// 2. checks that no record already carries `newSub`;
-    /// 3. sets the subject column to `newSub`; replaces the email column by `newEmail` only when `newEmail`
-    ///    is given and the stored email is a private relay address (ends with
-    ///    ``privateRelayDomain``, case-insensitively): a real address the user gave is kept;
-    /// 4. upserts the `baton.transfers` row of `oldSub` (its row lock is taken by the upsert, after the legacy
-    ///    row's): `state = 'migrated'`, `method`, `new_sub`, `new_email`, `is_private_email`, `migrated_at`;
-    ///    `transfer_sub` is kept if already set, else set to `transferSub`; lease and last error cleared;
-    /// 5. appends one `baton.events` row: `kind = 'migrated'`, `method`, `legacy_key`, old and new subject,
-    ///    old and new email, `transfer_sub`.
-    ///
-    /// Concurrent callers for the same `oldSub` wait on the legacy row's lock; once the first commits, the
-    /// row no longer matches `oldSub`, so the others write nothing and return `.alreadyMigrated` with the
-    /// record as the first left it. Exactly one caller returns `.migrated`, and exactly one event exists.
-    ///
-    /// Do not call it while your own open transaction holds a lock on the legacy row or on the
-    /// `baton.transfers` row of `oldSub` (the call runs on another connection and would wait for you).
-    ///
-    /// - Parameters:
-    ///   - oldSub: the sending team's `sub` stored in the legacy table.
-    ///   - newSub: the receiving team's `sub`.
-    ///   - newEmail: the receiving team's email for the user (its private relay address, if any).
-    ///   - isPrivateEmail: whether `newEmail` is a private relay address (stored in `baton.transfers`).
-    ///   - transferSub: the transfer identifier, when known.
-    ///   - method: `.signin`, `.exchange` or `.link`.
-    /// - Returns: `.migrated(user)` (this call rewrote it), `.alreadyMigrated(user)` (a record already carries
-    ///   `newSub`, and no record carries `oldSub`), `.legacyRecordMissing` (neither exists), `.conflict`
-    ///   (both exist as different records, or a unique constraint on the subject column or on
-    ///   `baton.transfers` refused the rewrite). Only `.migrated` writes anything.
-    /// - Throws: ``PostgresError`` for database failures; nothing is half-written.
-    public func applyMigration(oldSub: String, newSub: String, newEmail: String?, isPrivateEmail: Bool?,
-                               transferSub: String?, method: MigrationMethod) async throws -> MigrationOutcome {
-        if oldSub == newSub {
-            return try await lookupBySubject(newSub).map { .alreadyMigrated($0) } ?? .legacyRecordMissing
-        }
-        return try await runMigration(migrationQuery(from: .subject(oldSub), newSub: newSub, newEmail: newEmail,
-                                                     isPrivateEmail: isPrivateEmail, transferSub: transferSub, method: method), newSub: newSub)
-    }
-
-    /// ``applyMigration(oldSub:newSub:newEmail:isPrivateEmail:transferSub:method:)`` with the old identifier
-    /// found from `transferSub` inside the same statement (through `baton.transfers`, then the legacy table's
-    /// transfer column): the sign-in path, one round trip instead of two. Same rules, locks and outcomes;
-    /// an unknown `transferSub` is `.legacyRecordMissing` (or `.alreadyMigrated` when `newSub` has a record).
-    /// - Throws: ``PostgresError``; nothing is half-written.
-    public func applyMigration(transferSub: String, newSub: String, newEmail: String?, isPrivateEmail: Bool?,
-                               method: MigrationMethod) async throws -> MigrationOutcome {
-        try await runMigration(migrationQuery(from: .transfer(transferSub), newSub: newSub, newEmail: newEmail,
-                                              isPrivateEmail: isPrivateEmail, transferSub: transferSub, method: method), newSub: newSub)
-    }
-
-    private func runMigration(_ query: PostgresQuery, newSub: String) async throws -> MigrationOutcome {
-        let rows: PostgresResult
-        do {
-            rows = try await pool.query(query)
-        } catch let error as PostgresError where error.code == .uniqueViolation {
-            return .conflict
-        }
-        let row = rows[0]
-        if let key = try row.decode(String?.self, at: 2) {
-            return .migrated(LegacyUser(key: key, subject: newSub, email: try row.decode(String?.self, at: 3)))
-        }
-        let oldExists = try row.decode(String?.self, at: 0) != nil
-        let newExists = try row.decode(String?.self, at: 1) != nil
-        if oldExists && newExists { return .conflict }
-        // The statement's snapshot may predate a concurrent migration that committed while this one waited
-        // for the row lock: read again with a fresh snapshot.
-        if let user = try await lookupBySubject(newSub) { return .alreadyMigrated(user) }
-        return .legacyRecordMissing
-    }
-
-    /// Where the migration statement finds the old identifier.
-    public enum OldSubjectSource: Sendable {
-        /// Given.
-        case subject(String)
-        /// Mapped from this transfer identifier (`baton.transfers`, then the legacy transfer column).
-        case transfer(String)
-    }
-
-    /// The migration statement of ``applyMigration(oldSub:newSub:newEmail:isPrivateEmail:transferSub:method:)``
-    /// and ``applyMigration(transferSub:newSub:newEmail:isPrivateEmail:method:)`` (also the SQL
-    /// `baton bench signin` gives pgbench).
-    package func migrationQuery(from source: OldSubjectSource, newSub: String, newEmail: String?, isPrivateEmail: Bool?,
-                               transferSub: String?, method: MigrationMethod) -> PostgresQuery {
-        let l = legacy
-        let relay = "%" + LegacyStore.privateRelayDomain
-        let query: PostgresQuery
-        switch source {
-        case .subject(let oldSub):
-            query = """
-                WITH old AS (
-                    SELECT \(l.keyColumn) AS k, \(l.emailColumn)::text AS e, \(l.subjectColumn)::text AS s FROM \(l.table)
-                    WHERE \(l.subjectColumn) = \(oldSub) FOR UPDATE
-                ),
-                """
-        case .transfer(let transferSub):
-            if let column = l.transferColumn {
-                query = """
-                    WITH old AS (
-                        SELECT \(l.keyColumn) AS k, \(l.emailColumn)::text AS e, \(l.subjectColumn)::text AS s FROM \(l.table)
-                        WHERE \(l.subjectColumn) = (
-                            SELECT old_sub FROM baton.transfers WHERE transfer_sub = \(transferSub)
-                            UNION ALL
-                            SELECT \(l.subjectColumn)::text FROM \(l.table) WHERE \(column) = \(transferSub) AND \(l.subjectColumn) IS NOT NULL
-                            LIMIT 1)
-                        FOR UPDATE
-                    ),
-                    """
-            } else {
-                query = """
-                    WITH old AS (
-                        SELECT \(l.keyColumn) AS k, \(l.emailColumn)::text AS e, \(l.subjectColumn)::text AS s FROM \(l.table)
-                        WHERE \(l.subjectColumn) = (SELECT old_sub FROM baton.transfers WHERE transfer_sub = \(transferSub))
-                        FOR UPDATE
-                    ),
-                    """
-            }
-        }
-        let rest: PostgresQuery = """
-             taken AS (
-                SELECT \(l.keyColumn)::text AS k FROM \(l.table) WHERE \(l.subjectColumn) = \(newSub) LIMIT 1
-            ), moved AS (
-                UPDATE \(l.table) AS u SET \(l.subjectColumn) = \(newSub),
-                    \(l.emailColumn) = CASE WHEN \(newEmail)::text IS NOT NULL AND lower(u.\(l.emailColumn)::text) LIKE \(relay)
-                                            THEN \(newEmail) ELSE u.\(l.emailColumn) END
-                FROM old WHERE u.\(l.keyColumn) = old.k AND NOT EXISTS (SELECT 1 FROM taken)
-                RETURNING u.\(l.keyColumn)::text AS k, u.\(l.emailColumn)::text AS e
-            ), transfer AS (
-                INSERT INTO baton.transfers AS t (old_sub, transfer_sub, new_sub, new_email, is_private_email,
-                                                  state, method, migrated_at, updated_at)
-                SELECT old.s, \(transferSub)::text, \(newSub)::text, \(newEmail)::text, \(isPrivateEmail),
-                       'migrated', \(method.rawValue)::text, now(), now() FROM moved, old
-                ON CONFLICT (old_sub) DO UPDATE SET
-                    transfer_sub = COALESCE(t.transfer_sub, EXCLUDED.transfer_sub), new_sub = EXCLUDED.new_sub,
-                    new_email = EXCLUDED.new_email, is_private_email = EXCLUDED.is_private_email, state = 'migrated',
-                    method = EXCLUDED.method, migrated_at = now(), updated_at = now(), last_error = NULL,
-                    lease_owner = NULL, lease_expires_at = NULL, next_attempt_at = NULL
-                RETURNING 1
-            ), event AS (
-                INSERT INTO baton.events (kind, method, legacy_key, old_sub, new_sub, old_email, new_email, transfer_sub)
-                SELECT 'migrated', \(method.rawValue)::text, moved.k, old.s, \(newSub)::text, old.e, moved.e,
-                       \(transferSub)::text
-                FROM moved, old
-            )
-            SELECT (SELECT k::text FROM old), (SELECT k FROM taken), moved.k, moved.e
-            FROM (SELECT 1) AS one LEFT JOIN moved ON true
-            """
-        return LegacyStore.concatenate(query, rest)
+            SELECT u.\(l.subjectColumn)::text FROM \(l.table) AS u WHERE u.\(column) = \(transferSub) AND u.\(l.subjectColumn) IS NOT NULL
+            """ + l.filterSQL() + " LIMIT 1"
     }
 
     /// `first` followed by `second`, whose `$n` placeholders are renumbered after `first`'s bindings.
@@ -273,9 +125,12 @@ public struct LegacyStore: BatonStore {
     /// - Throws: ``PostgresError``.
     public func isLinkable(legacySubject legacySub: String, currentSubject currentSub: String) async throws -> Bool {
         let l = legacy
+        // The row must be one of the Apple rows (`legacy.where`): another provider's subject is never linkable.
+        let onRecord: PostgresQuery = "EXISTS (SELECT 1 FROM \(l.table) AS u WHERE u.\(l.subjectColumn) = \(legacySub)" + l.filterSQL() + ")"
         let rows = try await pool.query("""
             SELECT EXISTS (SELECT 1 FROM baton.transfers WHERE old_sub = \(legacySub) AND (state <> 'migrated' OR new_sub = \(currentSub)))
-                OR (EXISTS (SELECT 1 FROM \(l.table) WHERE \(l.subjectColumn) = \(legacySub))
+                OR (
+            """ + onRecord + """
                     AND NOT EXISTS (SELECT 1 FROM baton.transfers WHERE old_sub = \(legacySub))
                     AND NOT EXISTS (SELECT 1 FROM baton.events WHERE kind = 'migrated' AND new_sub = \(legacySub)))
             """)
@@ -284,28 +139,75 @@ public struct LegacyStore: BatonStore {
 
     // MARK: - Current users
 
-    /// Replaces the email of `user` (matched by key and subject) with `email` and appends an `email_changed`
-    /// event; returns the updated record, or nil when the record no longer matches.
+    /// How emails are replaced (`legacy.email_policy`; `never` when no email location is configured).
+    public var emailPolicy: EmailPolicy { legacy.emailPolicy }
+
+    /// Replaces the email of `user` (matched by key and subject) with `email` when ``emailPolicy`` allows it
+    /// for the stored email, and appends an `email_changed` event; the JSON copy's email keys follow. When
+    /// another row already holds `email` under a unique constraint, the email is left as it was and an
+    /// `email_conflict` event records both values. Returns the record as stored, or nil when it no longer
+    /// matches.
     /// - Throws: ``PostgresError``.
     public func updateEmail(of user: LegacyUser, to email: String) async throws -> LegacyUser? {
+        guard legacy.hasEmail, legacy.emailPolicy != .never else { return user }
+        let rows: PostgresResult
+        do {
+            rows = try await pool.query(updateEmailQuery(user, email, write: true))
+        } catch let error as PostgresError where error.code == .uniqueViolation {
+            rows = try await pool.query(updateEmailQuery(user, email, write: false))
+        }
+        guard let row = rows.first else { return nil }
+        return LegacyUser(key: try row.decode(String.self, at: 0), subject: user.subject, email: try row.decode(String?.self, at: 1))
+    }
+
+    private func updateEmailQuery(_ user: LegacyUser, _ email: String, write: Bool) -> PostgresQuery {
         let l = legacy
-        let rows = try await pool.query("""
+        let reference = l.emailTable.map { ", u.\($0.referenceColumn.quoted) AS r" } ?? ""
+        var query: PostgresQuery = """
             WITH old AS (
-                SELECT \(l.keyColumn) AS k, \(l.emailColumn)::text AS e FROM \(l.table)
-                WHERE \(l.subjectColumn) = \(user.subject) AND \(l.keyColumn)::text = \(user.key) FOR UPDATE
-            ), changed AS (
-                UPDATE \(l.table) AS u SET \(l.emailColumn) = \(email) FROM old
-                WHERE u.\(l.keyColumn) = old.k AND old.e IS DISTINCT FROM \(email)::text
-                RETURNING u.\(l.keyColumn)::text AS k, u.\(l.emailColumn)::text AS e
-            ), event AS (
+                SELECT u.\(l.keyColumn) AS k, \(unsafeRaw: l.emailSQL) AS e\(unsafeRaw: reference)
+                FROM \(l.table) AS u\(unsafeRaw: l.emailJoinSQL)
+                WHERE u.\(l.subjectColumn) = \(user.subject) AND u.\(l.keyColumn)::text = \(user.key)
+            """
+        query = query + l.filterSQL() + " FOR UPDATE OF u)"
+        let wanted: PostgresQuery = " \(write) AND old.e IS DISTINCT FROM \(email)::text AND (\(unsafeRaw: l.policySQL(stored: "old.e")))"
+        if let column = l.emailColumn {
+            var set: PostgresQuery = "\(column) = \(email)"
+            if let json = l.json, !json.emailKeys.isEmpty {
+                set = set + ", \(json.column) = " + l.jsonSQL(json, newSub: nil, newEmail: email, write: true)
+            }
+            // The key may be unique only among the Apple rows: the filter is part of every write.
+            query = query + ", changed AS (UPDATE \(l.table) AS u SET " + set + " FROM old WHERE u.\(l.keyColumn) = old.k" + l.filterSQL()
+                + " AND" + wanted + " RETURNING u.\(l.keyColumn)::text AS k, u.\(column)::text AS e)"
+        } else if let mail = l.emailTable {
+            query = query + """
+                , changed AS (UPDATE \(mail.table) AS m SET \(mail.column) = \(email) FROM old
+                              WHERE m.\(mail.keyColumn) = old.r AND
+                """ + wanted + " RETURNING old.k::text AS k, m.\(mail.column)::text AS e)"
+            if let json = l.json, !json.emailKeys.isEmpty {
+                query = query + ", json_copy AS (UPDATE \(l.table) AS u SET \(json.column) = "
+                    + l.jsonSQL(json, newSub: nil, newEmail: email, write: true)
+                    + " FROM old WHERE u.\(l.keyColumn) = old.k AND EXISTS (SELECT 1 FROM changed)" + l.filterSQL() + ")"
+            }
+        }
+        return query + """
+            , event AS (
                 INSERT INTO baton.events (kind, legacy_key, old_sub, new_sub, old_email, new_email)
                 SELECT 'email_changed', changed.k, \(user.subject)::text, \(user.subject)::text, old.e, changed.e
                 FROM changed, old
+            ), clash AS (
+                INSERT INTO baton.events (kind, legacy_key, old_sub, new_sub, old_email, new_email)
+                SELECT 'email_conflict', old.k::text, \(user.subject)::text, \(user.subject)::text, old.e, \(email)::text
+                FROM old WHERE NOT \(write)
             )
             SELECT old.k::text, COALESCE(changed.e, old.e) FROM old LEFT JOIN changed ON true
-            """)
-        guard let row = rows.first else { return nil }
-        return LegacyUser(key: try row.decode(String.self, at: 0), subject: user.subject, email: try row.decode(String?.self, at: 1))
+            """
+    }
+
+    /// Appends an `unmatched` event: a sign-in whose `transfer_sub` leads to no record (the report counts them).
+    /// - Throws: ``PostgresError``.
+    public func recordUnmatched(transferSub: String, sub: String) async throws {
+        try await pool.execute("INSERT INTO baton.events (kind, new_sub, transfer_sub) VALUES ('unmatched', \(sub), \(transferSub))")
     }
 
     /// Marks `sub` authorized again in `baton.subjects` with an `authorized` event, when it was revoked; the
@@ -389,71 +291,4 @@ public struct LegacyStore: BatonStore {
 private final class NonceCounter: Sendable {
     private let value = Mutex(0)
     func next() -> Int { value.withLock { $0 += 1; return $0 } }
-}
-
-// MARK: - Start-up checks
-
-extension LegacyStore {
-    /// What ``inspectLegacyTable()`` found about the configured legacy table.
-    public struct LegacyTableReport: Sendable, Equatable {
-        /// Whether the table exists.
-        public var tableExists: Bool
-        /// Configured columns the table lacks (as configured, unquoted).
-        public var missingColumns: [String]
-        /// Whether a unique index or constraint covers exactly the subject column.
-        public var subjectIsUnique: Bool
-        /// Whether Baton's schema has been applied (`baton.transfers` exists).
-        public var batonSchemaApplied: Bool
-
-        /// The SQL an operator runs to add the unique constraint the subject column needs.
-        public var uniqueConstraintAdvice: String
-    }
-
-    /// Inspects the configured legacy table in the live database (catalog queries only).
-    /// - Throws: ``PostgresError``.
-    public func inspectLegacyTable() async throws -> LegacyTableReport {
-        let l = legacy
-        let columns = [l.keyColumn, l.subjectColumn, l.emailColumn] + (l.transferColumn.map { [$0] } ?? [])
-        let rows = try await pool.query("""
-            SELECT to_regclass(\(l.table.quoted)) IS NOT NULL,
-                   to_regclass('baton.transfers') IS NOT NULL,
-                   ARRAY(SELECT attname::text FROM pg_attribute
-                         WHERE attrelid = to_regclass(\(l.table.quoted)) AND attnum > 0 AND NOT attisdropped)::text,
-                   EXISTS (SELECT 1 FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0]
-                           WHERE i.indrelid = to_regclass(\(l.table.quoted)) AND i.indisunique AND i.indnkeyatts = 1
-                             AND i.indpred IS NULL AND i.indexprs IS NULL AND a.attname = \(l.subjectColumn.name))
-            """)
-        let row = rows[0]
-        let present = Set(try row.decode(String.self, at: 2).trimmingCharacters(in: CharacterSet(charactersIn: "{}"))
-            .split(separator: ",").map { $0.trimmingCharacters(in: CharacterSet(charactersIn: "\"")) })
-        let tableExists = try row.decode(Bool.self, at: 0)
-        let constraintName = "\(l.table.name)_\(l.subjectColumn.name)_key"
-        return LegacyTableReport(
-            tableExists: tableExists,
-            missingColumns: tableExists ? columns.map(\.name).filter { !present.contains($0) } : columns.map(\.name),
-            subjectIsUnique: try row.decode(Bool.self, at: 3),
-            batonSchemaApplied: try row.decode(Bool.self, at: 1),
-            uniqueConstraintAdvice: "ALTER TABLE \(l.table.quoted) ADD CONSTRAINT \"\(constraintName.prefix(63))\" UNIQUE (\(l.subjectColumn.quoted));"
-        )
-    }
-
-    /// Checks at start-up that the legacy table and its columns exist, that the subject column is unique, and
-    /// that Baton's schema is applied.
-    /// - Throws: ``BatonError`` `invalid_legacy_table` naming what is missing (and how to add a unique
-    ///   constraint); ``PostgresError`` when the database cannot be reached.
-    public func validateLegacyTable() async throws {
-        let report = try await inspectLegacyTable()
-        guard report.tableExists else {
-            throw BatonError(.invalidLegacyTable, "legacy.table \(legacy.table) does not exist in the database")
-        }
-        guard report.missingColumns.isEmpty else {
-            throw BatonError(.invalidLegacyTable, "legacy.table \(legacy.table) has no column \(report.missingColumns.joined(separator: ", "))")
-        }
-        guard report.subjectIsUnique else {
-            throw BatonError(.invalidLegacyTable, "legacy.subject_column \(legacy.subjectColumn) has no unique constraint; add one: \(report.uniqueConstraintAdvice)")
-        }
-        guard report.batonSchemaApplied else {
-            throw BatonError(.invalidLegacyTable, "Baton's schema is not applied: run 'baton db migrate'")
-        }
-    }
 }

@@ -89,12 +89,17 @@ public struct MigrationReport: Sendable, Equatable, Codable {
         /// Apple cannot resolve the user (no transfer identifier, or the exchange found nobody).
         public var unresolvable: Int
 
-        /// Creates totals; ``total`` is their sum.
-        public init(migrated: Int, pending: Int, failed: Int, unresolvable: Int) {
+        /// Sign-ins whose `transfer_sub` led to no record (answered `unmatched`), counted once per transfer
+        /// identifier still not migrated; not part of ``total``. `/v1/link` is their way out.
+        public var unmatchedSignins: Int
+
+        /// Creates totals; ``total`` is the sum of the four states.
+        public init(migrated: Int, pending: Int, failed: Int, unresolvable: Int, unmatchedSignins: Int = 0) {
             self.migrated = migrated
             self.pending = pending
             self.failed = failed
             self.unresolvable = unresolvable
+            self.unmatchedSignins = unmatchedSignins
             total = migrated + pending + failed + unresolvable
         }
 

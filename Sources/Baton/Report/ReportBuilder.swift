@@ -106,7 +106,12 @@ public struct ReportBuilder: Sendable {
             migrated: byState("migrated"),
             pending: byState("pending"),
             failed: byState("failed"),
-            unresolvable: byState("unresolvable")
+            unresolvable: byState("unresolvable"),
+            unmatchedSignins: try await pool.query("""
+                SELECT count(DISTINCT e.transfer_sub) FROM baton.events AS e
+                WHERE e.kind = 'unmatched'
+                  AND NOT EXISTS (SELECT 1 FROM baton.transfers AS t WHERE t.transfer_sub = e.transfer_sub AND t.state = 'migrated')
+                """)[0].decode(Int.self, at: 0)
         )
         let methods = MigrationReport.Method.allCases.map { method in
             MigrationReport.MethodOutcome(
@@ -245,27 +250,34 @@ public struct ReportBuilder: Sendable {
         }
     }
 
-    /// One page of users not migrated, in `old_sub` order, each with its legacy row's key and email (the
-    /// first row carrying `old_sub`, if any): an index scan of `transfers_unresolved_idx`.
+    /// One page of users not migrated, in `old_sub` order (the transfer identifier standing in for a row known
+    /// only by it), each with its legacy row's key and email (the Apple row carrying `old_sub`, or between
+    /// companies the row the transfer identifier leads to): an index scan of `transfers_unresolved_idx`.
     static func unresolvedQuery(after: String?, limit: Int, identifiers: BatonConfiguration.LegacyIdentifiers?) -> PostgresQuery {
         guard let identifiers else {
             return """
-                SELECT t.old_sub, t.state, t.attempts, t.last_error, NULL::text, NULL::text
+                SELECT COALESCE(t.old_sub, t.transfer_sub), t.state, t.attempts, t.last_error, NULL::text, NULL::text
                 FROM baton.transfers AS t
-                WHERE t.state <> 'migrated' AND (\(after)::text IS NULL OR t.old_sub > \(after))
-                ORDER BY t.old_sub
+                WHERE t.state <> 'migrated' AND (\(after)::text IS NULL OR COALESCE(t.old_sub, t.transfer_sub) > \(after))
+                ORDER BY COALESCE(t.old_sub, t.transfer_sub)
                 LIMIT \(limit)
                 """
         }
-        return """
-            SELECT t.old_sub, t.state, t.attempts, t.last_error, legacy.key, legacy.email
+        let l = identifiers
+        // A row known only by its transfer identifier (between companies) is found by the transfer column, or by
+        // the key `baton import transfers` recorded.
+        let byTransfer: PostgresQuery = l.transferColumn.map { "u.\($0) = t.transfer_sub" } ?? "u.\(l.keyColumn)::text = t.legacy_key"
+        let select = "SELECT u.\(l.keyColumn.quoted)::text AS key, \(l.emailSQL) AS email FROM \(l.table.quoted) AS u\(l.emailJoinSQL) WHERE "
+        let legacyRow: PostgresQuery = """
+            SELECT COALESCE(t.old_sub, t.transfer_sub), t.state, t.attempts, t.last_error, legacy.key, legacy.email
             FROM baton.transfers AS t
             LEFT JOIN LATERAL (
-                SELECT \(identifiers.keyColumn)::text AS key, \(identifiers.emailColumn)::text AS email
-                FROM \(identifiers.table) WHERE \(identifiers.subjectColumn) = t.old_sub LIMIT 1
-            ) AS legacy ON true
-            WHERE t.state <> 'migrated' AND (\(after)::text IS NULL OR t.old_sub > \(after))
-            ORDER BY t.old_sub
+                (\(unsafeRaw: select)u.\(l.subjectColumn) = t.old_sub
+            """
+        return legacyRow + l.filterSQL() + " LIMIT 1) UNION ALL (\(unsafeRaw: select)t.old_sub IS NULL AND " + byTransfer + l.filterSQL() + """
+             LIMIT 1) LIMIT 1) AS legacy ON true
+            WHERE t.state <> 'migrated' AND (\(after)::text IS NULL OR COALESCE(t.old_sub, t.transfer_sub) > \(after))
+            ORDER BY COALESCE(t.old_sub, t.transfer_sub)
             LIMIT \(limit)
             """
     }

@@ -25,6 +25,9 @@ extension MigrationReport {
         out.append("Progress    [\(String(repeating: "#", count: filled))\(String(repeating: ".", count: 30 - filled))] \(ReportFormat.percent(totals.migratedFraction)) migrated (\(ReportFormat.count(totals.migrated)) of \(ReportFormat.count(totals.total)))")
         out.append("Pace        \(ReportFormat.rate(projection.perDay))/day (\(ReportFormat.count(projection.migratedInPeriod)) in the last \(ReportFormat.days(projection.periodDays)) days)")
         out.append("Projection  \(projectionSummary)")
+        if totals.unmatchedSignins > 0 {
+            out.append("Unmatched   \(ReportFormat.count(totals.unmatchedSignins)) sign-ins carried a transfer_sub that leads to no record (answered unmatched; POST /v1/link)")
+        }
         out.append("")
 
         out.append(contentsOf: grid(

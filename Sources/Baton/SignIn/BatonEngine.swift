@@ -13,6 +13,7 @@ import BatonPostgres
 /// switch result.outcome {
 /// case .current, .migrated: openSession(for: result.user!.key)
 /// case .new: createAccount(sub: result.sub)
+/// case .unmatched: askToLinkTheOldAccount()  // a transferred user Baton cannot resolve: never a new account
 /// }
 /// await engine.shutdown()
 /// ```
@@ -92,7 +93,9 @@ public final class BatonEngine: Sendable {
         do {
             let store = LegacyStore(pool: pool, legacy: try configuration.legacy.identifiers())
             do {
-                try await store.validateLegacyTable()
+                for finding in try await store.validateLegacyTable().findings {
+                    logger.info("legacy table checked", ["check": finding.name, "status": finding.status.rawValue, "detail": finding.detail])
+                }
             } catch {
                 throw BatonError.mapDatabase(error)
             }

@@ -30,11 +30,14 @@ public struct SignInResult: Sendable, Equatable {
         case migrated
         /// No record: the application decides whether to create an account. Nothing was written.
         case new
+        /// The token carries a `transfer_sub` that Baton cannot resolve to a record: the user exists under the
+        /// sending team, so never create an account; `/v1/link` is the way out. An `unmatched` event is recorded.
+        case unmatched
     }
 
     /// The outcome.
     public var outcome: Outcome
-    /// The record (nil for ``Outcome/new``); its `key` opens the application's session.
+    /// The record (nil for ``Outcome/new`` and ``Outcome/unmatched``); its `key` opens the application's session.
     public var user: LegacyUser?
     /// The token's `sub`.
     public var sub: String
@@ -56,7 +59,11 @@ public struct SignInResult: Sendable, Equatable {
 /// 2. Otherwise, `transfer_sub` present and mapped to an old identifier whose record exists → the record is
 ///    rewritten exactly once (``BatonStore/applyMigration(transferSub:newSub:newEmail:isPrivateEmail:method:)``)
 ///    → `migrated` for the caller that rewrote it, `current` for every concurrent one.
-/// 3. Otherwise → `new`, nothing written.
+/// 3. Otherwise, with a `transfer_sub` that leads to no record → `unmatched` (never `new`: the person has an
+///    account under the sending team), recorded as an `unmatched` event.
+/// 4. Otherwise → `new`, nothing written.
+///
+/// A current user's email is refreshed only when the store's ``BatonStore/emailPolicy`` allows it.
 public struct SignInCorrelator: Sendable {
     /// The store.
     public let store: any BatonStore
@@ -88,7 +95,8 @@ public struct SignInCorrelator: Sendable {
             if let match = try await store.lookupForSignIn(subject: identity.sub) {
                 return SignInResult(outcome: .current, user: try await refresh(match, identity), sub: identity.sub, transferSub: transferSub)
             }
-            return SignInResult(outcome: .new, user: nil, sub: identity.sub, transferSub: transferSub)
+            try await store.recordUnmatched(transferSub: transferSub, sub: identity.sub)
+            return SignInResult(outcome: .unmatched, user: nil, sub: identity.sub, transferSub: transferSub)
         }
     }
 
@@ -97,7 +105,7 @@ public struct SignInCorrelator: Sendable {
         if match.state == .revoked {
             try await store.restoreAuthorization(subject: identity.sub)
         }
-        guard let email = identity.email, email != match.user.email else { return match.user }
+        guard let email = identity.email, store.emailPolicy.allowsReplacing(match.user.email, with: email) else { return match.user }
         return try await store.updateEmail(of: match.user, to: email) ?? match.user
     }
 }

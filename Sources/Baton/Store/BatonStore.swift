@@ -43,9 +43,16 @@ public protocol BatonStore: Sendable {
     /// a legacy row's subject that no migration ever produced, or already migrated to `currentSub` (a repeat).
     func isLinkable(legacySubject legacySub: String, currentSubject currentSub: String) async throws -> Bool
 
-    /// Replaces the email of the record `user` (matched by key and subject) and appends an `email_changed`
-    /// event; returns the updated record, or nil when the record changed meanwhile.
+    /// When a sign-in may replace a stored email; the correlator asks before calling ``updateEmail(of:to:)``.
+    var emailPolicy: EmailPolicy { get }
+
+    /// Replaces the email of the record `user` (matched by key and subject) when ``emailPolicy`` allows it,
+    /// and appends an `email_changed` event (or, when another row holds the email under a unique constraint,
+    /// keeps it and appends `email_conflict`); returns the record as stored, or nil when it changed meanwhile.
     func updateEmail(of user: LegacyUser, to email: String) async throws -> LegacyUser?
+
+    /// Records that a sign-in carried a `transfer_sub` leading to no record (an `unmatched` event).
+    func recordUnmatched(transferSub: String, sub: String) async throws
 
     /// Marks `sub` authorized again after a revocation (the user signed in again), with an event.
     func restoreAuthorization(subject sub: String) async throws

@@ -35,6 +35,7 @@ package let benchCommand = Command(
                 .integer("concurrency", default: 32, in: 1...1024, "keep-alive connections"),
                 .integer("pgbench-seconds", default: 10, in: 1...600, "seconds of each pgbench run"),
                 .integer("pool-size", default: 8, in: 1...256, "baton serve's database.pool_size"),
+                .choice("schema", ["users", "allauth"], default: "users", "the application's tables: public.users, or Django allauth's"),
             ],
             run: runSigninBenchmark
         ),

@@ -21,6 +21,10 @@ import BatonPostgres
 /// 4. pgbench (`-M prepared -c 8 -j 2 -T --pgbench-seconds`) on the statements the service runs for each
 ///    outcome (values that the service binds become expressions of a pgbench counter).
 ///
+/// `--schema allauth` runs the same on Django allauth's tables (`socialaccount_socialaccount` where
+/// `provider = 'apple'`, a tenth of the users also with a Google row of the same subject, the email in
+/// `auth_user`, the subject copied in `extra_data`); the default is the plain `public.users` table.
+///
 /// The last line is one JSON object.
 @Sendable
 func runSigninBenchmark(_ arguments: Arguments) async throws -> Int32 {
@@ -36,6 +40,8 @@ func runSigninBenchmark(_ arguments: Arguments) async throws -> Int32 {
     let pgbenchSeconds = arguments.integer("pgbench-seconds")
     let poolSize = arguments.integer("pool-size")
     let clientID = "com.example.bench"
+    // A choice of the schemas' raw values, so the value always names one.
+    let schema = BenchSchema(rawValue: arguments.required("schema")) ?? .users
 
     // 1. Apple: two teams, the app, its people, the transfer.
     let emulator = try await AppleEmulator.start()
@@ -51,7 +57,7 @@ func runSigninBenchmark(_ arguments: Arguments) async throws -> Int32 {
     let databaseURL = try await createBenchDatabase(serverURL: serverURL)
     let pool = PostgresPool(url: databaseURL, maxConnections: 2)
     let loadStart = ContinuousClock.now
-    try await loadBenchData(pool: pool, users: users, transfers: transfers,
+    try await loadBenchData(pool: pool, schema: schema, users: users, transfers: transfers,
                             people: people.prefix(migrations).map { ($0.userIdentifier, transferIDs[$0.userIdentifier]!, $0.email) })
     say("loaded \(users) legacy users and \(transfers) pending transfers in \(seconds(since: loadStart)) s")
     try emulator.acceptTransfer(clientID: clientID)
@@ -64,7 +70,8 @@ func runSigninBenchmark(_ arguments: Arguments) async throws -> Int32 {
     say("signed \(tokens.count) identity tokens in \(seconds(since: tokenStart)) s")
 
     // 4. The service, as a child process.
-    let child = try await ServiceProcess.start(databaseURL: databaseURL, appleBaseURL: emulator.baseURL, clientID: clientID, poolSize: poolSize)
+    let child = try await ServiceProcess.start(databaseURL: databaseURL, appleBaseURL: emulator.baseURL, clientID: clientID, poolSize: poolSize,
+                                               legacy: schema.legacy)
     defer { child.terminate() }
 
     func load(_ bodies: [[UInt8]], total: Int) async -> (LoadReport, [Double]) {
@@ -90,7 +97,7 @@ func runSigninBenchmark(_ arguments: Arguments) async throws -> Int32 {
     await child.stop()
 
     // 5. pgbench on the same statements.
-    let store = LegacyStore(pool: pool, legacy: try benchLegacy.identifiers())
+    let store = LegacyStore(pool: pool, legacy: try schema.legacy.identifiers())
     let firstSynthetic = migrations + 1
     let migratedScript = """
         \\set i :i + 1
@@ -117,7 +124,7 @@ func runSigninBenchmark(_ arguments: Arguments) async throws -> Int32 {
     say(String(format: "current:  %.0f/s, p50 %.2f ms, p99 %.2f ms (%d sign-ins); pgbench same SQL %.0f tps (%.0f%%)",
                  currentReport.perSecond, percentile(currentLatencies, 0.5), currentP99, currentRequests, pgbenchCurrent,
                  currentReport.perSecond / pgbenchCurrent * 100))
-    say("server peak RSS: \(rssMB) MB; concurrency \(concurrency), \(ProcessInfo.processInfo.activeProcessorCount) cores")
+    say("server peak RSS: \(rssMB) MB; concurrency \(concurrency), \(ProcessInfo.processInfo.activeProcessorCount) cores; tables: \(schema.rawValue)")
     let figures: JSONValue = [
         "current_per_s": .number(currentReport.perSecond.rounded()),
         "migrated_per_s": .number(migratedReport.perSecond.rounded()),
@@ -136,7 +143,83 @@ private func say(_ line: String) {
     FileHandle.standardOutput.write(Data((line + "\n").utf8))
 }
 
-private let benchLegacy = BatonConfiguration.Legacy(table: "public.users", keyColumn: "id", subjectColumn: "apple_sub", emailColumn: "email")
+/// The application tables the sign-in benchmark runs on.
+private enum BenchSchema: String {
+    case users, allauth
+
+    var legacy: BatonConfiguration.Legacy {
+        switch self {
+        case .users:
+            BatonConfiguration.Legacy(table: "public.users", keyColumn: "id", subjectColumn: "apple_sub", emailColumn: "email")
+        case .allauth:
+            BatonConfiguration.Legacy(table: "public.socialaccount_socialaccount", keyColumn: "id", subjectColumn: "uid", emailColumn: nil,
+                                      filters: ["provider": "apple"],
+                                      email: LegacyEmailTable(table: "public.auth_user", column: "email", keyColumn: "id", referenceColumn: "user_id"),
+                                      json: LegacyJSONCopy(column: "extra_data", subjectKeys: ["sub"], emailKeys: ["email"]))
+        }
+    }
+
+    /// The tables, and the synthetic users `first...users` (subject `legacy.N`).
+    func script(first: Int, users: Int) -> String {
+        switch self {
+        case .users:
+            return """
+                CREATE TABLE public.users (id bigint PRIMARY KEY, apple_sub text UNIQUE, email text,
+                                           created_at timestamptz NOT NULL DEFAULT now());
+                INSERT INTO public.users (id, apple_sub, email)
+                    SELECT g, 'legacy.' || g, 'u' || g || '@privaterelay.appleid.com' FROM generate_series(\(first), \(users)) AS g;
+
+                """
+        case .allauth:
+            return """
+                CREATE TABLE public.auth_user (id integer PRIMARY KEY, username varchar(150) NOT NULL UNIQUE, email varchar(254) NOT NULL,
+                                               date_joined timestamptz NOT NULL DEFAULT now());
+                CREATE TABLE public.socialaccount_socialaccount (id bigint PRIMARY KEY, provider varchar(200) NOT NULL, uid varchar(191) NOT NULL,
+                    extra_data jsonb NOT NULL, user_id integer NOT NULL REFERENCES public.auth_user (id) DEFERRABLE INITIALLY DEFERRED,
+                    UNIQUE (provider, uid));
+                CREATE INDEX ON public.socialaccount_socialaccount (user_id);
+                INSERT INTO public.auth_user (id, username, email)
+                    SELECT g, 'u' || g, 'u' || g || '@privaterelay.appleid.com' FROM generate_series(\(first), \(users)) AS g;
+                INSERT INTO public.socialaccount_socialaccount (id, provider, uid, extra_data, user_id)
+                    SELECT g, 'apple', 'legacy.' || g, jsonb_build_object('sub', 'legacy.' || g, 'email', 'u' || g || '@privaterelay.appleid.com'), g
+                    FROM generate_series(\(first), \(users)) AS g;
+                INSERT INTO public.socialaccount_socialaccount (id, provider, uid, extra_data, user_id)
+                    SELECT \(users) + g, 'google', 'legacy.' || g, jsonb_build_object('sub', 'legacy.' || g), g
+                    FROM generate_series(\(first), \(users), 10) AS g;
+
+                """
+        }
+    }
+
+    /// Inserts the emulator's people (`$1`: lines `old,transfer,email`, numbered from 1) and their transfers.
+    var peopleInsert: String {
+        let source = """
+            WITH m AS (
+                SELECT split_part(line, ',', 1) AS old, split_part(line, ',', 2) AS t, split_part(line, ',', 3) AS e, n
+                FROM regexp_split_to_table($1, E'\\n') WITH ORDINALITY AS x(line, n)
+            )
+            """
+        switch self {
+        case .users:
+            return source + """
+                , u AS (INSERT INTO public.users (id, apple_sub, email) SELECT n, old, e FROM m)
+                INSERT INTO baton.transfers (old_sub, transfer_sub) SELECT old, t FROM m
+                """
+        case .allauth:
+            return source + """
+                , u AS (INSERT INTO public.auth_user (id, username, email) SELECT n, 'u' || n, e FROM m),
+                s AS (INSERT INTO public.socialaccount_socialaccount (id, provider, uid, extra_data, user_id)
+                      SELECT n, 'apple', old, jsonb_build_object('sub', old, 'email', e), n FROM m)
+                INSERT INTO baton.transfers (old_sub, transfer_sub) SELECT old, t FROM m
+                """
+        }
+    }
+
+    /// The tables to analyze after loading.
+    var tables: [String] {
+        self == .users ? ["public.users"] : ["public.auth_user", "public.socialaccount_socialaccount"]
+    }
+}
 
 private func seconds(since start: ContinuousClock.Instant) -> String {
     let elapsed = ContinuousClock.now - start
@@ -167,30 +250,19 @@ private func replacingDatabase(in url: String, with name: String) throws -> Stri
 }
 
 /// Loads the legacy table and the transfers: `people` (old sub, transfer sub, email) first, then synthetic rows.
-private func loadBenchData(pool: PostgresPool, users: Int, transfers: Int, people: [(String, String, String)]) async throws {
+private func loadBenchData(pool: PostgresPool, schema: BenchSchema, users: Int, transfers: Int, people: [(String, String, String)]) async throws {
     _ = try await BatonSchema.migrator().migrate(pool)
     let first = people.count + 1
     try await pool.withConnection { connection in
-        try await connection.executeScript(unsafeSQL: """
-            CREATE TABLE public.users (id bigint PRIMARY KEY, apple_sub text UNIQUE, email text,
-                                       created_at timestamptz NOT NULL DEFAULT now());
-            INSERT INTO public.users (id, apple_sub, email)
-                SELECT g, 'legacy.' || g, 'u' || g || '@privaterelay.appleid.com' FROM generate_series(\(first), \(users)) AS g;
+        try await connection.executeScript(unsafeSQL: schema.script(first: first, users: users) + """
             INSERT INTO baton.transfers (old_sub, transfer_sub)
                 SELECT 'legacy.' || g, 'transfer.' || g FROM generate_series(\(first), \(transfers)) AS g;
             """)
         let lines = people.map { "\($0.0),\($0.1),\($0.2)" }.joined(separator: "\n")
-        try await connection.execute("""
-            WITH m AS (
-                SELECT split_part(line, ',', 1) AS old, split_part(line, ',', 2) AS t, split_part(line, ',', 3) AS e, n
-                FROM regexp_split_to_table(\(lines), E'\\n') WITH ORDINALITY AS x(line, n)
-            ), u AS (
-                INSERT INTO public.users (id, apple_sub, email) SELECT n, old, e FROM m
-            )
-            INSERT INTO baton.transfers (old_sub, transfer_sub) SELECT old, t FROM m
-            """)
-        try await connection.executeScript(unsafeSQL: "VACUUM ANALYZE public.users")
-        try await connection.executeScript(unsafeSQL: "VACUUM ANALYZE baton.transfers")
+        try await connection.execute(PostgresQuery(unsafeSQL: schema.peopleInsert, [lines]))
+        for table in schema.tables + ["baton.transfers"] {
+            try await connection.executeScript(unsafeSQL: "VACUUM ANALYZE \(table)")
+        }
     }
 }
 
@@ -294,17 +366,19 @@ private final class ServiceProcess: Sendable {
         self.configPath = configPath
     }
 
-    static func start(databaseURL: String, appleBaseURL: URL, clientID: String, poolSize: Int) async throws -> ServiceProcess {
-        let configuration: JSONValue = [
+    static func start(databaseURL: String, appleBaseURL: URL, clientID: String, poolSize: Int, legacy: BatonConfiguration.Legacy) async throws -> ServiceProcess {
+        let tree: [String: Any] = [
             "listen": "127.0.0.1:0",
-            "database": ["url": .string(databaseURL), "pool_size": .number(Double(poolSize))],
-            "apple": ["base_url": .string(appleBaseURL.absoluteString), "client_ids": [.string(clientID)]],
-            "legacy": ["table": "public.users", "key_column": "id", "subject_column": "apple_sub", "email_column": "email"],
+            "database": ["url": databaseURL, "pool_size": poolSize],
+            "apple": ["base_url": appleBaseURL.absoluteString, "client_ids": [clientID]],
             // The load comes from one address: the per-address connection limit must not cap the concurrency.
             "server": ["connections_per_ip": 10_000],
         ]
+        var text = String(decoding: try JSONSerialization.data(withJSONObject: tree), as: UTF8.self)
+        text.removeLast()
+        text += ",\"legacy\":" + String(decoding: try JSONEncoder().encode(legacy), as: UTF8.self) + "}"
         let path = FileManager.default.temporaryDirectory.appendingPathComponent("baton-bench-\(UUID().uuidString).json").path
-        try JSON.serialize(configuration).write(toFile: path, atomically: true, encoding: .utf8)
+        try text.write(toFile: path, atomically: true, encoding: .utf8)
         let executable = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath().path
         // The service logs one line per request; they go to /dev/null so the pipe never fills.
         let child = try SpawnedProcess([executable, "serve", "--config", path], stderrToStdout: false)

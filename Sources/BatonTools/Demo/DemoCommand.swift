@@ -20,7 +20,10 @@ package let demoCommand = Command(
         .number("rate", default: 2_000, in: 1...100_000, "requests per second of the bulk jobs"),
         .integer("stragglers", in: 0...500_000, "users the exchange leaves for after day 60 (default users/400, 3 to 25)"),
         .text("out", "FILE", default: "report.html", "the HTML report"),
-        .flag("keep-data", "leave public.users and schema baton in the database afterwards"),
+        .flag("keep-data", "leave the app's tables and schema baton in the database afterwards"),
+        .choice("schema", DemoSchema.allCases.map(\.rawValue), default: DemoSchema.users.rawValue,
+                "the app's tables: users (public.users), or the tables an auth framework creates\n(docs/schemas.md); DEMO_FLAGS=--schema allauth"),
+        .flag("cross-company", "team B is another company: team A exports keys and transfer identifiers only\n(transfer-ids --export), team B loads them with NULL subjects into a database of\nits own (created beside the given one) and imports key,transfer_sub"),
     ],
     discussion: """
     Everything it starts (the emulator, the service, the jobs) runs in this process on 127.0.0.1 and
@@ -33,6 +36,8 @@ package let demoCommand = Command(
             throw CommandFailure.usage("no database: give --database-url or set BATON_DATABASE_URL (make demo starts a throwaway one)")
         }
         let users = parsed.integer("users")
+        // A choice of the schemas' names, so the value always names one.
+        let schema = DemoSchema(rawValue: parsed.required("schema")) ?? .users
         let options = DemoOptions(
             databaseURL: url,
             users: users,
@@ -41,7 +46,9 @@ package let demoCommand = Command(
             stragglers: try parsed.integer("stragglers", default: min(25, max(3, users / 400)), in: 0...users / 2),
             reportPath: parsed.required("out"),
             keepData: parsed.flag("keep-data"),
-            throwawayDatabase: environment["BATON_TEST_PG_DIR"] != nil && environment["BATON_TEST_DATABASE_URL"] == url
+            throwawayDatabase: environment["BATON_TEST_PG_DIR"] != nil && environment["BATON_TEST_DATABASE_URL"] == url,
+            schema: schema,
+            crossCompany: parsed.flag("cross-company")
         )
         stopOnInterrupt()
         do {

@@ -21,6 +21,9 @@ struct DemoDevices: Sendable {
     let clientID: String
     /// Devices in flight at once.
     let concurrency: Int
+    /// Whether a device asks Baton for the credential state first; between companies the recipient's Baton
+    /// does not know the sender's identifiers, and the device asks Apple natively (`getCredentialState`).
+    var asksCredentialState = true
 
     /// What the devices saw, counted by answer.
     struct Tally: Sendable {
@@ -97,15 +100,19 @@ struct DemoDevices: Sendable {
     private func device(_ oldSub: String, session: URLSession) async -> Tally {
         var tally = Tally()
         do {
-            var query = URLComponents(url: service.appendingPathComponent("v1/credential-state"), resolvingAgainstBaseURL: false)!
-            query.queryItems = [URLQueryItem(name: "user", value: oldSub)]
-            tally.requests += 1
-            let (stateStatus, stateBody) = try await send(session, URLRequest(url: query.url!))
-            let state = stateStatus == 200 ? (jsonObject(stateBody)?["state"]?.stringValue ?? "malformed") : "http \(stateStatus)"
-            tally.credentialStates[state, default: 0] += 1
-            guard state == "transferred" else {
-                tally.failures += 1
-                return tally
+            if asksCredentialState {
+                var query = URLComponents(url: service.appendingPathComponent("v1/credential-state"), resolvingAgainstBaseURL: false)!
+                query.queryItems = [URLQueryItem(name: "user", value: oldSub)]
+                tally.requests += 1
+                let (stateStatus, stateBody) = try await send(session, URLRequest(url: query.url!))
+                let state = stateStatus == 200 ? (jsonObject(stateBody)?["state"]?.stringValue ?? "malformed") : "http \(stateStatus)"
+                tally.credentialStates[state, default: 0] += 1
+                guard state == "transferred" else {
+                    tally.failures += 1
+                    return tally
+                }
+            } else {
+                tally.credentialStates["transferred", default: 0] += 1
             }
 
             tally.requests += 1

@@ -27,6 +27,11 @@ struct DemoOptions: Sendable {
     var keepData: Bool
     /// Whether the database is a throwaway cluster from `scripts/pg.sh` (for the wording only).
     var throwawayDatabase: Bool
+    /// The application's tables (`--schema`); default the plain users table.
+    var schema: DemoSchema = .users
+    /// Whether the recipient is another company (`--cross-company`): a database of its own that receives
+    /// transfer identifiers only.
+    var crossCompany = false
 }
 
 /// The demo's figures, checked at the end: every user is accounted for.
@@ -65,8 +70,10 @@ struct DemoScenario {
 
     /// The transferred app.
     static let clientID = "com.example.app"
-    /// The legacy table.
-    static let legacy = BatonConfiguration.Legacy(table: "public.users", keyColumn: "id", subjectColumn: "apple_sub", emailColumn: "email")
+    /// The legacy table, as `--schema` shapes it.
+    var legacy: BatonConfiguration.Legacy { options.schema.legacy }
+    /// The application's tables, for the wording.
+    var tableNames: String { options.schema.tables.joined(separator: " and ") }
 
     /// Runs the story; returns whether every step did what it should and every user is accounted for.
     func run() async throws -> Bool {
@@ -96,14 +103,17 @@ struct DemoScenario {
         // 1. The database and Baton's schema.
         output.step(1, "PostgreSQL and Baton's schema (baton db migrate)")
         let pool = PostgresPool(url: options.databaseURL, maxConnections: options.concurrency + 4)
-        let existing = try await pool.query("SELECT to_regclass('public.users') IS NOT NULL, EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = 'baton')")[0]
+        let existing = try await pool.query("""
+            SELECT bool_or(to_regclass(quote_ident(split_part(t, '.', 1)) || '.' || quote_ident(split_part(t, '.', 2))) IS NOT NULL), EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = 'baton')
+            FROM unnest(string_to_array(\(options.schema.tables.joined(separator: ",")), ',')) AS t
+            """)[0]
         if try existing.decode(Bool.self, at: 0) || existing.decode(Bool.self, at: 1) {
             await pool.close()
-            throw CommandFailure.usage("the database already has public.users or a baton schema; the demo needs an empty one (make demo starts a throwaway PostgreSQL)")
+            throw CommandFailure.usage("the database already has \(tableNames) or a baton schema; the demo needs an empty one (make demo starts a throwaway PostgreSQL)")
         }
         output.line(options.throwawayDatabase
             ? "a throwaway cluster from scripts/pg.sh on a private Unix socket, deleted when the demo ends"
-            : "the database given by --database-url (the demo creates public.users and schema baton in it)")
+            : "the database given by --database-url (the demo creates \(tableNames) and schema baton in it)")
         do {
             let healthy = try await fromMigration(pool: pool)
             try await cleanUp(pool: pool)
@@ -119,12 +129,12 @@ struct DemoScenario {
     /// Drops what the demo created in the database, unless asked to keep it.
     private func cleanUp(pool: PostgresPool) async throws {
         guard !options.keepData else {
-            output.line("kept public.users and schema baton in the database (--keep-data)")
+            output.line("kept \(tableNames) and schema baton in the database (--keep-data)")
             return
         }
-        try await pool.execute("DROP TABLE IF EXISTS public.users")
+        for statement in options.schema.drop { try await pool.execute(PostgresQuery(unsafeSQL: statement)) }
         try await pool.execute("DROP SCHEMA IF EXISTS baton CASCADE")
-        output.line("dropped public.users and schema baton from the database (--keep-data keeps them)")
+        output.line("dropped \(tableNames) and schema baton from the database (--keep-data keeps them)")
     }
 
     /// Steps 1 (the migrations) and 2 (the emulator), then the rest with the emulator running.
@@ -171,29 +181,25 @@ struct DemoScenario {
     private func afterEmulator(pool: PostgresPool, emulator: AppleEmulator, teamA: TeamCredentials, teamB: TeamCredentials,
                                people: [EmulatedUser]) async throws -> Bool {
         let clientID = DemoScenario.clientID
-        let legacy = try DemoScenario.legacy.identifiers()
+        let legacy = try self.legacy.identifiers()
         var healthy = true
 
         // 3. The legacy table, with one statement.
-        output.step(3, "The app's own table: public.users under team A")
-        try await pool.execute("""
-            CREATE TABLE public.users (
-                id          bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-                apple_sub   text NOT NULL UNIQUE,
-                email       text,
-                created_at  timestamptz NOT NULL DEFAULT now()
-            )
-            """)
+        let schema = options.schema
+        output.step(3, "The app's own \(schema == .users ? "table" : "tables (\(schema.rawValue))"): \(tableNames) under team A")
+        try await pool.withConnection { try await $0.executeScript(unsafeSQL: schema.ddl) }
         let subs = people.map(\.userIdentifier).joined(separator: "\n")
         let emails = people.map(\.email).joined(separator: "\n")
         let (inserted, insertSeconds) = try await timed {
-            try await pool.execute("""
-                INSERT INTO public.users (apple_sub, email)
-                SELECT * FROM unnest(string_to_array(\(subs), E'\\n'), string_to_array(\(emails), E'\\n'))
-                """)
+            try await pool.execute(PostgresQuery(unsafeSQL: schema.insert, [subs, emails]))
         }
         output.line("\(DemoFormat.count(inserted)) rows inserted with one INSERT … SELECT unnest(…) in \(DemoFormat.seconds(insertSeconds))")
-        output.line("apple_sub holds each user's team A identifier; email their address (a relay address for \(DemoFormat.count(people.filter(\.isPrivateEmail).count)))")
+        if schema == .users {
+            output.line("apple_sub holds each user's team A identifier; email their address (a relay address for \(DemoFormat.count(people.filter(\.isPrivateEmail).count)))")
+        } else {
+            output.line("the Apple rows are legacy.where \(legacy.filters.map { "\($0.column.name) = '\($0.value)'" }.joined(separator: " AND ")); emails in \(legacy.emailTable.map { "\($0.table).\($0.column.name)" } ?? "-")\(legacy.json.map { "; claims copied in \($0.column.name) (\($0.subjectKeys.joined(separator: ", ")))" } ?? "")")
+            output.line("every tenth user also has another provider's row with the same subject: Baton leaves those alone")
+        }
 
         // 4. The sender makes transfer identifiers while it prepares its data (Apple answers it before the
         // transfer is initiated), then initiates the transfer.
@@ -223,15 +229,33 @@ struct DemoScenario {
         output.line("until then identity tokens carry transfer_sub, and team B can exchange transfer identifiers itself")
         output.line("Baton's configuration: apple.transfer.accepted_at = \(ISO8601DateFormatter().string(from: acceptedAt))")
 
+        let recipient = options.crossCompany
+            ? try await handOver(pool: pool, legacy: legacy)
+            : DemoRecipient(pool: pool, url: options.databaseURL, legacy: self.legacy, appleRows: options.schema.appleRows,
+                            rewrittenRows: options.schema.rewrittenRows, database: nil)
+        do {
+            let rest = try await fromService(pool: recipient.pool, emulator: emulator, teamB: teamB, people: people, acceptedAt: acceptedAt, recipient: recipient)
+            try await dropRecipient(recipient, mainPool: pool)
+            return healthy && rest
+        } catch {
+            try? await dropRecipient(recipient, mainPool: pool)
+            throw error
+        }
+    }
+
+    /// Step 6, the service on the recipient's database; then the rest with it running.
+    private func fromService(pool: PostgresPool, emulator: AppleEmulator, teamB: TeamCredentials, people: [EmulatedUser], acceptedAt: Date,
+                             recipient: DemoRecipient) async throws -> Bool {
+        let clientID = DemoScenario.clientID
         // 6. Baton's service.
         output.step(6, "Baton's HTTP service (baton serve)")
         // A random admin token for GET /v1/report, never printed.
         let adminToken = (0..<4).map { _ in String(format: "%016llx", UInt64.random(in: .min ... .max)) }.joined()
         let configuration = BatonConfiguration(
             listen: .init(host: "127.0.0.1", port: 0),
-            database: .init(url: options.databaseURL, poolSize: options.concurrency),
+            database: .init(url: recipient.url, poolSize: options.concurrency),
             apple: .init(baseURL: emulator.baseURL, clientIDs: [clientID], transfer: .init(clientID: clientID, acceptedAt: acceptedAt)),
-            legacy: DemoScenario.legacy,
+            legacy: recipient.legacy,
             adminToken: AdminToken(adminToken)
         )
         let server = try await BatonServer.start(configuration: configuration, port: 0)
@@ -242,9 +266,9 @@ struct DemoScenario {
 
         do {
             let rest = try await afterService(pool: pool, emulator: emulator, teamB: teamB, people: people, serviceURL: serviceURL, acceptedAt: acceptedAt,
-                                              adminToken: adminToken)
+                                              adminToken: adminToken, side: recipient)
             await server.stop()
-            return healthy && rest
+            return rest
         } catch {
             await server.stop()
             throw error
@@ -253,18 +277,21 @@ struct DemoScenario {
 
     /// Steps 7 to 10: devices, the exchange, day 61, the report and the final account.
     private func afterService(pool: PostgresPool, emulator: AppleEmulator, teamB: TeamCredentials, people: [EmulatedUser],
-                              serviceURL: URL, acceptedAt: Date, adminToken: String) async throws -> Bool {
+                              serviceURL: URL, acceptedAt: Date, adminToken: String, side: DemoRecipient) async throws -> Bool {
         let clientID = DemoScenario.clientID
-        let legacy = try DemoScenario.legacy.identifiers()
+        let legacy = try side.legacy.identifiers()
         var healthy = true
 
         // 7. Devices: a third of the users open the app at once.
         let deviceUsers = people.enumerated().filter { $0.offset % 3 == 0 }.map(\.element.userIdentifier)
         output.step(7, "\(DemoFormat.count(deviceUsers.count)) iPhones open the app at once (a third of the users)")
         output.line("each does what the app does on a device, \(options.concurrency) devices in flight:")
-        let devices = DemoDevices(service: serviceURL, apple: emulator.baseURL, clientID: clientID, concurrency: options.concurrency)
+        let devices = DemoDevices(service: serviceURL, apple: emulator.baseURL, clientID: clientID, concurrency: options.concurrency,
+                                  asksCredentialState: !options.crossCompany)
         let (tally, deviceSeconds) = await timed { await devices.run(users: deviceUsers) }
-        output.line("  GET /v1/credential-state?user=OLD_SUB → \(DemoFormat.tally(tally.credentialStates))")
+        output.line(options.crossCompany
+            ? "  getCredentialState on the device (team B's Baton never sees OLD_SUB) → \(DemoFormat.tally(tally.credentialStates))"
+            : "  GET /v1/credential-state?user=OLD_SUB → \(DemoFormat.tally(tally.credentialStates))")
         output.line("  silent re-authorization (POST /emulator/authorize) → \(DemoFormat.count(tally.tokens)) identity tokens, \(DemoFormat.count(tally.tokensWithTransferSub)) with transfer_sub")
         output.line("  POST /v1/signin with the new token → \(DemoFormat.tally(tally.signInOutcomes))")
         let signIns = tally.signInOutcomes["migrated"] ?? 0
@@ -337,16 +364,20 @@ struct DemoScenario {
 
         // 10. The report.
         output.step(10, "The report (baton report)")
-        let account = try await accountFor(pool: pool)
-        let report = try await ReportBuilder(pool: pool, legacy: DemoScenario.legacy, acceptedAt: acceptedAt, now: emulator.now, limit: 100).build()
+        let account = try await accountFor(pool: pool, recipient: side)
+        let report = try await ReportBuilder(pool: pool, legacy: side.legacy, acceptedAt: acceptedAt, now: emulator.now, limit: 100).build()
         output.write("\n" + report.renderTable(listLimit: 5).split(separator: "\n", omittingEmptySubsequences: false).map { "      " + $0 }.joined(separator: "\n") + "\n")
         let html = report.renderHTML()
         try await writeFile(options.reportPath, html)
         let absolute = URL(fileURLWithPath: options.reportPath).standardizedFileURL.path
         output.line("written \(absolute) (\(DemoFormat.count(html.utf8.count / 1024)) KB, self-contained: open it in a browser)")
         output.line("a team runs: baton report (a table), baton report --format html --out report.html, --format csv for a mailer")
-        output.line("every user accounted for: \(DemoFormat.count(account.bySignIn)) by sign-in + \(DemoFormat.count(account.byExchange)) by exchange + \(DemoFormat.count(account.unresolved)) unresolved = \(DemoFormat.count(account.bySignIn + account.byExchange + account.byLink + account.unresolved)) of \(DemoFormat.count(account.legacyUsers)) users in public.users")
-        output.line("public.users now holds \(DemoFormat.count(account.rewrittenRecords)) team B identifiers; baton.events holds \(DemoFormat.count(account.migrationEvents)) 'migrated' events with the old and new values, to trace or reverse each rewrite")
+        output.line("every user accounted for: \(DemoFormat.count(account.bySignIn)) by sign-in + \(DemoFormat.count(account.byExchange)) by exchange + \(DemoFormat.count(account.unresolved)) unresolved = \(DemoFormat.count(account.bySignIn + account.byExchange + account.byLink + account.unresolved)) of \(DemoFormat.count(account.legacyUsers)) users in \(legacy.table)")
+        if let others = options.schema.otherProviderRows, !options.crossCompany {
+            let untouched = try await pool.query(PostgresQuery(unsafeSQL: others))[0].decode(Int.self, at: 0)
+            output.line("\(DemoFormat.count(untouched)) rows of another provider still carry the same subjects as migrated Apple users: untouched, as the where filter promises")
+        }
+        output.line("\(legacy.table) now holds \(DemoFormat.count(account.rewrittenRecords)) team B identifiers; baton.events holds \(DemoFormat.count(account.migrationEvents)) 'migrated' events with the old and new values, to trace or reverse each rewrite")
         if !account.balances {
             healthy = false
             output.line("THE FIGURES DO NOT ADD UP")
@@ -380,14 +411,14 @@ struct DemoScenario {
     }
 
     /// Counts the outcome of every user from the database.
-    private func accountFor(pool: PostgresPool) async throws -> DemoAccount {
+    private func accountFor(pool: PostgresPool, recipient: DemoRecipient) async throws -> DemoAccount {
         let row = try await pool.query("""
-            SELECT (SELECT count(*) FROM public.users),
+            SELECT (\(unsafeRaw: recipient.appleRows)),
                    count(*) FILTER (WHERE state = 'migrated' AND method = 'signin'),
                    count(*) FILTER (WHERE state = 'migrated' AND method = 'exchange'),
                    count(*) FILTER (WHERE state = 'migrated' AND method = 'link'),
                    count(*) FILTER (WHERE state <> 'migrated'),
-                   (SELECT count(*) FROM public.users u JOIN baton.transfers t ON t.new_sub = u.apple_sub AND t.state = 'migrated'),
+                   (\(unsafeRaw: recipient.rewrittenRows)),
                    (SELECT count(*) FROM baton.events WHERE kind = 'migrated')
             FROM baton.transfers
             """)[0]

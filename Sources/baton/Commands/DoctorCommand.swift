@@ -16,7 +16,9 @@ let doctorCommand = Command(
       - the transfer: acceptance date and the days left in the 60-day window;
       - the identity-token key set: reachable, with keys;
       - the database: reachable, Baton's schema migrated, the legacy table and its columns present,
-        a unique constraint on the subject column.
+        which rows legacy.where selects and how many, unique indexes on the subject (with the where
+        columns) and on the key, where emails are and under which policy, the JSON keys rewritten
+        (the same inspection 'baton serve' runs at start-up).
     """,
     options: [.config],
     discussion: """
@@ -270,44 +272,16 @@ struct Doctor {
             report(.failure, "legacy table", "\(error)", fix: "correct the legacy section")
             return
         }
-        let table = identifiers.table.quoted
         do {
-            let found = try await pool.query("SELECT to_regclass(\(table)::text) IS NOT NULL")
-            guard try found[0].decode(Bool.self, at: 0) else {
-                report(.failure, "legacy table", "\(legacy.table) does not exist (or this user cannot see it)",
-                       fix: "set legacy.table to the application's user table; names are case-sensitive (quoted as \(table))")
-                return
-            }
-            let rows = try await pool.query("""
-                SELECT attname::text FROM pg_attribute
-                WHERE attrelid = to_regclass(\(table)::text) AND attnum > 0 AND NOT attisdropped
-                """)
-            let present = Set(try rows.map { try $0.decode(String.self, at: 0) })
-            let wanted: [(String, String?)] = [
-                ("key_column", legacy.keyColumn), ("subject_column", legacy.subjectColumn),
-                ("email_column", legacy.emailColumn), ("transfer_column", legacy.transferColumn),
-            ]
-            let missing = wanted.compactMap { key, column in column.flatMap { present.contains($0) ? nil : "legacy.\(key) \($0)" } }
-            if missing.isEmpty {
-                report(.ok, "legacy table", "\(legacy.table) has columns \(wanted.compactMap(\.1).joined(separator: ", "))")
-            } else {
-                report(.failure, "legacy table", "\(legacy.table) lacks \(missing.joined(separator: ", "))",
-                       fix: "name the existing columns in the legacy section (names are case-sensitive)")
-                return
-            }
-            let unique = try await pool.query("""
-                SELECT EXISTS (
-                    SELECT 1 FROM pg_index i
-                    JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0]
-                    WHERE i.indrelid = to_regclass(\(table)::text) AND i.indisunique AND i.indnkeyatts = 1
-                      AND i.indpred IS NULL AND a.attname = \(legacy.subjectColumn)::name
-                )
-                """)
-            if try unique[0].decode(Bool.self, at: 0) {
-                report(.ok, "subject uniqueness", "\(legacy.table).\(legacy.subjectColumn) has a unique constraint")
-            } else {
-                report(.failure, "subject uniqueness", "\(legacy.table).\(legacy.subjectColumn) has no unique constraint, so two records could claim one Apple user",
-                       fix: "CREATE UNIQUE INDEX CONCURRENTLY ON \(table) (\(identifiers.subjectColumn.quoted))")
+            // The same inspection the engine runs at start-up.
+            // The same inspection the engine runs at start-up (the schema was checked above, migration by migration).
+            for finding in try await LegacyStore(pool: pool, legacy: identifiers).inspectLegacyTable().findings where finding.name != "schema" {
+                let status: Status = switch finding.status {
+                case .ok: .ok
+                case .warning: .warning
+                case .failure: .failure
+                }
+                report(status, finding.name, finding.detail, fix: finding.fix)
             }
         } catch {
             report(.failure, "legacy table", "cannot inspect \(legacy.table) (\(Doctor.describe(error)))", fix: "grant this user SELECT on the table")

@@ -3,16 +3,18 @@ import Baton
 import Foundation
 import BatonPostgres
 
-/// `baton import transfers FILE.csv`: loads `old_sub,transfer_sub` pairs made elsewhere.
+/// `baton import transfers FILE.csv`: loads `old_sub,transfer_sub` or `key,transfer_sub` pairs made elsewhere.
 let importCommand = Command(
     name: "import",
     summary: "load transfer identifiers made elsewhere (import transfers FILE.csv)",
     subcommands: [Command(
         name: "transfers",
-        summary: "load old_sub,transfer_sub pairs from a CSV file",
+        summary: "load old_sub,transfer_sub (or key,transfer_sub) pairs from a CSV file",
         arguments: "FILE.csv",
         abstract: """
-        FILE.csv starts with the header 'old_sub,transfer_sub', then one pair per line. Every line is
+        FILE.csv starts with the header 'old_sub,transfer_sub' (both teams' data in one database) or
+        'key,transfer_sub' (between companies: the recipient's legacy key of each row it loaded from the
+        sender's 'baton transfer-ids --export'), then one pair per line. Every line is
         checked (two non-empty identifiers of letters, digits, '.', '_', '-'; no repeat inside the file;
         no conflict with a pair already stored); rejected lines are printed on stderr as
         'line N: reason', and the rest are loaded in one transaction. Importing the same file again

@@ -1,5 +1,6 @@
 import BatonTools
 import Baton
+import BatonPostgres
 
 /// `baton transfer-ids`: the sender side, creating a transfer identifier for every legacy user.
 let transferIDsCommand = Command(
@@ -9,16 +10,49 @@ let transferIDsCommand = Command(
     Walks the legacy table (legacy.*) in key order and, for every user without a transfer
     identifier, asks Apple (sending team's credentials) for one made for the target team, and
     stores old_sub → transfer_sub in baton.transfers.
+    --export FILE.csv writes instead the file a recipient in another company loads: one line per
+    legacy row with a transfer identifier, 'key,transfer_sub' and the columns named by --columns. The
+    sending team's identifiers and private relay addresses never go in it (such a column is refused,
+    such a value stops the export). Load it into the recipient's table (transfer identifier in
+    legacy.transfer_column, subject NULL), then 'baton import transfers' with 'key,transfer_sub'.
     """,
     options: [
         .text("target", "TEAMID", "the recipient's team (default apple.transfer.recipient.team_id); the sending\nteam itself is refused"),
         .flag("yes", "do not ask for confirmation after showing the target and a sample"),
+        .text("export", "FILE.csv", "write the recipient's file (key, transfer_sub, --columns) instead of a run"),
+        .text("columns", "a,b", "other columns of the legacy table for --export"),
     ] + bulkOptions,
     discussion: """
     Resumable and safe to run from several processes.
     Exit status: 0 every user done, 1 some user failed or the job stopped, 2 usage or configuration.
     """,
     run: { parsed in
-        try await runBulkCommand(parsed, side: .sender)
+        if parsed.value("export") != nil { return try await runExport(parsed) }
+        return try await runBulkCommand(parsed, side: .sender)
     }
 )
+
+/// `baton transfer-ids --export FILE.csv [--columns a,b]`.
+private func runExport(_ parsed: Arguments) async throws -> Int32 {
+    guard let path = parsed.value("export"), !path.isEmpty else { throw CommandFailure.usage("--export needs a file name") }
+    let columns = (parsed.value("columns") ?? "").split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
+    let configuration = try await parsed.configuration()
+    let pool = PostgresPool(url: configuration.database.url, maxConnections: 1)
+    do {
+        let exporter = try TransferExporter(pool: pool, legacy: try configuration.legacy.identifiers(), columns: columns)
+        let summary = try await exporter.export(to: path)
+        await pool.close()
+        print("transfer-ids: exported \(summary.rows) rows to \(path) (key, transfer_sub\(columns.isEmpty ? "" : ", " + columns.joined(separator: ", ")))")
+        return 0
+    } catch let error as BulkJobError {
+        await pool.close()
+        if error.code == .invalidColumn { throw CommandFailure.usage("baton transfer-ids: \(error)") }
+        throw CommandFailure.rejected("baton transfer-ids: \(error)")
+    } catch let error as ConfigurationError {
+        await pool.close()
+        throw CommandFailure.usage("\(error)")
+    } catch let error as PostgresError {
+        await pool.close()
+        throw CommandFailure.failed("baton transfer-ids: \(error)")
+    }
+}

@@ -1,0 +1,191 @@
+import BatonPostgres
+
+/// When Baton replaces the email stored for a user (`legacy.email_policy`).
+public enum EmailPolicy: String, Sendable, Equatable, Codable, CaseIterable {
+    /// Only a private relay address is replaced (at migration, or when Apple's relay address changes);
+    /// an address the user gave or changed in the application is kept. The default.
+    case relay
+    /// The token's email always replaces the stored one.
+    case always
+    /// Baton never writes an email.
+    case never
+
+    /// Whether a sign-in or migration carrying `new` may replace `stored`.
+    public func allowsReplacing(_ stored: String?, with new: String?) -> Bool {
+        guard let new, new != stored else { return false }
+        switch self {
+        case .always: return true
+        case .never: return false
+        case .relay: return stored.map(EmailPolicy.isPrivateRelay) ?? false
+        }
+    }
+
+    /// Whether `email` is a private relay address (ends with `@privaterelay.appleid.com`, any case).
+    public static func isPrivateRelay(_ email: String) -> Bool {
+        email.lowercased().hasSuffix(LegacyStore.privateRelayDomain)
+    }
+}
+
+/// `legacy.email`: the email lives in another table that the identity row references
+/// (`auth_user.email` through `socialaccount_socialaccount.user_id`).
+public struct LegacyEmailTable: Sendable, Equatable, Codable {
+    /// The users table, optionally schema-qualified: `public.auth_user`, `auth.users`.
+    public var table: String
+    /// Its email column.
+    public var column: String
+    /// Its key column, which the identity row references.
+    public var keyColumn: String
+    /// The column of `legacy.table` holding that key (`user_id`).
+    public var referenceColumn: String
+
+    /// Creates the section.
+    public init(table: String, column: String, keyColumn: String, referenceColumn: String) {
+        self.table = table
+        self.column = column
+        self.keyColumn = keyColumn
+        self.referenceColumn = referenceColumn
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case table, column
+        case keyColumn = "key_column"
+        case referenceColumn = "reference_column"
+    }
+}
+
+/// `legacy.json`: a json/jsonb (or text holding JSON) column of `legacy.table` whose top-level keys copy
+/// the claims; the listed keys are rewritten with the new subject and email, other keys never touched, a
+/// missing key never added.
+public struct LegacyJSONCopy: Sendable, Equatable, Codable {
+    /// The column: `extra_data`, `identity_data`.
+    public var column: String
+    /// Keys holding the subject (default `["sub"]`).
+    public var subjectKeys: [String]?
+    /// Keys holding the email (default none); rewritten under `legacy.email_policy`.
+    public var emailKeys: [String]?
+
+    /// Creates the section.
+    public init(column: String, subjectKeys: [String]? = nil, emailKeys: [String]? = nil) {
+        self.column = column
+        self.subjectKeys = subjectKeys
+        self.emailKeys = emailKeys
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case column
+        case subjectKeys = "subject_keys"
+        case emailKeys = "email_keys"
+    }
+}
+
+extension BatonConfiguration {
+    /// The legacy table's validated identifiers and rules.
+    public struct LegacyIdentifiers: Sendable, Equatable {
+        /// One `column = value` filter selecting the Apple rows.
+        public struct Filter: Sendable, Equatable {
+            /// The column.
+            public var column: PostgresIdentifier
+            /// The value, always bound as a parameter.
+            public var value: String
+        }
+
+        /// The email's table when it is not `table`.
+        public struct EmailTable: Sendable, Equatable {
+            /// The users table.
+            public var table: PostgresIdentifier
+            /// Its email column.
+            public var column: PostgresIdentifier
+            /// Its key column.
+            public var keyColumn: PostgresIdentifier
+            /// The column of the legacy table referencing `keyColumn`.
+            public var referenceColumn: PostgresIdentifier
+        }
+
+        /// The JSON copy of the claims.
+        public struct JSONCopy: Sendable, Equatable {
+            /// The column.
+            public var column: PostgresIdentifier
+            /// Keys rewritten with the subject.
+            public var subjectKeys: [String]
+            /// Keys rewritten with the email.
+            public var emailKeys: [String]
+        }
+
+        /// The table, possibly schema-qualified.
+        public var table: PostgresIdentifier
+        /// The primary key column.
+        public var keyColumn: PostgresIdentifier
+        /// The Apple `sub` column.
+        public var subjectColumn: PostgresIdentifier
+        /// The email column of `table`, if the email is there.
+        public var emailColumn: PostgresIdentifier?
+        /// The transfer identifier column, if configured.
+        public var transferColumn: PostgresIdentifier?
+        /// The filters selecting the Apple rows, ordered by column name (empty: every row).
+        public var filters: [Filter]
+        /// The email's table, if the email is in another table.
+        public var emailTable: EmailTable?
+        /// The JSON copy, if configured.
+        public var json: JSONCopy?
+        /// When emails are replaced; `never` when no email location is configured.
+        public var emailPolicy: EmailPolicy
+
+        /// Whether Baton knows where the email lives (`email_column` or `email`).
+        public var hasEmail: Bool { emailColumn != nil || emailTable != nil }
+
+        /// Validates `legacy`.
+        /// - Throws: ``ConfigurationError`` (`invalidValue`) naming the first bad key.
+        public init(_ legacy: Legacy) throws {
+            func column(_ text: String, _ key: String) throws -> PostgresIdentifier {
+                try BatonConfiguration.identifier(text, key: key, allowSchema: false)
+            }
+            table = try BatonConfiguration.identifier(legacy.table, key: "legacy.table", allowSchema: true)
+            keyColumn = try column(legacy.keyColumn, "legacy.key_column")
+            subjectColumn = try column(legacy.subjectColumn, "legacy.subject_column")
+            emailColumn = try legacy.emailColumn.map { try column($0, "legacy.email_column") }
+            transferColumn = try legacy.transferColumn.map { try column($0, "legacy.transfer_column") }
+            filters = try (legacy.filters ?? [:]).sorted { $0.key < $1.key }.map {
+                Filter(column: try column($0.key, "legacy.where"), value: $0.value)
+            }
+            emailTable = try legacy.email.map {
+                EmailTable(table: try BatonConfiguration.identifier($0.table, key: "legacy.email.table", allowSchema: true),
+                           column: try column($0.column, "legacy.email.column"),
+                           keyColumn: try column($0.keyColumn, "legacy.email.key_column"),
+                           referenceColumn: try column($0.referenceColumn, "legacy.email.reference_column"))
+            }
+            json = try legacy.json.map { copy in
+                let subjectKeys = copy.subjectKeys ?? ["sub"]
+                let emailKeys = copy.emailKeys ?? []
+                for (name, keys) in [("subject_keys", subjectKeys), ("email_keys", emailKeys)]
+                where keys.contains(where: { $0.isEmpty || $0.utf8.count > 255 }) || Set(keys).count != keys.count {
+                    throw ConfigurationError(.invalidValue, key: "legacy.json.\(name)", reason: "must list distinct, non-empty JSON keys")
+                }
+                guard Set(subjectKeys).isDisjoint(with: emailKeys) else {
+                    throw ConfigurationError(.invalidValue, key: "legacy.json.email_keys", reason: "must not repeat a key of legacy.json.subject_keys")
+                }
+                return JSONCopy(column: try column(copy.column, "legacy.json.column"), subjectKeys: subjectKeys, emailKeys: emailKeys)
+            }
+            emailPolicy = (emailColumn == nil && emailTable == nil) ? .never : (legacy.emailPolicy ?? .relay)
+            try checkDistinct()
+        }
+
+        private func checkDistinct() throws {
+            if emailColumn != nil && emailTable != nil {
+                throw ConfigurationError(.invalidValue, key: "legacy.email", reason: "set either legacy.email_column or legacy.email, not both")
+            }
+            if emailColumn == subjectColumn {
+                throw ConfigurationError(.invalidValue, key: "legacy.email_column", reason: "must differ from legacy.subject_column")
+            }
+            if let transferColumn, transferColumn == subjectColumn || transferColumn == emailColumn {
+                throw ConfigurationError(.invalidValue, key: "legacy.transfer_column", reason: "must differ from legacy.subject_column and legacy.email_column")
+            }
+            let written = [subjectColumn, emailColumn, json?.column].compactMap { $0 }
+            if let filter = filters.first(where: { written.contains($0.column) }) {
+                throw ConfigurationError(.invalidValue, key: "legacy.where", reason: "the filter column \(filter.column) is a column Baton rewrites")
+            }
+            if let json, json.column == subjectColumn || json.column == emailColumn || json.column == transferColumn {
+                throw ConfigurationError(.invalidValue, key: "legacy.json.column", reason: "must differ from the subject, email and transfer columns")
+            }
+        }
+    }
+}

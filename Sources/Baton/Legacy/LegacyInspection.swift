@@ -1,0 +1,184 @@
+import BatonPostgres
+
+/// What Baton found about the configured legacy table in the live database: one inspection, run by the
+/// engine at start-up and by `baton doctor`, each finding a line an operator can read.
+public struct LegacyInspection: Sendable, Equatable {
+    /// One finding: `ok`, a warning, or a failure with its fix.
+    public struct Finding: Sendable, Equatable {
+        /// How it stands.
+        public enum Status: String, Sendable, Equatable {
+            /// As Baton needs it.
+            case ok
+            /// Works, but worth knowing.
+            case warning
+            /// Baton cannot run so.
+            case failure
+        }
+
+        /// How it stands.
+        public var status: Status
+        /// What was checked, such as `legacy table` or `subject uniqueness`.
+        public var name: String
+        /// What was found, in one line.
+        public var detail: String
+        /// For a failure: what to do (an SQL statement or a configuration key).
+        public var fix: String?
+    }
+
+    /// The findings, in check order.
+    public var findings: [Finding]
+
+    /// The first failure, if any.
+    public var failure: Finding? { findings.first { $0.status == .failure } }
+}
+
+extension LegacyStore {
+    /// Inspects the legacy table (catalog queries, plus one count of the Apple rows): the tables and columns
+    /// exist, none Baton writes is a generated column, a unique index covers the subject (with the `where`
+    /// columns) and the key, where emails are and which JSON keys Baton rewrites, and whether Baton's schema is
+    /// applied.
+    /// - Throws: ``PostgresError`` when the database cannot be queried.
+    public func inspectLegacyTable() async throws -> LegacyInspection {
+        let l = legacy
+        var findings: [LegacyInspection.Finding] = []
+        func add(_ status: LegacyInspection.Finding.Status, _ name: String, _ detail: String, fix: String? = nil) {
+            findings.append(.init(status: status, name: name, detail: detail, fix: fix))
+        }
+
+        let applied = try await pool.query("SELECT to_regclass('baton.transfers') IS NOT NULL")[0].decode(Bool.self, at: 0)
+        if !applied { add(.failure, "schema", "Baton's schema is not applied", fix: "run 'baton db migrate'") }
+
+        guard let columns = try await columnInfo(of: l.table) else {
+            add(.failure, "legacy table", "legacy.table \(l.table) does not exist in the database (or this user cannot see it)",
+                fix: "set legacy.table to the application's table; names are case-sensitive (quoted as \(l.table.quoted))")
+            return LegacyInspection(findings: findings)
+        }
+        var wanted: [(String, PostgresIdentifier)] = [("legacy.key_column", l.keyColumn), ("legacy.subject_column", l.subjectColumn)]
+        if let column = l.emailColumn { wanted.append(("legacy.email_column", column)) }
+        if let column = l.transferColumn { wanted.append(("legacy.transfer_column", column)) }
+        if let json = l.json { wanted.append(("legacy.json.column", json.column)) }
+        if let mail = l.emailTable { wanted.append(("legacy.email.reference_column", mail.referenceColumn)) }
+        wanted += l.filters.map { ("legacy.where", $0.column) }
+        let missing = wanted.filter { columns[$0.1.name] == nil }.map { "\($0.0) \($0.1.name)" }
+        guard missing.isEmpty else {
+            add(.failure, "legacy table", "legacy.table \(l.table) has no column \(missing.joined(separator: ", "))",
+                fix: "name the existing columns in the legacy section (names are case-sensitive)")
+            return LegacyInspection(findings: findings)
+        }
+        let written = [l.subjectColumn, l.emailColumn, l.json?.column].compactMap { $0 }
+        if let generated = written.first(where: { columns[$0.name]?.generated == true }) {
+            add(.failure, "legacy table", "\(l.table).\(generated.name) is a generated column, which cannot be written",
+                fix: "name the column it is computed from (for a JSON copy, legacy.json) instead")
+            return LegacyInspection(findings: findings)
+        }
+        add(.ok, "legacy table", "\(l.table) has columns \(wanted.map(\.1.name).joined(separator: ", "))")
+
+        let count = try await pool.query("SELECT count(*) FROM \(l.table) AS u WHERE true" + l.filterSQL())[0].decode(Int.self, at: 0)
+        if l.filters.isEmpty {
+            add(.ok, "apple rows", "every row of \(l.table) is an Apple row (\(count) rows; no legacy.where)")
+        } else {
+            let filter = l.filters.map { "\($0.column.name) = '\($0.value)'" }.joined(separator: " AND ")
+            add(count == 0 ? .warning : .ok, "apple rows", "legacy.where selects \(count) rows of \(l.table) (\(filter)); other rows are never read or written")
+        }
+
+        let indexes = try await uniqueIndexes(of: l.table)
+        let filterColumns = Set(l.filters.map(\.column.name))
+        let subjectSet = filterColumns.union([l.subjectColumn.name])
+        if let index = indexes.first(where: { $0.columns == subjectSet }) {
+            add(.ok, "subject uniqueness", "unique index \(index.name) on (\(subjectSet.sorted().joined(separator: ", ")))")
+        } else {
+            let columnsSQL = (l.filters.map(\.column.quoted) + [l.subjectColumn.quoted]).joined(separator: ", ")
+            add(.failure, "subject uniqueness", "\(l.table).\(l.subjectColumn.name) has no unique constraint over (\(subjectSet.sorted().joined(separator: ", "))), so two records could claim one Apple user",
+                fix: "CREATE UNIQUE INDEX CONCURRENTLY ON \(l.table.quoted) (\(columnsSQL))")
+        }
+        if let index = indexes.first(where: { $0.columns == [l.keyColumn.name] || $0.columns == filterColumns.union([l.keyColumn.name]) }) {
+            add(.ok, "key uniqueness", "unique index \(index.name) on \(l.keyColumn.name)")
+        } else {
+            add(.failure, "key uniqueness", "legacy.key_column \(l.keyColumn) is not unique, so a rewrite could reach several rows",
+                fix: "name the primary key in legacy.key_column")
+        }
+
+        if let mail = l.emailTable {
+            guard let mailColumns = try await columnInfo(of: mail.table) else {
+                add(.failure, "email", "legacy.email.table \(mail.table) does not exist", fix: "name the users table in legacy.email.table")
+                return LegacyInspection(findings: findings)
+            }
+            let absent = [("legacy.email.column", mail.column), ("legacy.email.key_column", mail.keyColumn)].filter { mailColumns[$0.1.name] == nil }
+            if let first = absent.first {
+                add(.failure, "email", "legacy.email.table \(mail.table) has no column \(first.1.name) (\(first.0))", fix: "name an existing column")
+                return LegacyInspection(findings: findings)
+            }
+            if mailColumns[mail.column.name]?.generated == true {
+                add(.failure, "email", "\(mail.table).\(mail.column.name) is a generated column", fix: "name the column it is computed from")
+                return LegacyInspection(findings: findings)
+            }
+            let unique = try await uniqueIndexes(of: mail.table).contains { $0.columns == [mail.column.name] }
+            add(.ok, "email", "emails are in \(mail.table).\(mail.column.name), joined on \(mail.keyColumn.name) = \(l.table.name).\(mail.referenceColumn.name)\(unique ? " (unique: a conflict keeps the stored email)" : ""); policy \(l.emailPolicy.rawValue)")
+        } else if let column = l.emailColumn {
+            add(.ok, "email", "emails are in \(l.table).\(column.name); policy \(l.emailPolicy.rawValue)")
+        } else {
+            add(.ok, "email", "no email location configured: Baton never reads or writes emails")
+        }
+        if let json = l.json {
+            let type = columns[json.column.name]?.type ?? ""
+            let emailKeys = json.emailKeys.isEmpty ? "" : ", email keys \(json.emailKeys.joined(separator: ", "))"
+            if ["json", "jsonb", "text"].contains(type) || type.hasPrefix("character varying") {
+                add(.ok, "json copy", "\(l.table).\(json.column.name) (\(type)): subject keys \(json.subjectKeys.joined(separator: ", "))\(emailKeys) are rewritten; other keys untouched")
+            } else {
+                add(.failure, "json copy", "legacy.json.column \(json.column.name) is of type \(type), not json, jsonb or text", fix: "name a JSON column")
+            }
+        }
+        return LegacyInspection(findings: findings)
+    }
+
+    /// Checks at start-up, with ``inspectLegacyTable()``, that Baton can run against the legacy table.
+    /// - Returns: the inspection, whose findings the caller may log.
+    /// - Throws: ``BatonError`` `invalid_legacy_table` with the first failure and its fix; ``PostgresError``
+    ///   when the database cannot be reached.
+    @discardableResult
+    public func validateLegacyTable() async throws -> LegacyInspection {
+        let inspection = try await inspectLegacyTable()
+        if let failure = inspection.failure {
+            throw BatonError(.invalidLegacyTable, failure.detail + (failure.fix.map { "; fix: \($0)" } ?? ""))
+        }
+        return inspection
+    }
+
+    private struct ColumnInfo {
+        var type: String
+        var generated: Bool
+    }
+
+    /// The columns of `table` by name, or nil when the table does not exist.
+    private func columnInfo(of table: PostgresIdentifier) async throws -> [String: ColumnInfo]? {
+        let exists = try await pool.query("SELECT to_regclass(\(table.quoted)) IS NOT NULL")[0].decode(Bool.self, at: 0)
+        guard exists else { return nil }
+        let rows = try await pool.query("""
+            SELECT attname::text, format_type(atttypid, atttypmod), attgenerated <> ''
+            FROM pg_attribute WHERE attrelid = to_regclass(\(table.quoted)) AND attnum > 0 AND NOT attisdropped
+            """)
+        var result: [String: ColumnInfo] = [:]
+        for row in rows {
+            result[try row.decode(String.self, at: 0)] = ColumnInfo(type: try row.decode(String.self, at: 1), generated: try row.decode(Bool.self, at: 2))
+        }
+        return result
+    }
+
+    /// The unique indexes (and constraints) of `table` without predicate or expression, with their columns.
+    private func uniqueIndexes(of table: PostgresIdentifier) async throws -> [(name: String, columns: Set<String>)] {
+        let rows = try await pool.query("""
+            SELECT c.relname::text, a.attname::text
+            FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+            JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY ((i.indkey::int2[])[0:i.indnkeyatts - 1])
+            WHERE i.indrelid = to_regclass(\(table.quoted)) AND i.indisunique AND i.indpred IS NULL AND i.indexprs IS NULL
+            ORDER BY c.relname
+            """)
+        var indexes: [(name: String, columns: Set<String>)] = []
+        for row in rows {
+            let name = try row.decode(String.self, at: 0)
+            let column = try row.decode(String.self, at: 1)
+            if indexes.last?.name == name { indexes[indexes.count - 1].columns.insert(column) } else { indexes.append((name, [column])) }
+        }
+        return indexes
+    }
+}
