@@ -284,13 +284,19 @@ struct ConfigurationTests {
         full.apple.transfer?.acceptedAt = Date(timeIntervalSince1970: 1_793_491_200)
         full.legacy.transferColumn = "transfer_id"
         full.adminTokenFile = "/etc/baton/admin-token"
+        full.serviceTokenFile = "/etc/baton/service-token"
+        full.legacy.filters = ["provider": "apple"]
+        full.legacy.email = LegacyEmailTable(table: "public.auth_user", column: "email", keyColumn: "id", referenceColumn: "user_id")
+        full.legacy.json = LegacyJSONCopy(column: "extra_data", subjectKeys: ["sub"], emailKeys: ["email"])
+        full.legacy.emailPolicy = .relay
         let encoder = JSONEncoder()
         encoder.dateEncodingStrategy = .iso8601
         let tree = try #require(try JSONSerialization.jsonObject(with: encoder.encode(full)) as? [String: Any])
         func leaves(_ object: [String: Any], _ prefix: String) -> [String] {
             object.flatMap { name, value -> [String] in
                 let path = prefix.isEmpty ? name : "\(prefix).\(name)"
-                guard let child = value as? [String: Any] else { return [path] }
+                // `legacy.where` is one key whose value is an object of column filters.
+                guard let child = value as? [String: Any], path != "legacy.where" else { return [path] }
                 return leaves(child, path)
             }
         }
