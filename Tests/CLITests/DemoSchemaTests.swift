@@ -39,6 +39,6 @@ struct DemoSchemaTests {
     func unknown() async throws {
         let result = try await runBatonOffPool(["demo", "--database-url", "postgresql:///x", "--schema", "keycloak"])
         #expect(result.status == 2)
-        #expect(result.stderr.contains("--schema must be one of users, allauth, authjs, better-auth, supabase, omniauth"))
+        #expect(result.stderr.contains("--schema must be users, allauth, authjs, better-auth, supabase or omniauth"))
     }
 }

@@ -367,16 +367,15 @@ private final class ServiceProcess: Sendable {
     }
 
     static func start(databaseURL: String, appleBaseURL: URL, clientID: String, poolSize: Int, legacy: BatonConfiguration.Legacy) async throws -> ServiceProcess {
-        let tree: [String: Any] = [
+        let configuration: JSONValue = [
             "listen": "127.0.0.1:0",
-            "database": ["url": databaseURL, "pool_size": poolSize],
-            "apple": ["base_url": appleBaseURL.absoluteString, "client_ids": [clientID]],
+            "database": ["url": .string(databaseURL), "pool_size": .number(Double(poolSize))],
+            "apple": ["base_url": .string(appleBaseURL.absoluteString), "client_ids": [.string(clientID)]],
+            "legacy": .object(try JSON.parseObject(Array(try JSONEncoder().encode(legacy)))),
             // The load comes from one address: the per-address connection limit must not cap the concurrency.
             "server": ["connections_per_ip": 10_000],
         ]
-        var text = String(decoding: try JSONSerialization.data(withJSONObject: tree), as: UTF8.self)
-        text.removeLast()
-        text += ",\"legacy\":" + String(decoding: try JSONEncoder().encode(legacy), as: UTF8.self) + "}"
+        let text = JSON.serialize(configuration)
         let path = FileManager.default.temporaryDirectory.appendingPathComponent("baton-bench-\(UUID().uuidString).json").path
         try text.write(toFile: path, atomically: true, encoding: .utf8)
         let executable = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath().path
