@@ -114,6 +114,13 @@ public final class AppleEmulator: Sendable {
         try emulator.createUsers(clientID: clientID, count: count, privateEmail: privateEmail)
     }
 
+    /// Creates one person per identifier in `userIdentifiers`, each known to `clientID`'s current team by that
+    /// identifier (a rehearsal seeds the team's real subjects this way).
+    /// - Throws: ``EmulatorError`` `unknown_app`, `bad_input` (none, or repeated), `conflict` (one already in use).
+    public func createUsers(clientID: String, userIdentifiers: [String], privateEmail: Bool? = nil) throws(EmulatorError) -> [EmulatedUser] {
+        try emulator.createUsers(clientID: clientID, count: userIdentifiers.count, privateEmail: privateEmail, userIdentifiers: userIdentifiers)
+    }
+
     /// Initiates the transfer of `clientID` to `toTeamID` (App Store Connect's "Transfer App").
     /// - Throws: ``EmulatorError`` `unknown_app`, `unknown_team`, `conflict` (same team, or one pending).
     public func initiateTransfer(clientID: String, toTeamID: String) throws(EmulatorError) {

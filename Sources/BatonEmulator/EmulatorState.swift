@@ -124,19 +124,28 @@ struct EmulatorState: Codable, Sendable {
     }
 
     /// Creates `count` people who use `clientID`; `privateEmail` nil alternates (first private).
-    mutating func addUsers(clientID: String, count: Int, privateEmail: Bool?) throws(EmulatorError) -> [Person] {
+    mutating func addUsers(clientID: String, count: Int, privateEmail: Bool?, userIdentifiers: [String]? = nil) throws(EmulatorError) -> [Person] {
         guard var app = apps[clientID] else { throw EmulatorError(.unknownApp, clientID) }
         guard (1...1_000_000).contains(count) else { throw EmulatorError(.badInput, "count must be 1 to 1000000") }
+        if let userIdentifiers {
+            guard Set(userIdentifiers).count == userIdentifiers.count else { throw EmulatorError(.badInput, "user identifiers must be distinct") }
+            if userIdentifiers.contains(where: { identifierIndex[$0] != nil }) { throw EmulatorError(.conflict, "a user identifier is already in use") }
+        }
         var created: [Person] = []
         created.reserveCapacity(count)
-        for _ in 0..<count {
+        for index in 0..<count {
             let number = nextPersonNumber
             nextPersonNumber += 1
             let id = String(format: "person-%06d", number)
             let person = Person(id: id, email: "\(id)@example.com", usesPrivateEmail: privateEmail ?? (number % 2 == 1))
             people[id] = person
             app.users.insert(id)
-            _ = identifier(of: id, team: app.ownerTeamID)
+            if let given = userIdentifiers?[index] {
+                people[id]?.identifiers[app.ownerTeamID] = given
+                identifierIndex[given] = IdentifierOwner(personID: id, teamID: app.ownerTeamID)
+            } else {
+                _ = identifier(of: id, team: app.ownerTeamID)
+            }
             created.append(people[id]!)
         }
         apps[clientID] = app

@@ -71,6 +71,14 @@ struct ControlTests {
             #expect(try await http.postJSON("/emulator/users", ["client_id": "com.a", "count": 0]).error == "bad_input")
             let allPublic = try emulator.createUsers(clientID: "com.a", count: 2, privateEmail: false)
             #expect(allPublic.allSatisfy { !$0.isPrivateEmail && $0.email.hasSuffix("@example.com") })
+
+            // A rehearsal seeds the team's real subjects: each person is known to the owner by the given identifier.
+            let given = ["001234.0123456789abcdef0123456789abcdef.0001", "001234.fedcba9876543210fedcba9876543210.0002"]
+            let seeded = try emulator.createUsers(clientID: "com.a", userIdentifiers: given)
+            #expect(seeded.map(\.userIdentifier) == given)
+            #expect(try emulator.authorize(clientID: "com.a", user: seeded[1].id).userIdentifier == given[1])
+            #expect(throws: EmulatorError.self) { try emulator.createUsers(clientID: "com.a", userIdentifiers: [given[0]]) }
+            #expect(throws: EmulatorError.self) { try emulator.createUsers(clientID: "com.a", userIdentifiers: ["x", "x"]) }
         }
     }
 

@@ -14,5 +14,6 @@ let commands: [Command] = [
     benchCommand,
     reportCommand,
     demoCommand,
+    rehearseCommand,
     fuzzCommand,
 ]

@@ -1,0 +1,208 @@
+import BatonConcurrency
+import Baton
+import BatonAppleSignIn
+import BatonEmulator
+import BatonHTTPServer
+import BatonPostgres
+import BatonService
+import Foundation
+
+/// What `baton rehearse` runs with.
+struct RehearsalOptions: Sendable {
+    /// The application's database, only read.
+    var source: String
+    /// The team's configuration (its `legacy` section and client ID).
+    var configuration: BatonConfiguration
+    /// Share of the users who sign in.
+    var signInShare: Double
+    /// Exchange requests per second per process, for the projection.
+    var rate: Double
+    /// Exchange processes, for the projection.
+    var processes: Int
+    /// Devices and job workers in flight.
+    var concurrency: Int
+}
+
+/// The rehearsal: a throwaway copy of the configured tables, the problems in it, then the transfer on it
+/// with the in-process emulator, Baton's service and the bulk jobs (the pieces `baton demo` runs).
+struct Rehearsal {
+    let options: RehearsalOptions
+
+    /// Runs it; the cluster is removed on every path.
+    /// - Throws: ``CommandFailure`` (`usage` for a configuration the source does not match).
+    func run() async throws -> RehearsalResult {
+        let legacy: BatonConfiguration.LegacyIdentifiers
+        do {
+            legacy = try options.configuration.legacy.identifiers()
+        } catch {
+            throw CommandFailure.usage("\(error)")
+        }
+        let start = ContinuousClock.now
+        let cluster = try await ThrowawayCluster.start()
+        do {
+            var result = try await onCopy(cluster: cluster, legacy: legacy)
+            await cluster.destroy()
+            let elapsed = ContinuousClock.now - start
+            result.seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+            return result
+        } catch {
+            await cluster.destroy()
+            throw error
+        }
+    }
+
+    private func onCopy(cluster: ThrowawayCluster, legacy: BatonConfiguration.LegacyIdentifiers) async throws -> RehearsalResult {
+        let pool = PostgresPool(url: cluster.url, maxConnections: options.concurrency + 4)
+        do {
+            let result = try await copyAndRun(cluster: cluster, pool: pool, legacy: legacy)
+            await pool.close()
+            return result
+        } catch {
+            await pool.close()
+            throw error
+        }
+    }
+
+    /// Copies the configured tables with pg_dump (a read-only session) and restores them into the copy.
+    private func copyTables(cluster: ThrowawayCluster, pool: PostgresPool, legacy: BatonConfiguration.LegacyIdentifiers) async throws {
+        let tables = [legacy.table] + (legacy.emailTable.map { [$0.table] } ?? [])
+        for schema in Set(tables.compactMap(\.schema)) {
+            try await pool.execute(PostgresQuery(unsafeSQL: "CREATE SCHEMA IF NOT EXISTS \(try PostgresIdentifier(schema).quoted)"))
+        }
+        let dump = cluster.directory + "/source.sql"
+        let bin = ThrowawayCluster.serverBinaries() ?? "/usr/bin"
+        let environment = ProcessInfo.processInfo.environment.merging(["PGOPTIONS": "-c default_transaction_read_only=on"]) { $1 }
+        let source = options.source
+        do {
+            try await offPool {
+                try ThrowawayCluster.run("\(bin)/pg_dump", ["--dbname=\(source)", "--no-owner", "--no-privileges", "--no-comments"] + tables.map { "--table=\($0.quoted)" },
+                                         log: cluster.directory + "/pg_dump.log", environment: environment, standardOutput: dump)
+                try ThrowawayCluster.run(FileManager.default.fileExists(atPath: "\(bin)/psql") ? "\(bin)/psql" : "/usr/bin/psql", ["-X", "-q", "--dbname=\(cluster.url)", "-f", dump], log: cluster.directory + "/psql.log")
+            }
+        } catch let failure as ToolFailure where failure.output.contains("no matching tables") {
+            throw CommandFailure.usage("the source database has no table \(tables.map(\.description).joined(separator: " or ")) (legacy.table, legacy.email.table)")
+        } catch let failure as ToolFailure {
+            throw CommandFailure.failed("baton rehearse: copying the tables failed: \(failure)")
+        }
+    }
+
+    private func copyAndRun(cluster: ThrowawayCluster, pool: PostgresPool, legacy: BatonConfiguration.LegacyIdentifiers) async throws -> RehearsalResult {
+        try await copyTables(cluster: cluster, pool: pool, legacy: legacy)
+        _ = try await BatonSchema.migrator().migrate(pool)
+        let store = LegacyStore(pool: pool, legacy: legacy)
+        let inspection = try await store.inspectLegacyTable()
+        if let failure = inspection.findings.first(where: { $0.status == .failure && !$0.name.hasSuffix("uniqueness") }) {
+            throw CommandFailure.usage("\(failure.detail)\(failure.fix.map { "; fix: \($0)" } ?? "")")
+        }
+        let selected = try await store.appleRowCount()
+        var problems = try await store.findProblems()
+        var counts = (bySignIn: 0, byExchange: 0)
+        var report = ""
+        if try await store.setAsideProblemRowsOfCopy() {
+            (counts, report) = try await transfer(pool: pool, store: store, clusterURL: cluster.url)
+            let events = try await pool.query("""
+                SELECT legacy_key, count(*) OVER () FROM (SELECT DISTINCT legacy_key FROM baton.events WHERE kind = 'email_conflict') AS e
+                ORDER BY legacy_key LIMIT 5
+                """)
+            if let first = events.first {
+                let count = try first.decode(Int.self, at: 1)
+                let keys = try events.map { try $0.decode(String.self, at: 0) }
+                if let index = problems.firstIndex(where: { $0.kind == .emailConflict }) {
+                    problems[index].count = max(problems[index].count, count)
+                    problems[index].examples = Array((problems[index].examples + keys.filter { !problems[index].examples.contains($0) }).prefix(5))
+                } else {
+                    problems.append(LegacyProblem(kind: .emailConflict, count: count, examples: keys))
+                }
+            }
+        }
+        let order = LegacyProblemKind.allCases
+        return RehearsalResult(
+            selected: selected, bySignIn: counts.bySignIn, byExchange: counts.byExchange,
+            problems: problems.sorted { order.firstIndex(of: $0.kind)! < order.firstIndex(of: $1.kind)! }
+                .map { RehearsalResult.Problem(kind: $0.kind.rawValue, count: $0.count, examples: $0.examples) },
+            projection: RehearsalResult.projection(users: counts.byExchange, rate: options.rate, processes: options.processes),
+            reportTable: report)
+    }
+
+    /// The transfer on the copy: transfer identifiers, acceptance, sign-ins through the service, the exchange,
+    /// the report. Returns the users migrated by each method and the report's table.
+    private func transfer(pool: PostgresPool, store: LegacyStore, clusterURL: String) async throws -> ((bySignIn: Int, byExchange: Int), String) {
+        let configuration = options.configuration
+        let clientID = configuration.apple.transfer?.clientID ?? configuration.apple.clientIDs.first ?? "com.example.app"
+        let seeded = try await LegacySeeder(pool: pool, legacy: store.legacy).seed()
+        try await store.dropMalformedTransfers()
+        let subjects = try await pool.query("SELECT old_sub FROM baton.transfers ORDER BY old_sub").map { try $0.decode(String.self, at: 0) }
+        guard seeded > 0, !subjects.isEmpty else { return ((0, 0), "") }
+
+        var http = HTTPServerConfiguration()
+        http.connectionLimit = max(http.connectionLimit, options.concurrency * 4)
+        let emulator = try await AppleEmulator.start(configuration: http)
+        do {
+            let result = try await withEmulator(emulator, pool: pool, store: store, clientID: clientID, subjects: subjects, clusterURL: clusterURL)
+            await emulator.stop()
+            return result
+        } catch {
+            await emulator.stop()
+            throw error
+        }
+    }
+
+    private func withEmulator(_ emulator: AppleEmulator, pool: PostgresPool, store: LegacyStore, clientID: String, subjects: [String],
+                              clusterURL: String) async throws -> ((bySignIn: Int, byExchange: Int), String) {
+        let teamA = try emulator.createTeam()
+        let teamB = try emulator.createTeam()
+        try emulator.createApp(clientID: clientID, teamID: teamA.teamID)
+        _ = try emulator.createUsers(clientID: clientID, userIdentifiers: subjects)
+
+        // The sender's transfer identifiers, then the acceptance.
+        let senderQueue = TransferQueue(pool: pool, kind: .transferIdentifiers)
+        _ = try await job(senderQueue, .transferIdentifiers(targetTeamID: teamB.teamID), client: appleClient(emulator, team: teamA, clientID: clientID),
+                          total: subjects.count, acceptedAt: nil)
+        try emulator.initiateTransfer(clientID: clientID, toTeamID: teamB.teamID)
+        let acceptedAt = try emulator.acceptTransfer(clientID: clientID)
+
+        // Baton's service on the copy; a share of the users sign in, every twentieth of them on two devices at once.
+        var configuration = options.configuration
+        configuration.listen = .init(host: "127.0.0.1", port: 0)
+        configuration.database = .init(url: clusterURL, poolSize: options.concurrency)
+        configuration.apple = .init(baseURL: emulator.baseURL, clientIDs: [clientID], transfer: .init(clientID: clientID, acceptedAt: acceptedAt))
+        configuration.adminToken = nil
+        configuration.serviceToken = nil
+        let server = try await BatonServer.start(configuration: configuration, port: 0)
+        let signers = subjects.enumerated().filter { Double($0.offset % 1_000) < options.signInShare * 1_000 }.map(\.element)
+        let devices = signers + signers.enumerated().filter { $0.offset % 20 == 0 }.map(\.element)
+        _ = await DemoDevices(service: URL(string: "http://127.0.0.1:\(server.port)")!, apple: emulator.baseURL, clientID: clientID,
+                              concurrency: options.concurrency).run(users: devices.shuffled())
+        await server.stop()
+
+        // The exchange for the rest, then the report.
+        let exchangeQueue = TransferQueue(pool: pool, kind: .exchange)
+        let pending = try await exchangeQueue.pendingCount()
+        if pending > 0 {
+            _ = try await job(exchangeQueue, .exchange(applier: store), client: appleClient(emulator, team: teamB, clientID: clientID),
+                              total: pending, acceptedAt: acceptedAt)
+        }
+        let row = try await pool.query("""
+            SELECT count(*) FILTER (WHERE method = 'signin'), count(*) FILTER (WHERE method = 'exchange')
+            FROM baton.transfers WHERE state = 'migrated'
+            """)[0]
+        let report = try await ReportBuilder(pool: pool, legacy: options.configuration.legacy, acceptedAt: acceptedAt, now: emulator.now, limit: 0).build()
+        return ((try row.decode(Int.self, at: 0), try row.decode(Int.self, at: 1)), report.renderTable(listLimit: 0))
+    }
+
+    /// A bulk job at the rehearsal's concurrency, unthrottled (the emulator has no rate limit), progress to stderr.
+    private func job(_ queue: TransferQueue, _ work: BulkRun.Work, client: AppleClient, total: Int, acceptedAt: Date?) async throws -> BulkJobSummary {
+        let run = try BulkRun(queue: queue, work: work, client: client,
+                              options: BulkJobOptions(workers: options.concurrency, rate: 100_000, maxConsecutiveFailures: 1_000),
+                              window: TransferWindow(acceptedAt: acceptedAt))
+        return await run.run(total: total, isTerminal: false, logInterval: 10)
+    }
+
+    /// An Apple client for `team` on the emulator's clock.
+    private func appleClient(_ emulator: AppleEmulator, team: TeamCredentials, clientID: String) throws -> AppleClient {
+        let secret = try ClientSecret(teamID: team.teamID, keyID: team.keyID, clientID: clientID, pem: team.privateKeyPEM)
+        return AppleClient(baseURL: emulator.baseURL, credentials: secret,
+                           options: AppleClient.Options(retry: RetryPolicy(maxAttempts: 1), maxConnectionsPerHost: options.concurrency),
+                           now: { emulator.now })
+    }
+}

@@ -1,0 +1,80 @@
+import Baton
+import Foundation
+
+/// What `baton rehearse` found; its JSON form is a contract (`docs/rehearse.md`).
+struct RehearsalResult: Sendable, Equatable, Encodable {
+    /// The exchange's duration at the given rate and processes.
+    struct Projection: Sendable, Equatable, Encodable {
+        /// Exchange requests per second per process.
+        var ratePerSecond: Double
+        /// Exchange processes.
+        var processes: Int
+        /// Days the exchange of `by_exchange` users takes.
+        var days: Double
+
+        enum CodingKeys: String, CodingKey {
+            case ratePerSecond = "rate_per_s", processes, days
+        }
+    }
+
+    /// One problem, as the JSON lists it.
+    struct Problem: Sendable, Equatable, Encodable {
+        /// `email_conflict`, `subject_null`, …
+        var kind: String
+        /// Rows concerned.
+        var count: Int
+        /// Up to five keys.
+        var examples: [String]
+    }
+
+    /// Rows `legacy.where` selects.
+    var selected: Int
+    /// Users migrated by a sign-in in the rehearsal.
+    var bySignIn: Int
+    /// Users migrated by the exchange in the rehearsal.
+    var byExchange: Int
+    /// Every problem met, in kind order.
+    var problems: [Problem]
+    /// The exchange's projection.
+    var projection: Projection
+    /// The report's table, for the text output only.
+    var reportTable: String = ""
+    /// Seconds the rehearsal took, for the text output only.
+    var seconds: Double = 0
+
+    enum CodingKeys: String, CodingKey {
+        case selected, bySignIn = "by_signin", byExchange = "by_exchange", problems, projection
+    }
+
+    /// The days the exchange of `users` takes at `rate` per process and `processes` processes.
+    static func projection(users: Int, rate: Double, processes: Int) -> Projection {
+        let days = Double(users) / (rate * Double(processes)) / 86_400
+        return Projection(ratePerSecond: rate, processes: processes, days: (days * 1_000).rounded() / 1_000)
+    }
+
+    /// The JSON contract, keys sorted.
+    func json() throws -> Data {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        return try encoder.encode(self) + Data("\n".utf8)
+    }
+
+    /// The lines printed to standard output.
+    func renderText() -> String {
+        var text = "\n" + reportTable + "\n\nRehearsal (\(String(format: "%.1f", seconds)) s)\n"
+        text += "  selected by the configuration: \(selected)\n"
+        text += "  would migrate by sign-in: \(bySignIn), by exchange: \(byExchange)\n"
+        let p = projection
+        let verdict = p.days <= 60 ? "within" : "BEYOND"
+        text += "  exchange of \(byExchange) users at \(p.ratePerSecond)/s × \(p.processes) process(es): \(p.days) days, \(verdict) the 60-day window\n"
+        if problems.isEmpty {
+            text += "  no problem found\n"
+        } else {
+            text += "  problems:\n"
+            for problem in problems {
+                text += "    \(problem.kind): \(problem.count) (e.g. \(problem.examples.joined(separator: ", ")))\n"
+            }
+        }
+        return text
+    }
+}

@@ -1,0 +1,47 @@
+import Foundation
+
+/// `baton rehearse`: the whole transfer on a throwaway copy of the application's own tables.
+package let rehearseCommand = Command(
+    name: "rehearse",
+    summary: "the whole transfer on a throwaway copy of your tables: problems found, migrations counted, the exchange's days",
+    abstract: """
+    Copies the tables the configuration names (legacy.table and the email table, nothing else) from the
+    database at --from (read-only: pg_dump in a read-only session) into a PostgreSQL cluster of its own,
+    seeds the Apple emulator with the copy's subjects as team A's users, and runs the real code paths on the
+    copy: transfer-ids, the acceptance, sign-ins through Baton's service for a share of the users (some on
+    several devices at once), the exchange for the rest, the report. It lists every problem it met (kind,
+    count, up to five keys) and projects how long the exchange takes at --rate per process.
+    """,
+    options: [
+        .config,
+        .text("from", "URL", "the application's database (only read; the copy is made with pg_dump --table)"),
+        .number("signin-share", default: 0.3, in: 0...1, "share of the users who sign in during the window"),
+        .number("rate", default: 10, in: 0.1...100_000, "exchange requests per second per process, for the projection"),
+        .integer("processes", default: 1, in: 1...1_000, "exchange processes, for the projection"),
+        .text("json", "FILE", "also write the result as JSON to FILE"),
+        .integer("concurrency", default: 32, in: 1...256, "devices and job workers in flight during the rehearsal"),
+    ],
+    discussion: """
+    The source is never written: pg_dump runs with default_transaction_read_only=on. The copy, the emulator
+    and the service live in this process and its temporary directory, and are removed at the end, also on
+    failure. Exit status: 0 no problem found, 1 problems found (listed) or a failed run, 2 usage or
+    configuration errors.
+    """,
+    run: { parsed in
+        guard let from = parsed.value("from"), !from.isEmpty else { throw CommandFailure.usage("missing --from") }
+        let configuration = try await parsed.configuration()
+        let options = RehearsalOptions(source: from, configuration: configuration, signInShare: parsed.number("signin-share"),
+                                       rate: parsed.number("rate"), processes: parsed.integer("processes"),
+                                       concurrency: parsed.integer("concurrency"))
+        let result = try await Rehearsal(options: options).run()
+        print(result.renderText(), terminator: "")
+        if let path = parsed.value("json") {
+            do {
+                try result.json().write(to: URL(fileURLWithPath: path), options: .atomic)
+            } catch {
+                throw CommandFailure.failed("baton rehearse: cannot write \(path): \(error)")
+            }
+        }
+        return result.problems.isEmpty ? 0 : 1
+    }
+)

@@ -1,0 +1,124 @@
+import BatonConcurrency
+import Foundation
+
+/// A PostgreSQL cluster of the rehearsal's own, as `scripts/pg.sh` makes them: `initdb` in a fresh temporary
+/// directory (as the `postgres` user when running as root), a private Unix socket and no TCP, durability off.
+/// ``destroy()`` stops it and deletes the directory; callers call it on every path.
+final class ThrowawayCluster: Sendable {
+    /// The directory holding the data, the socket and the logs.
+    let directory: String
+    /// The connection URL (socket in ``directory``).
+    let url: String
+    private let bin: String
+
+    private init(directory: String, url: String, bin: String) {
+        self.directory = directory
+        self.url = url
+        self.bin = bin
+    }
+
+    /// The newest `/usr/lib/postgresql/*/bin`, or nil.
+    static func serverBinaries() -> String? {
+        let root = "/usr/lib/postgresql"
+        let versions = (try? FileManager.default.contentsOfDirectory(atPath: root)) ?? []
+        guard let newest = versions.compactMap({ Int($0) }).max() else { return nil }
+        let bin = "\(root)/\(newest)/bin"
+        return FileManager.default.fileExists(atPath: "\(bin)/initdb") ? bin : nil
+    }
+
+    /// Starts a cluster; on failure nothing is left behind.
+    /// - Throws: ``CommandFailure/failed(_:)`` naming the step and its log.
+    static func start() async throws -> ThrowawayCluster {
+        guard let bin = serverBinaries() else {
+            throw CommandFailure.failed("baton rehearse: PostgreSQL server binaries not found under /usr/lib/postgresql (scripts/install-deps.sh installs them)")
+        }
+        return try await offPool {
+            // In /tmp, not $TMPDIR: as root the server runs as `postgres`, which must reach the directory.
+            let directory = "/tmp/baton-rehearse.\(UUID().uuidString.prefix(8))"
+            try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: false, attributes: [.posixPermissions: 0o700])
+            let port = Int.random(in: 20_000...60_000)
+            let cluster = ThrowawayCluster(directory: directory, url: "postgresql://postgres@/postgres?host=\(directory)&port=\(port)", bin: bin)
+            do {
+                if getuid() == 0 { try run("/bin/chown", ["postgres:", directory]) }
+                try cluster.asOwner("\(bin)/initdb", ["-D", "\(directory)/data", "-U", "postgres", "-A", "trust", "-E", "UTF8", "--locale=C.UTF-8", "--no-sync"],
+                                    log: "\(directory)/initdb.log")
+                try cluster.asOwner("\(bin)/pg_ctl", ["-D", "\(directory)/data", "-l", "\(directory)/server.log", "-w", "-t", "60", "-o",
+                                                      "-k \(directory) -p \(port) -c listen_addresses= -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200",
+                                                      "start"], log: "\(directory)/pg_ctl.log")
+                return cluster
+            } catch {
+                cluster.destroySync()
+                throw error
+            }
+        }
+    }
+
+    /// Stops the server at once and deletes the directory.
+    func destroy() async {
+        await offPool { self.destroySync() }
+    }
+
+    private func destroySync() {
+        if FileManager.default.fileExists(atPath: "\(directory)/data/postmaster.pid") {
+            try? asOwner("\(bin)/pg_ctl", ["-D", "\(directory)/data", "-m", "immediate", "-w", "stop"], log: nil)
+        }
+        try? FileManager.default.removeItem(atPath: directory)
+    }
+
+    private func asOwner(_ tool: String, _ arguments: [String], log: String?) throws {
+        if getuid() == 0 {
+            try Self.run("/usr/sbin/runuser", ["-u", "postgres", "--", tool] + arguments, log: log)
+        } else {
+            try Self.run(tool, arguments, log: log)
+        }
+    }
+
+    /// Runs `tool` and waits (`posix_spawn` and `waitpid`: Foundation's `Process.waitUntilExit` can hang on
+    /// Linux off the main thread). Standard error goes to `log` (nil discards it), quoted in the error when the
+    /// tool fails; standard output to `standardOutput`, else to the log. Files are created in the cluster's
+    /// own directory.
+    static func run(_ tool: String, _ arguments: [String], log: String? = nil, environment: [String: String]? = nil,
+                    standardOutput: String? = nil) throws {
+        var actions = posix_spawn_file_actions_t()
+        posix_spawn_file_actions_init(&actions)
+        defer { posix_spawn_file_actions_destroy(&actions) }
+        posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
+        posix_spawn_file_actions_addopen(&actions, 2, log ?? "/dev/null", O_WRONLY | O_CREAT | O_TRUNC, 0o600)
+        if let standardOutput {
+            posix_spawn_file_actions_addopen(&actions, 1, standardOutput, O_WRONLY | O_CREAT | O_TRUNC, 0o600)
+        } else {
+            posix_spawn_file_actions_adddup2(&actions, 2, 1)
+        }
+        let environment = (environment ?? ProcessInfo.processInfo.environment).map { "\($0.key)=\($0.value)" }
+        var argv: [UnsafeMutablePointer<CChar>?] = ([tool] + arguments).map { strdup($0) } + [nil]
+        var envp: [UnsafeMutablePointer<CChar>?] = environment.map { strdup($0) } + [nil]
+        defer {
+            for pointer in argv + envp { free(pointer) }
+        }
+        var pid: pid_t = 0
+        let spawned = posix_spawn(&pid, tool, &actions, nil, &argv, &envp)
+        guard spawned == 0 else {
+            throw ToolFailure(tool: (tool as NSString).lastPathComponent, status: -1, output: String(cString: strerror(spawned)))
+        }
+        var status: Int32 = 0
+        while waitpid(pid, &status, 0) == -1 && errno == EINTR {}
+        let exited = (status & 0x7f) == 0
+        let code = exited ? Int((status >> 8) & 0xff) : -1
+        guard code == 0 else {
+            let text = log.flatMap { try? String(contentsOfFile: $0, encoding: .utf8) } ?? ""
+            throw ToolFailure(tool: (tool as NSString).lastPathComponent, status: code, output: text.trimmingCharacters(in: .whitespacesAndNewlines))
+        }
+    }
+}
+
+/// A helper program that exited with a failure status.
+struct ToolFailure: Error, CustomStringConvertible {
+    /// The program's name.
+    var tool: String
+    /// Its exit status.
+    var status: Int
+    /// What it wrote to standard error (its log).
+    var output: String
+
+    var description: String { "\(tool) exited with status \(status): \(output.split(separator: "\n").suffix(3).joined(separator: " | "))" }
+}
