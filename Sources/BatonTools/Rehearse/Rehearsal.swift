@@ -169,7 +169,9 @@ struct Rehearsal {
         configuration.adminToken = nil
         configuration.serviceToken = nil
         let server = try await BatonServer.start(configuration: configuration, port: 0)
-        let signers = subjects.enumerated().filter { Double($0.offset % 1_000) < options.signInShare * 1_000 }.map(\.element)
+        // Spread evenly: user i signs in when the running share crosses a whole number (30 % of 30 users: 9).
+        let share = options.signInShare
+        let signers = subjects.enumerated().filter { (Double($0.offset + 1) * share).rounded(.down) > (Double($0.offset) * share).rounded(.down) }.map(\.element)
         let devices = signers + signers.enumerated().filter { $0.offset % 20 == 0 }.map(\.element)
         _ = await DemoDevices(service: URL(string: "http://127.0.0.1:\(server.port)")!, apple: emulator.baseURL, clientID: clientID,
                               concurrency: options.concurrency).run(users: devices.shuffled())

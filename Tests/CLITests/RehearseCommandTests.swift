@@ -1,0 +1,137 @@
+import Foundation
+import TestSupport
+import Testing
+
+/// `baton rehearse` through the built binary, against source databases on the test server: planted problems,
+/// a clean allauth source, configuration errors, and the source left unchanged.
+@Suite("Rehearse command", .serialized)
+struct RehearseCommandTests {
+    /// An Apple-shaped subject for row `i`.
+    static func sub(_ i: Int) -> String {
+        String(format: "%06d.%032x.%04d", i, i * 7_919, i % 10_000)
+    }
+
+    /// A configuration of `legacy`, with no secret files, written to a fresh directory.
+    static func configuration(_ legacy: [String: Any]) throws -> String {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("rehearse-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        let tree: [String: Any] = ["database": ["url": "postgresql:///unused"], "apple": ["client_ids": ["com.example.app"]], "legacy": legacy]
+        let path = directory.appendingPathComponent("baton.json")
+        try JSONSerialization.data(withJSONObject: tree).write(to: path)
+        return path.path
+    }
+
+    /// A digest of every row of every table of the database, and of its schema.
+    static func digest(_ url: String) throws -> String {
+        let tables = try TestDatabase.psql(url, """
+            SELECT string_agg(format('%I.%I', schemaname, tablename), ' ' ORDER BY 1) FROM pg_tables
+            WHERE schemaname NOT IN ('pg_catalog', 'information_schema')
+            """).split(separator: " ")
+        var parts = [try TestDatabase.psql(url, "SELECT md5(string_agg(format('%s %s %s', table_name, column_name, data_type), ',' ORDER BY 1)) FROM information_schema.columns WHERE table_schema = 'public'")]
+        for table in tables {
+            parts.append(String(table) + "=" + (try TestDatabase.psql(url, "SELECT md5(coalesce(string_agg(t::text, '|' ORDER BY t::text), '')) FROM \(table) AS t")))
+        }
+        return parts.joined(separator: ";")
+    }
+
+    struct Output: Decodable {
+        struct Problem: Decodable { var kind: String; var count: Int; var examples: [String] }
+        struct Projection: Decodable { var rate_per_s: Double; var processes: Int; var days: Double }
+        var selected: Int
+        var by_signin: Int
+        var by_exchange: Int
+        var problems: [Problem]
+        var projection: Projection
+    }
+
+    func rehearse(_ config: String, _ source: String, _ extra: [String] = []) async throws -> (ProcessResult, Output?) {
+        let json = (config as NSString).deletingLastPathComponent + "/out.json"
+        let result = try await runBatonOffPool(["rehearse", "--config", config, "--from", source, "--json", json] + extra)
+        let output = try? JSONDecoder().decode(Output.self, from: Data(contentsOf: URL(fileURLWithPath: json)))
+        return (result, output)
+    }
+
+    @Test("planted problems: exit 1, each kind counted with its keys; the source unchanged")
+    func plantedProblems() async throws {
+        try await withDatabase("rehearse") { source in
+            var sql = """
+                CREATE TABLE users (id bigint PRIMARY KEY, provider text NOT NULL, apple_sub text, email text, profile jsonb);
+
+                """
+            for i in 1...20 {
+                sql += "INSERT INTO users VALUES (\(i), 'apple', '\(Self.sub(i))', 'u\(i)@example.com', '{\"sub\": \"\(Self.sub(i))\"}');\n"
+            }
+            sql += """
+                INSERT INTO users VALUES (21, 'apple', NULL, 'u21@example.com', NULL);
+                INSERT INTO users VALUES (22, 'apple', '\(Self.sub(1))', 'u22@example.com', NULL);
+                INSERT INTO users VALUES (23, 'apple', '\(Self.sub(23))', 'U2@example.com', NULL);
+                INSERT INTO users VALUES (24, 'google', '\(Self.sub(24))', 'u24@example.com', NULL);
+                INSERT INTO users VALUES (25, 'apple', '\(Self.sub(25))', 'u25@example.com', '{"sub": "\(Self.sub(99))"}');
+                INSERT INTO users VALUES (26, 'apple', 'not-an-apple-sub', 'u26@example.com', NULL);
+                """
+            let script = sql
+            _ = try await offPool { try TestDatabase.psql(source, script) }
+            let config = try Self.configuration(["table": "public.users", "key_column": "id", "subject_column": "apple_sub", "email_column": "email",
+                                                 "where": ["provider": "apple"], "json": ["column": "profile", "subject_keys": ["sub"]]])
+            let before = try await offPool { try Self.digest(source) }
+            let (result, output) = try await rehearse(config, source, ["--signin-share", "0.5", "--rate", "1", "--processes", "2"])
+            #expect(result.status == 1, "\(result.stderr)")
+            let after = try await offPool { try Self.digest(source) }
+            #expect(before == after)
+            let out = try #require(output)
+            #expect(out.selected == 25)
+            #expect(out.by_signin + out.by_exchange == 22)
+            #expect(out.by_signin == 11 && out.by_exchange == 11)
+            let problems = Dictionary(uniqueKeysWithValues: out.problems.map { ($0.kind, $0) })
+            #expect(problems["subject_null"]?.count == 1 && problems["subject_null"]?.examples == ["21"])
+            #expect(problems["subject_duplicate"]?.count == 2 && problems["subject_duplicate"]?.examples == ["1", "22"])
+            #expect(problems["email_conflict"]?.count == 2 && problems["email_conflict"]?.examples == ["2", "23"])
+            #expect(problems["filtered_apple_like"]?.examples == ["24"])
+            #expect(problems["json_mismatch"]?.examples == ["25"])
+            #expect(problems["subject_malformed"]?.examples == ["26"])
+            #expect(problems["missing_unique"]?.count == 1)
+            #expect(problems["shared_subject"] == nil)
+            #expect(out.projection.processes == 2 && out.projection.rate_per_s == 1)
+            #expect(abs(out.projection.days - (Double(out.by_exchange) / 2 / 86_400 * 1_000).rounded() / 1_000) < 1e-9)
+            #expect(result.stdout.contains("subject_duplicate: 2 (e.g. 1, 22)"))
+        }
+    }
+
+    @Test("a clean allauth source with the sample configuration's legacy section: exit 0, every Apple row migrates")
+    func cleanAllauth() async throws {
+        try await withDatabase("rehearse") { source in
+            let framework = Framework.allauth
+            var sql = framework.ddl
+            for i in 1...30 { sql += framework.addApple(i, Self.sub(i), "a\(i)@privaterelay.appleid.com") + ";\n" }
+            for i in 1...5 { sql += framework.addOther(100 + i, "10987654321\(i)", "g\(i)@gmail.com") + ";\n" }
+            let script = sql
+            _ = try await offPool { try TestDatabase.psql(source, script) }
+            let config = try Self.configuration(framework.legacy)
+            let before = try await offPool { try Self.digest(source) }
+            let (result, output) = try await rehearse(config, source)
+            #expect(result.status == 0, "\(result.stdout)\(result.stderr)")
+            #expect(try await offPool { try Self.digest(source) } == before)
+            let out = try #require(output)
+            #expect(out.selected == 30 && out.problems.isEmpty)
+            #expect(out.by_signin == 9 && out.by_exchange == 21)
+            #expect(out.projection.rate_per_s == 10 && out.projection.processes == 1)
+            #expect(result.stdout.contains("no problem found"))
+        }
+    }
+
+    @Test("configuration errors exit 2: a table the source lacks, a bad identifier, no --from")
+    func configurationErrors() async throws {
+        try await withDatabase("rehearse") { source in
+            _ = try await offPool { try TestDatabase.psql(source, "CREATE TABLE users (id bigint PRIMARY KEY, apple_sub text UNIQUE)") }
+            let missing = try Self.configuration(["table": "public.accounts", "key_column": "id", "subject_column": "apple_sub"])
+            let (absent, _) = try await rehearse(missing, source)
+            #expect(absent.status == 2 && absent.stderr.contains("public.accounts"), "\(absent.stderr)")
+            let badColumn = try Self.configuration(["table": "public.users", "key_column": "id", "subject_column": "sub"])
+            let (noColumn, _) = try await rehearse(badColumn, source)
+            #expect(noColumn.status == 2 && noColumn.stderr.contains("sub"), "\(noColumn.stderr)")
+            let bad = try Self.configuration(["table": "public.users; DROP", "key_column": "id", "subject_column": "apple_sub"])
+            #expect(try await rehearse(bad, source).0.status == 2)
+            #expect(try await runBatonOffPool(["rehearse", "--config", bad]).status == 2)
+        }
+    }
+}
