@@ -90,7 +90,7 @@ struct CredentialStateTests {
             """)
         let yesterday = ISO8601DateFormatter().string(from: Date().addingTimeInterval(-86_400))
         for (acceptedAt, expected) in [(nil, "authorized"), (yesterday, "transferred")] as [(String?, String)] {
-            let port = try ServeCommandTests().freePort()
+            let port = try freeLoopbackPort()
             var apple: JSONObject = ["base_url": "http://127.0.0.1:9", "client_ids": ["com.example.app"]]
             if let acceptedAt { apple["transfer"] = ["client_id": "com.example.app", "accepted_at": .string(acceptedAt)] }
             let config: JSONValue = [

@@ -41,7 +41,7 @@ struct ServeCommandTests {
     @Test("serves sign-ins, logs one line per request without the token, and drains on SIGTERM")
     func servesAndStops() async throws {
         try await ServiceFixture.run(.inProcess, people: 1) { f in
-            let port = try freePort()
+            let port = try freeLoopbackPort()
             let config = try writeConfig(databaseURL: f.url, appleBaseURL: f.emulator.baseURL.absoluteString, port: port)
             let child = try runProcessAsync(batonBinaryPath, ["serve", "--config", config])
             var healthy = false
@@ -79,26 +79,5 @@ struct ServeCommandTests {
         try JSON.serialize(config).write(toFile: path, atomically: true, encoding: .utf8)
         return path
     }
-
-    /// A port that was free a moment ago (bound to 0 and released).
-    func freePort() throws -> Int {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        defer { close(fd) }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        let bound = withUnsafeMutablePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) == 0 && getsockname(fd, $0, &length) == 0 }
-        }
-        guard bound else { throw TestSupportError("cannot find a free port") }
-        return Int(UInt16(bigEndian: address.sin_port))
-    }
 }
 
-/// Runs blocking work (child processes) on a dispatch queue, off Swift's cooperative pool.
-func offPool<T: Sendable>(_ work: @escaping @Sendable () throws -> T) async throws -> T {
-    try await withCheckedThrowingContinuation { continuation in
-        DispatchQueue.global().async { continuation.resume(with: Result { try work() }) }
-    }
-}

@@ -98,7 +98,7 @@ struct CrossCompanyTests {
         let authorization = try emulator.authorize(clientID: clientID, user: first.id)
         let claims = try CompactJWS.parse(authorization.idToken).claims()
         #expect(claims["transfer_sub"]?.stringValue == transfers[first.userIdentifier])
-        let port = try SchemaHTTP.freePort()
+        let port = try freeLoopbackPort()
         let serveConfig = try writeConfig(directory, "serve.json", databaseURL: recipientURL, emulator: emulator, sender: sender,
                                           recipient: recipient, acceptedAt: acceptedAt, port: port, legacy: [
                                               "table": "public.user", "key_column": "id", "subject_column": "appleSub", "email_column": "email",

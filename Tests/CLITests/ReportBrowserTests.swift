@@ -36,7 +36,7 @@ struct ReportBrowserTests {
         try? FileManager.default.removeItem(at: kept)
         try FileManager.default.copyItem(atPath: file, toPath: kept.path)
 
-        let port = try freePort()
+        let port = try freeLoopbackPort()
         let server = try runProcessAsync(batonBinaryPath, ["serve", "--config", fixture.config],
                                          environment: ["BATON_LISTEN": "127.0.0.1:\(port)", "BATON_ADMIN_TOKEN": BrowserFixture.adminToken])
         defer { server.signal(SIGKILL); _ = try? server.wait(timeout: 10) }
@@ -297,17 +297,3 @@ private func waitUntilListening(port: Int) async throws {
     throw TestSupportError("baton serve did not listen on port \(port)")
 }
 
-/// A port that was free a moment ago (bound to 0 and released).
-private func freePort() throws -> Int {
-    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-    defer { close(fd) }
-    var address = sockaddr_in()
-    address.sin_family = sa_family_t(AF_INET)
-    address.sin_addr.s_addr = inet_addr("127.0.0.1")
-    var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-    let bound = withUnsafeMutablePointer(to: &address) {
-        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) == 0 && getsockname(fd, $0, &length) == 0 }
-    }
-    guard bound else { throw TestSupportError("cannot find a free port") }
-    return Int(UInt16(bigEndian: address.sin_port))
-}

@@ -132,7 +132,7 @@ struct SchemaWorld {
     /// Starts `baton serve`, runs `body` with its port, then stops it with SIGTERM and returns its output.
     @discardableResult
     func serving(_ body: (Int) async throws -> Void) async throws -> ProcessResult {
-        let port = try SchemaHTTP.freePort()
+        let port = try freeLoopbackPort()
         let config = try configuration(port: port)
         let process = try runProcessAsync(batonBinaryPath, ["serve", "--config", config])
         var up = false
@@ -321,19 +321,4 @@ enum SchemaHTTP {
         return ((try? await session.data(for: request))?.1 as? HTTPURLResponse)?.statusCode ?? -1
     }
 
-    /// A loopback port that was free a moment ago (bound to 0 and released).
-    static func freePort() throws -> Int {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        guard fd >= 0 else { throw TestSupportError("socket() failed") }
-        defer { close(fd) }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        let bound = withUnsafeMutablePointer(to: &address) { pointer in
-            pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) == 0 && getsockname(fd, $0, &length) == 0 }
-        }
-        guard bound else { throw TestSupportError("bind() failed") }
-        return Int(UInt16(bigEndian: address.sin_port))
-    }
 }
