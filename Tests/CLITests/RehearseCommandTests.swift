@@ -94,6 +94,9 @@ struct RehearseCommandTests {
             #expect(out.projection.processes == 2 && out.projection.rate_per_s == 1)
             #expect(abs(out.projection.days - (Double(out.by_exchange) / 2 / 86_400 * 1_000).rounded() / 1_000) < 1e-9)
             #expect(result.stdout.contains("subject_duplicate: 2 (e.g. 1, 22)"))
+            // The throwaway cluster is gone (stopped and deleted).
+            let left = try FileManager.default.contentsOfDirectory(atPath: "/tmp").filter { $0.hasPrefix("baton-rehearse.") }
+            #expect(left.isEmpty, "\(left)")
         }
     }
 
