@@ -114,11 +114,17 @@ public final class AppleEmulator: Sendable {
         try emulator.createUsers(clientID: clientID, count: count, privateEmail: privateEmail)
     }
 
-    /// Creates one person per identifier in `userIdentifiers`, each known to `clientID`'s current team by that
-    /// identifier (a rehearsal seeds the team's real subjects this way).
-    /// - Throws: ``EmulatorError`` `unknown_app`, `bad_input` (none, or repeated), `conflict` (one already in use).
-    public func createUsers(clientID: String, userIdentifiers: [String], privateEmail: Bool? = nil) throws(EmulatorError) -> [EmulatedUser] {
-        try emulator.createUsers(clientID: clientID, count: userIdentifiers.count, privateEmail: privateEmail, userIdentifiers: userIdentifiers)
+    /// Creates one person per entry of `userIdentifiers`, known to `clientID`'s current team by that identifier
+    /// (a fresh one where nil): a rehearsal seeds the team's real subjects this way. With `transferIdentifiers`
+    /// (empty, or one entry per person), person `i` also has `transferIdentifiers[i]` (where not nil) as their
+    /// transfer identifier for `toTeamID`, as if the current team had generated it: a recipient's rehearsal
+    /// seeds the transfer identifiers its table holds this way.
+    /// - Throws: ``EmulatorError`` `unknown_app`, `unknown_team` (`toTeamID` missing, unknown or the owner),
+    ///   `bad_input` (none, too many, repeated, or counts that differ), `conflict` (one already in use).
+    public func createUsers(clientID: String, userIdentifiers: [String?], transferIdentifiers: [String?] = [], toTeamID: String? = nil,
+                            privateEmail: Bool? = nil) throws(EmulatorError) -> [EmulatedUser] {
+        try emulator.createUsers(clientID: clientID, count: userIdentifiers.count, privateEmail: privateEmail, userIdentifiers: userIdentifiers,
+                                 transferIdentifiers: transferIdentifiers.isEmpty ? nil : transferIdentifiers, transferTarget: toTeamID)
     }
 
     /// Initiates the transfer of `clientID` to `toTeamID` (App Store Connect's "Transfer App").

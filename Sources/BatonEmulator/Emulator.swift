@@ -186,9 +186,11 @@ final class Emulator: Sendable {
         scheduleSave()
     }
 
-    func createUsers(clientID: String, count: Int, privateEmail: Bool?, userIdentifiers: [String]? = nil) throws(EmulatorError) -> [EmulatedUser] {
+    func createUsers(clientID: String, count: Int, privateEmail: Bool?, userIdentifiers: [String?]? = nil, transferIdentifiers: [String?]? = nil,
+                     transferTarget: String? = nil) throws(EmulatorError) -> [EmulatedUser] {
         let users = try state.withLock { (state) throws(EmulatorError) -> [EmulatedUser] in
-            let people = try state.addUsers(clientID: clientID, count: count, privateEmail: privateEmail, userIdentifiers: userIdentifiers)
+            let people = try state.addUsers(clientID: clientID, count: count, privateEmail: privateEmail, userIdentifiers: userIdentifiers,
+                                            transferIdentifiers: transferIdentifiers, transferTarget: transferTarget)
             let team = state.apps[clientID]!.ownerTeamID
             return people.map { person in
                 let (email, isPrivate) = state.email(of: person.id, team: team)

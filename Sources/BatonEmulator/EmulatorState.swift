@@ -124,12 +124,35 @@ struct EmulatorState: Codable, Sendable {
     }
 
     /// Creates `count` people who use `clientID`; `privateEmail` nil alternates (first private).
-    mutating func addUsers(clientID: String, count: Int, privateEmail: Bool?, userIdentifiers: [String]? = nil) throws(EmulatorError) -> [Person] {
+    ///
+    /// A rehearsal gives the identities: `userIdentifiers[i]` (when not nil) is person `i`'s identifier under the
+    /// app's current team, and `transferIdentifiers[i]` (when not nil) their transfer identifier for
+    /// `transferTarget`, as if the current team had generated it.
+    mutating func addUsers(clientID: String, count: Int, privateEmail: Bool?, userIdentifiers: [String?]? = nil,
+                           transferIdentifiers givenTransfers: [String?]? = nil, transferTarget: String? = nil) throws(EmulatorError) -> [Person] {
         guard var app = apps[clientID] else { throw EmulatorError(.unknownApp, clientID) }
         guard (1...1_000_000).contains(count) else { throw EmulatorError(.badInput, "count must be 1 to 1000000") }
         if let userIdentifiers {
-            guard Set(userIdentifiers).count == userIdentifiers.count else { throw EmulatorError(.badInput, "user identifiers must be distinct") }
-            if userIdentifiers.contains(where: { identifierIndex[$0] != nil }) { throw EmulatorError(.conflict, "a user identifier is already in use") }
+            let given = userIdentifiers.compactMap { $0 }
+            guard userIdentifiers.count == count, Set(given).count == given.count, !given.contains("") else {
+                throw EmulatorError(.badInput, "user identifiers must be distinct, one per user")
+            }
+            if given.contains(where: { identifierIndex[$0] != nil }) { throw EmulatorError(.conflict, "a user identifier is already in use") }
+        }
+        if let givenTransfers {
+            let given = givenTransfers.compactMap { $0 }
+            guard givenTransfers.count == count, Set(given).count == given.count, !given.contains("") else {
+                throw EmulatorError(.badInput, "transfer identifiers must be distinct, one per user")
+            }
+            guard let target = transferTarget, teams[target] != nil, target != app.ownerTeamID else {
+                throw EmulatorError(.unknownTeam, "transfer identifiers need another registered team as their target")
+            }
+            if given.contains(where: { transferIdentifiers[$0] != nil || identifierIndex[$0] != nil }) {
+                throw EmulatorError(.conflict, "a transfer identifier is already in use")
+            }
+            if let userIdentifiers, !Set(userIdentifiers.compactMap { $0 }).isDisjoint(with: given) {
+                throw EmulatorError(.conflict, "a transfer identifier is also a user identifier")
+            }
         }
         var created: [Person] = []
         created.reserveCapacity(count)
@@ -145,6 +168,10 @@ struct EmulatorState: Codable, Sendable {
                 identifierIndex[given] = IdentifierOwner(personID: id, teamID: app.ownerTeamID)
             } else {
                 _ = identifier(of: id, team: app.ownerTeamID)
+            }
+            if let transfer = givenTransfers?[index], let target = transferTarget {
+                people[id]?.transferIdentifiers[target] = transfer
+                transferIdentifiers[transfer] = TransferIdentifier(personID: id, fromTeamID: app.ownerTeamID, toTeamID: target)
             }
             created.append(people[id]!)
         }

@@ -79,6 +79,22 @@ struct ControlTests {
             #expect(try emulator.authorize(clientID: "com.a", user: seeded[1].id).userIdentifier == given[1])
             #expect(throws: EmulatorError.self) { try emulator.createUsers(clientID: "com.a", userIdentifiers: [given[0]]) }
             #expect(throws: EmulatorError.self) { try emulator.createUsers(clientID: "com.a", userIdentifiers: ["x", "x"]) }
+
+            // A recipient's rehearsal seeds transfer identifiers: the person's identity token after the transfer
+            // carries the given one (a fresh identifier under the owner where none is given).
+            let b = try emulator.createTeam()
+            let transfer = "000777.00000000000000000000000000000abc.0777"
+            let recipientRow = try emulator.createUsers(clientID: "com.a", userIdentifiers: [nil, given[0] + "x"], transferIdentifiers: [transfer, nil],
+                                                        toTeamID: b.teamID)
+            #expect(recipientRow[0].userIdentifier != transfer && recipientRow[1].userIdentifier == given[0] + "x")
+            #expect(throws: EmulatorError.self) {
+                try emulator.createUsers(clientID: "com.a", userIdentifiers: [nil], transferIdentifiers: [transfer], toTeamID: b.teamID)
+            }
+            #expect(throws: EmulatorError.self) { try emulator.createUsers(clientID: "com.a", userIdentifiers: [nil], transferIdentifiers: ["t2"]) }
+            try emulator.initiateTransfer(clientID: "com.a", toTeamID: b.teamID)
+            _ = try emulator.acceptTransfer(clientID: "com.a")
+            let token = try emulator.authorize(clientID: "com.a", user: recipientRow[0].id).idToken
+            #expect(try CompactJWS.parse(token).claims()["transfer_sub"]?.stringValue == transfer)
         }
     }
 

@@ -127,6 +127,92 @@ struct RehearseCommandTests {
         }
     }
 
+    /// The schema shapes Baton supports: the plain users table (`sample-config/baton.json`) and each framework's
+    /// sample configuration.
+    static let shapes = ["baton", "allauth", "authjs", "better-auth", "supabase", "omniauth"]
+
+    @Test("every supported schema shape, with its sample configuration: every Apple row migrates by sign-in or exchange",
+          arguments: shapes)
+    func schemaShape(_ name: String) async throws {
+        try await withDatabase("rehearse") { source in
+            let users = 20
+            var sql: String
+            let legacy: [String: Any]
+            var missingIndex = false
+            if name == "baton" {
+                sql = "CREATE TABLE public.users (id bigint PRIMARY KEY, apple_sub text UNIQUE, email text UNIQUE, name text);\n"
+                for i in 1...users { sql += "INSERT INTO public.users VALUES (\(i), '\(Self.sub(i))', 'a\(i)@privaterelay.appleid.com', 'n\(i)');\n" }
+                let path = packageRoot.appendingPathComponent("sample-config/baton.json").path
+                let tree = try #require(try JSONSerialization.jsonObject(with: Data(contentsOf: URL(fileURLWithPath: path))) as? [String: Any])
+                legacy = try #require(tree["legacy"] as? [String: Any]).filter { !($0.value is NSNull) }
+            } else {
+                let framework = try #require([Framework.allauth, .authjs, .betterAuth, .supabase, .omniauth].first { $0.name == name })
+                sql = framework.ddl
+                for i in 1...users { sql += framework.addApple(i, Self.sub(i), "a\(i)@privaterelay.appleid.com") + ";\n" }
+                for i in 1...3 { sql += framework.addOther(100 + i, "10987654321\(i)", "g\(i)@gmail.com") + ";\n" }
+                legacy = framework.legacy
+                missingIndex = !framework.hasSubjectIndex
+            }
+            let script = sql
+            _ = try await offPool { try TestDatabase.psql(source, script) }
+            let config = try Self.configuration(legacy)
+            let before = try await offPool { try Self.digest(source) }
+            let (result, output) = try await rehearse(config, source)
+            #expect(try await offPool { try Self.digest(source) } == before)
+            let out = try #require(output, "\(result.stdout)\(result.stderr)")
+            #expect(out.selected == users)
+            #expect(out.by_signin + out.by_exchange == users, "\(result.stdout)\(result.stderr)")
+            #expect(out.by_signin == 6)
+            if missingIndex {
+                // better-auth ships no unique index over (providerId, accountId): the only problem, with the statement.
+                #expect(result.status == 1 && out.problems.map(\.kind) == ["missing_unique"], "\(result.stdout)")
+                #expect(out.problems.first?.examples.first?.hasPrefix("CREATE UNIQUE INDEX") == true, "\(out.problems)")
+            } else {
+                #expect(result.status == 0 && out.problems.isEmpty, "\(result.stdout)\(result.stderr)")
+            }
+        }
+    }
+
+    @Test("the recipient's copy between companies: rows holding only a transfer identifier are imported, seeded as team A's transferred users, signed in and exchanged")
+    func crossCompany() async throws {
+        try await withDatabase("rehearse") { source in
+            // 16 rows from the sender's export (own keys, a transfer identifier, no subject, no email), 4 of the
+            // recipient's own Apple users with a subject.
+            var sql = """
+                CREATE TABLE public."user" ("id" text PRIMARY KEY, "appleSub" text UNIQUE, "email" text UNIQUE, "transferSub" text UNIQUE, "name" text);
+
+                """
+            for i in 1...16 { sql += "INSERT INTO public.\"user\" (\"id\", \"transferSub\", \"name\") VALUES ('acct-\(i)', '\(Self.sub(5_000 + i))', 'N\(i)');\n" }
+            for i in 17...20 { sql += "INSERT INTO public.\"user\" (\"id\", \"appleSub\", \"email\") VALUES ('acct-\(i)', '\(Self.sub(i))', 'u\(i)@example.com');\n" }
+            let script = sql
+            _ = try await offPool { try TestDatabase.psql(source, script) }
+            let config = try Self.configuration(["table": "public.user", "key_column": "id", "subject_column": "appleSub", "email_column": "email",
+                                                 "transfer_column": "transferSub", "email_policy": "always"])
+            let before = try await offPool { try Self.digest(source) }
+            let (clean, output) = try await rehearse(config, source)
+            #expect(clean.status == 0, "\(clean.stdout)\(clean.stderr)")
+            #expect(try await offPool { try Self.digest(source) } == before)
+            let out = try #require(output)
+            #expect(out.selected == 20 && out.problems.isEmpty, "\(out.problems)")
+            #expect(out.by_signin + out.by_exchange == 20 && out.by_signin == 6, "\(clean.stdout)")
+
+            // A row with neither subject nor transfer identifier, and one whose key `baton import transfers` refuses.
+            _ = try await offPool {
+                try TestDatabase.psql(source, """
+                    INSERT INTO public."user" ("id", "transferSub") VALUES ('acct 21', '\(Self.sub(5_021))');
+                    INSERT INTO public."user" ("id") VALUES ('acct-22');
+                    """)
+            }
+            let (found, problemOutput) = try await rehearse(config, source)
+            #expect(found.status == 1, "\(found.stdout)\(found.stderr)")
+            let problems = Dictionary(uniqueKeysWithValues: try #require(problemOutput).problems.map { ($0.kind, $0) })
+            #expect(problems["subject_null"]?.examples == ["acct-22"], "\(problems)")
+            #expect(problems["transfer_rejected"]?.count == 1 && problems["transfer_rejected"]?.examples == ["acct 21"], "\(problems)")
+            #expect(problemOutput?.selected == 22)
+            #expect(problemOutput.map { $0.by_signin + $0.by_exchange } == 20)
+        }
+    }
+
     @Test("configuration errors exit 2: a table the source lacks, a bad identifier, no --from")
     func configurationErrors() async throws {
         try await withDatabase("rehearse") { source in

@@ -19,6 +19,10 @@ public enum LegacyProblemKind: String, Sendable, Equatable, CaseIterable, Codabl
     case jsonMismatch = "json_mismatch"
     /// The unique index over the subject (with the `where` columns), or over the key, is missing.
     case missingUnique = "missing_unique"
+    /// Between companies: a row holding only a transfer identifier that `baton import transfers` refuses in the
+    /// `key,transfer_sub` form (a key or identifier with other characters than letters, digits, `.`, `_`, `-`,
+    /// longer than 256, or a transfer identifier held by several rows). Found by the rehearsal's import.
+    case transferRejected = "transfer_rejected"
 }
 
 /// One problem found in the legacy table: how many rows, and up to five of their keys.
@@ -121,6 +125,19 @@ extension LegacyStore {
             try await pool.execute(PostgresQuery(unsafeSQL: "CREATE UNIQUE INDEX ON \(l.table.quoted) (\(columns))"))
         }
         return true
+    }
+
+    /// Between companies: the Apple rows holding a transfer identifier (`legacy.transfer_column`) and no subject,
+    /// as (key, transfer identifier), up to `limit` in key order after the key `after`; none without the column.
+    package func rowsWithTransferIdentifierOnly(after: String?, limit: Int) async throws -> [(key: String, transferSub: String)] {
+        let l = legacy
+        guard let column = l.transferColumn else { return [] }
+        let afterKey: PostgresQuery = after.map { " AND u.\(l.keyColumn) > \($0)" } ?? ""
+        let rows = try await pool.query("""
+            SELECT u.\(l.keyColumn)::text, u.\(column)::text FROM \(l.table) AS u
+            WHERE u.\(l.subjectColumn) IS NULL AND u.\(column) IS NOT NULL
+            """ + l.filterSQL() + afterKey + " ORDER BY u.\(l.keyColumn) LIMIT \(limit)")
+        return try rows.map { (try $0.decode(String.self, at: 0), try $0.decode(String.self, at: 1)) }
     }
 
     /// On a rehearsal's copy: removes from `baton.transfers` the subjects Apple would not know (not Apple-shaped).

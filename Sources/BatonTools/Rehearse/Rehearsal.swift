@@ -6,6 +6,7 @@ import BatonHTTPServer
 import BatonPostgres
 import BatonService
 import Foundation
+import Synchronization
 
 /// What `baton rehearse` runs with.
 struct RehearsalOptions: Sendable {
@@ -99,7 +100,9 @@ struct Rehearsal {
         var counts = (bySignIn: 0, byExchange: 0)
         var report = ""
         if try await store.setAsideProblemRowsOfCopy() {
-            (counts, report) = try await transfer(pool: pool, store: store, clusterURL: cluster.url)
+            let rejected: LegacyProblem?
+            (counts, report, rejected) = try await transfer(pool: pool, store: store, cluster: cluster)
+            if let rejected { problems.append(rejected) }
             let events = try await pool.query("""
                 SELECT legacy_key, count(*) OVER () FROM (SELECT DISTINCT legacy_key FROM baton.events WHERE kind = 'email_conflict') AS e
                 ORDER BY legacy_key LIMIT 5
@@ -125,39 +128,82 @@ struct Rehearsal {
     }
 
     /// The transfer on the copy: transfer identifiers, acceptance, sign-ins through the service, the exchange,
-    /// the report. Returns the users migrated by each method and the report's table.
-    private func transfer(pool: PostgresPool, store: LegacyStore, clusterURL: String) async throws -> ((bySignIn: Int, byExchange: Int), String) {
+    /// the report. Returns the users migrated by each method, the report's table, and the recipient's rows
+    /// `baton import transfers` refused (as a problem), if any.
+    private func transfer(pool: PostgresPool, store: LegacyStore, cluster: ThrowawayCluster) async throws
+        -> (counts: (bySignIn: Int, byExchange: Int), report: String, rejected: LegacyProblem?) {
         let configuration = options.configuration
         let clientID = configuration.apple.transfer?.clientID ?? configuration.apple.clientIDs.first ?? "com.example.app"
-        let seeded = try await LegacySeeder(pool: pool, legacy: store.legacy).seed()
+        // The sender's rows (a subject), then the recipient's rows between companies (a transfer identifier only),
+        // loaded as the recipient loads them: `baton import transfers` with `key,transfer_sub`.
+        _ = try await LegacySeeder(pool: pool, legacy: store.legacy).seed()
         try await store.dropMalformedTransfers()
-        let subjects = try await pool.query("SELECT old_sub FROM baton.transfers ORDER BY old_sub").map { try $0.decode(String.self, at: 0) }
-        guard seeded > 0, !subjects.isEmpty else { return ((0, 0), "") }
+        let rejected = try await importRecipientRows(store: store, pool: pool, directory: cluster.directory)
+        let users = try await pool.query("SELECT old_sub, transfer_sub FROM baton.transfers ORDER BY old_sub NULLS LAST, transfer_sub")
+            .map { (oldSub: try $0.decode(String?.self, at: 0), transferSub: try $0.decode(String?.self, at: 1)) }
+        guard !users.isEmpty else { return ((0, 0), "", rejected) }
 
         var http = HTTPServerConfiguration()
         http.connectionLimit = max(http.connectionLimit, options.concurrency * 4)
         let emulator = try await AppleEmulator.start(configuration: http)
         do {
-            let result = try await withEmulator(emulator, pool: pool, store: store, clientID: clientID, subjects: subjects, clusterURL: clusterURL)
+            let result = try await withEmulator(emulator, pool: pool, store: store, clientID: clientID, users: users, clusterURL: cluster.url)
             await emulator.stop()
-            return result
+            return (result.0, result.1, rejected)
         } catch {
             await emulator.stop()
             throw error
         }
     }
 
-    private func withEmulator(_ emulator: AppleEmulator, pool: PostgresPool, store: LegacyStore, clientID: String, subjects: [String],
-                              clusterURL: String) async throws -> ((bySignIn: Int, byExchange: Int), String) {
+    /// Between companies: the copy's Apple rows holding a transfer identifier and no subject go into
+    /// `baton.transfers` through ``TransferImporter`` (a `key,transfer_sub` file, as the recipient imports the
+    /// sender's export). Returns the rows it refused, as a `transfer_rejected` problem, or nil.
+    private func importRecipientRows(store: LegacyStore, pool: PostgresPool, directory: String) async throws -> LegacyProblem? {
+        var keys: [String] = []
+        var lines = TransferImporter.keyHeader + "\n"
+        while true {
+            let page = try await store.rowsWithTransferIdentifierOnly(after: keys.last, limit: 50_000)
+            guard !page.isEmpty else { break }
+            for row in page {
+                keys.append(row.key)
+                lines += row.key + "," + row.transferSub + "\n"
+            }
+        }
+        guard !keys.isEmpty else { return nil }
+        let path = directory + "/recipient-keys.csv"
+        let text = lines
+        try await offPool { try Data(text.utf8).write(to: URL(fileURLWithPath: path)) }
+        let refused = Mutex<[Int]>([])
+        _ = try await TransferImporter(pool: pool).importFile(path: path) { rejection in refused.withLock { $0.append(rejection.line) } }
+        // Line 1 is the header; line n holds keys[n - 2]. A key with a comma splits into more fields: still its line.
+        let lineNumbers = refused.withLock { $0 }.sorted()
+        guard !lineNumbers.isEmpty else { return nil }
+        return LegacyProblem(kind: .transferRejected, count: lineNumbers.count, examples: lineNumbers.prefix(5).map { keys[$0 - 2] })
+    }
+
+    private func withEmulator(_ emulator: AppleEmulator, pool: PostgresPool, store: LegacyStore, clientID: String,
+                              users: [(oldSub: String?, transferSub: String?)], clusterURL: String) async throws -> ((bySignIn: Int, byExchange: Int), String) {
         let teamA = try emulator.createTeam()
         let teamB = try emulator.createTeam()
         try emulator.createApp(clientID: clientID, teamID: teamA.teamID)
-        _ = try emulator.createUsers(clientID: clientID, userIdentifiers: subjects)
+        // Team A's users: the copy's subjects (fresh identifiers for the recipient's rows), and the transfer
+        // identifiers the copy holds, as team A generated them for team B. The emulator takes a million at a time.
+        var handles: [String] = []
+        handles.reserveCapacity(users.count)
+        for start in stride(from: 0, to: users.count, by: 500_000) {
+            let chunk = users[start..<min(start + 500_000, users.count)]
+            handles += try emulator.createUsers(clientID: clientID, userIdentifiers: chunk.map(\.oldSub), transferIdentifiers: chunk.map(\.transferSub),
+                                                toTeamID: teamB.teamID).map(\.userIdentifier)
+        }
 
         // The sender's transfer identifiers, then the acceptance.
         let senderQueue = TransferQueue(pool: pool, kind: .transferIdentifiers)
-        _ = try await job(senderQueue, .transferIdentifiers(targetTeamID: teamB.teamID), client: appleClient(emulator, team: teamA, clientID: clientID),
-                          total: subjects.count, acceptedAt: nil)
+        let needing = try await senderQueue.pendingCount()
+        if needing > 0 {
+            _ = try await job(senderQueue, .transferIdentifiers(targetTeamID: teamB.teamID), client: appleClient(emulator, team: teamA, clientID: clientID),
+                              total: needing, acceptedAt: nil)
+        }
         try emulator.initiateTransfer(clientID: clientID, toTeamID: teamB.teamID)
         let acceptedAt = try emulator.acceptTransfer(clientID: clientID)
 
@@ -171,10 +217,17 @@ struct Rehearsal {
         let server = try await BatonServer.start(configuration: configuration, port: 0)
         // Spread evenly: user i signs in when the running share crosses a whole number (30 % of 30 users: 9).
         let share = options.signInShare
-        let signers = subjects.enumerated().filter { (Double($0.offset + 1) * share).rounded(.down) > (Double($0.offset) * share).rounded(.down) }.map(\.element)
+        let signers = handles.indices.filter { (Double($0 + 1) * share).rounded(.down) > (Double($0) * share).rounded(.down) }
         let devices = signers + signers.enumerated().filter { $0.offset % 20 == 0 }.map(\.element)
-        _ = await DemoDevices(service: URL(string: "http://127.0.0.1:\(server.port)")!, apple: emulator.baseURL, clientID: clientID,
-                              concurrency: options.concurrency).run(users: devices.shuffled())
+        // A device of a user Baton knows by the sender's subject first asks Baton for the credential state; the
+        // recipient's Baton does not know the sender's identifiers of the rows it holds by transfer identifier.
+        let service = URL(string: "http://127.0.0.1:\(server.port)")!
+        for asksCredentialState in [true, false] {
+            let group = devices.filter { (users[$0].oldSub != nil) == asksCredentialState }.map { handles[$0] }
+            guard !group.isEmpty else { continue }
+            _ = await DemoDevices(service: service, apple: emulator.baseURL, clientID: clientID, concurrency: options.concurrency,
+                                  asksCredentialState: asksCredentialState).run(users: group.shuffled())
+        }
         await server.stop()
 
         // The exchange for the rest, then the report.
