@@ -201,8 +201,10 @@ struct Rehearsal {
         let senderQueue = TransferQueue(pool: pool, kind: .transferIdentifiers)
         let needing = try await senderQueue.pendingCount()
         if needing > 0 {
-            _ = try await job(senderQueue, .transferIdentifiers(targetTeamID: teamB.teamID), client: appleClient(emulator, team: teamA, clientID: clientID),
-                              total: needing, acceptedAt: nil)
+            let http = try loopback(emulator.baseURL)
+            defer { http.close() }
+            _ = try await job(senderQueue, .transferIdentifiers(targetTeamID: teamB.teamID),
+                              client: appleClient(emulator, team: teamA, clientID: clientID, http: http), total: needing, acceptedAt: nil)
         }
         try emulator.initiateTransfer(clientID: clientID, toTeamID: teamB.teamID)
         let acceptedAt = try emulator.acceptTransfer(clientID: clientID)
@@ -219,22 +221,21 @@ struct Rehearsal {
         let share = options.signInShare
         let signers = handles.indices.filter { (Double($0 + 1) * share).rounded(.down) > (Double($0) * share).rounded(.down) }
         let devices = signers + signers.enumerated().filter { $0.offset % 20 == 0 }.map(\.element)
-        // A device of a user Baton knows by the sender's subject first asks Baton for the credential state; the
-        // recipient's Baton does not know the sender's identifiers of the rows it holds by transfer identifier.
-        let service = URL(string: "http://127.0.0.1:\(server.port)")!
-        for asksCredentialState in [true, false] {
-            let group = devices.filter { (users[$0].oldSub != nil) == asksCredentialState }.map { handles[$0] }
-            guard !group.isEmpty else { continue }
-            _ = await DemoDevices(service: service, apple: emulator.baseURL, clientID: clientID, concurrency: options.concurrency,
-                                  asksCredentialState: asksCredentialState).run(users: group.shuffled())
-        }
+        let service = try loopback(URL(string: "http://127.0.0.1:\(server.port)")!)
+        let apple = try loopback(emulator.baseURL)
+        _ = await RehearsalDevices(service: service, apple: apple, clientID: clientID, concurrency: options.concurrency)
+            .run(devices.shuffled().map { (handles[$0], users[$0].oldSub != nil) })
+        service.close()
+        apple.close()
         await server.stop()
 
         // The exchange for the rest, then the report.
         let exchangeQueue = TransferQueue(pool: pool, kind: .exchange)
         let pending = try await exchangeQueue.pendingCount()
         if pending > 0 {
-            _ = try await job(exchangeQueue, .exchange(applier: store), client: appleClient(emulator, team: teamB, clientID: clientID),
+            let http = try loopback(emulator.baseURL)
+            defer { http.close() }
+            _ = try await job(exchangeQueue, .exchange(applier: store), client: appleClient(emulator, team: teamB, clientID: clientID, http: http),
                               total: pending, acceptedAt: acceptedAt)
         }
         let row = try await pool.query("""
@@ -253,11 +254,19 @@ struct Rehearsal {
         return await run.run(total: total, isTerminal: false, logInterval: 10)
     }
 
-    /// An Apple client for `team` on the emulator's clock.
-    private func appleClient(_ emulator: AppleEmulator, team: TeamCredentials, clientID: String) throws -> AppleClient {
+    /// An Apple client for `team` on the emulator's clock, over ``LoopbackHTTP`` (`http`).
+    private func appleClient(_ emulator: AppleEmulator, team: TeamCredentials, clientID: String, http: LoopbackHTTP) throws -> AppleClient {
         let secret = try ClientSecret(teamID: team.teamID, keyID: team.keyID, clientID: clientID, pem: team.privateKeyPEM)
         return AppleClient(baseURL: emulator.baseURL, credentials: secret,
                            options: AppleClient.Options(retry: RetryPolicy(maxAttempts: 1), maxConnectionsPerHost: options.concurrency),
-                           now: { emulator.now })
+                           transport: LoopbackAppleTransport(http: http), now: { emulator.now })
+    }
+
+    /// A ``LoopbackHTTP`` client of `url` with a connection per device or worker; the caller closes it.
+    private func loopback(_ url: URL) throws -> LoopbackHTTP {
+        guard let client = LoopbackHTTP(url: url, connections: options.concurrency) else {
+            throw CommandFailure.failed("baton rehearse: \(url) is not a loopback address")
+        }
+        return client
     }
 }

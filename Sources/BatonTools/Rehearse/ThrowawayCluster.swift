@@ -2,7 +2,8 @@ import BatonConcurrency
 import Foundation
 
 /// A PostgreSQL cluster of the rehearsal's own, as `scripts/pg.sh` makes them: `initdb` in a fresh temporary
-/// directory (as the `postgres` user when running as root), a private Unix socket and no TCP, durability off.
+/// directory (as the `postgres` user when running as root), a private Unix socket and no TCP, durability off;
+/// 1 GB of shared buffers and no checkpoint before 16 GB of WAL, so a million users' rows and queue stay in memory.
 /// ``destroy()`` stops it and deletes the directory; callers call it on every path.
 final class ThrowawayCluster: Sendable {
     /// The directory holding the data, the socket and the logs.
@@ -43,7 +44,8 @@ final class ThrowawayCluster: Sendable {
                 try cluster.asOwner("\(bin)/initdb", ["-D", "\(directory)/data", "-U", "postgres", "-A", "trust", "-E", "UTF8", "--locale=C.UTF-8", "--no-sync"],
                                     log: "\(directory)/initdb.log")
                 try cluster.asOwner("\(bin)/pg_ctl", ["-D", "\(directory)/data", "-l", "\(directory)/server.log", "-w", "-t", "60", "-o",
-                                                      "-k \(directory) -p \(port) -c listen_addresses= -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200",
+                                                      "-k \(directory) -p \(port) -c listen_addresses= -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200 "
+                                                      + "-c shared_buffers=1GB -c wal_level=minimal -c max_wal_senders=0 -c max_wal_size=16GB -c checkpoint_timeout=1h -c jit=off",
                                                       "start"], log: "\(directory)/pg_ctl.log")
                 return cluster
             } catch {
