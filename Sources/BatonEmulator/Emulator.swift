@@ -23,6 +23,9 @@ final class Emulator: Sendable {
     let faults = FaultInjector()
     let statePath: String?
     let logger: Logger
+    /// Sizes of `accessTokens` and `codes` above which the expired ones are purged: 100,000, then twice what
+    /// a purge left, so a million sign-ins within a code's lifetime purge a few times, not on every call.
+    private let purgeLimits = Mutex((accessTokens: 100_000, codes: 100_000))
     private let saveQueue = DispatchQueue(label: "baton.emulator.state")
     private let savePending = Mutex(false)
 
@@ -281,7 +284,7 @@ final class Emulator: Sendable {
             guard let app = state.apps[clientID], EmulatorState.teamActsFor(app, teamID: teamID, now: now) else {
                 throw EmulatorError(.invalidClient, "client_id does not belong to this team")
             }
-            if state.accessTokens.count > 100_000 { state.purgeExpired(now: now) }
+            if state.accessTokens.count > purgeLimits.withLock({ $0.accessTokens }) { purge(&state, now: now) }
             let token = Identifiers.opaque("a")
             state.accessTokens[token] = EmulatorState.AccessToken(teamID: teamID, clientID: clientID, expiresAt: now.addingTimeInterval(EmulatorState.accessTokenLifetime))
             return token
@@ -402,11 +405,18 @@ final class Emulator: Sendable {
         }
         if let code {
             state.withLock { state in
-                if state.codes.count > 100_000 { state.purgeExpired(now: now) }
+                if state.codes.count > purgeLimits.withLock({ $0.codes }) { purge(&state, now: now) }
                 state.codes[code] = EmulatorState.AuthorizationCode(clientID: clientID, personID: personID, teamID: teamID, nonce: nonce, expiresAt: now.addingTimeInterval(EmulatorState.codeLifetime), idToken: token)
             }
         }
         return Authorization(idToken: token, code: code ?? "", userIdentifier: sub)
+    }
+
+    /// Purges expired access tokens and codes, and sets the next limits (called with the state locked).
+    private func purge(_ state: inout EmulatorState, now: Date) {
+        state.purgeExpired(now: now)
+        let left = (accessTokens: state.accessTokens.count, codes: state.codes.count)
+        purgeLimits.withLock { $0 = (max(100_000, 2 * left.accessTokens), max(100_000, 2 * left.codes)) }
     }
 
     // MARK: - Persistence

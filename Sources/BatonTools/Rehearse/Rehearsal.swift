@@ -97,7 +97,7 @@ struct Rehearsal {
         }
         let selected = try await store.appleRowCount()
         var problems = try await store.findProblems()
-        var counts = (bySignIn: 0, byExchange: 0)
+        var counts = (bySignIn: 0, byExchange: 0, failedDevices: 0)
         var report = ""
         if try await store.setAsideProblemRowsOfCopy() {
             let rejected: LegacyProblem?
@@ -124,24 +124,25 @@ struct Rehearsal {
             problems: problems.sorted { order.firstIndex(of: $0.kind)! < order.firstIndex(of: $1.kind)! }
                 .map { RehearsalResult.Problem(kind: $0.kind.rawValue, count: $0.count, examples: $0.examples) },
             projection: RehearsalResult.projection(users: counts.byExchange, rate: options.rate, processes: options.processes),
-            reportTable: report)
+            reportTable: report, failedDevices: counts.failedDevices)
     }
 
     /// The transfer on the copy: transfer identifiers, acceptance, sign-ins through the service, the exchange,
-    /// the report. Returns the users migrated by each method, the report's table, and the recipient's rows
+    /// the report. Returns the users migrated by each method, the devices that did not end signed in (their
+    /// users are exchanged), the report's table, and the recipient's rows
     /// `baton import transfers` refused (as a problem), if any.
     private func transfer(pool: PostgresPool, store: LegacyStore, cluster: ThrowawayCluster) async throws
-        -> (counts: (bySignIn: Int, byExchange: Int), report: String, rejected: LegacyProblem?) {
+        -> (counts: (bySignIn: Int, byExchange: Int, failedDevices: Int), report: String, rejected: LegacyProblem?) {
         let configuration = options.configuration
         let clientID = configuration.apple.transfer?.clientID ?? configuration.apple.clientIDs.first ?? "com.example.app"
         // The sender's rows (a subject), then the recipient's rows between companies (a transfer identifier only),
         // loaded as the recipient loads them: `baton import transfers` with `key,transfer_sub`.
-        _ = try await LegacySeeder(pool: pool, legacy: store.legacy).seed()
+        _ = try await LegacySeeder(pool: pool, legacy: store.legacy, pageSize: 20_000).seed()
         try await store.dropMalformedTransfers()
         let rejected = try await importRecipientRows(store: store, pool: pool, directory: cluster.directory)
         let users = try await pool.query("SELECT old_sub, transfer_sub FROM baton.transfers ORDER BY old_sub NULLS LAST, transfer_sub")
             .map { (oldSub: try $0.decode(String?.self, at: 0), transferSub: try $0.decode(String?.self, at: 1)) }
-        guard !users.isEmpty else { return ((0, 0), "", rejected) }
+        guard !users.isEmpty else { return ((0, 0, 0), "", rejected) }
 
         var http = HTTPServerConfiguration()
         http.connectionLimit = max(http.connectionLimit, options.concurrency * 4)
@@ -183,7 +184,8 @@ struct Rehearsal {
     }
 
     private func withEmulator(_ emulator: AppleEmulator, pool: PostgresPool, store: LegacyStore, clientID: String,
-                              users: [(oldSub: String?, transferSub: String?)], clusterURL: String) async throws -> ((bySignIn: Int, byExchange: Int), String) {
+                              users: [(oldSub: String?, transferSub: String?)], clusterURL: String) async throws
+        -> ((bySignIn: Int, byExchange: Int, failedDevices: Int), String) {
         let teamA = try emulator.createTeam()
         let teamB = try emulator.createTeam()
         try emulator.createApp(clientID: clientID, teamID: teamA.teamID)
@@ -220,11 +222,12 @@ struct Rehearsal {
         // Spread evenly: user i signs in when the running share crosses a whole number (30 % of 30 users: 9).
         let share = options.signInShare
         let signers = handles.indices.filter { (Double($0 + 1) * share).rounded(.down) > (Double($0) * share).rounded(.down) }
-        let devices = signers + signers.enumerated().filter { $0.offset % 20 == 0 }.map(\.element)
+        // In a random order; the second device of a user goes right after the first, so both are in flight at once.
+        let devices = signers.shuffled().enumerated().flatMap { $0.offset % 20 == 0 ? [$0.element, $0.element] : [$0.element] }
         let service = try loopback(URL(string: "http://127.0.0.1:\(server.port)")!)
         let apple = try loopback(emulator.baseURL)
-        _ = await RehearsalDevices(service: service, apple: apple, clientID: clientID, concurrency: options.concurrency)
-            .run(devices.shuffled().map { (handles[$0], users[$0].oldSub != nil) })
+        let failedDevices = await RehearsalDevices(service: service, apple: apple, clientID: clientID, concurrency: options.concurrency)
+            .run(devices.map { (handles[$0], users[$0].oldSub != nil) })
         service.close()
         apple.close()
         await server.stop()
@@ -243,7 +246,7 @@ struct Rehearsal {
             FROM baton.transfers WHERE state = 'migrated'
             """)[0]
         let report = try await ReportBuilder(pool: pool, legacy: options.configuration.legacy, acceptedAt: acceptedAt, now: emulator.now, limit: 0).build()
-        return ((try row.decode(Int.self, at: 0), try row.decode(Int.self, at: 1)), report.renderTable(listLimit: 0))
+        return ((try row.decode(Int.self, at: 0), try row.decode(Int.self, at: 1), failedDevices), report.renderTable(listLimit: 0))
     }
 
     /// A bulk job at the rehearsal's concurrency, unthrottled (the emulator has no rate limit), progress to stderr.

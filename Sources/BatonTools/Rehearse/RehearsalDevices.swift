@@ -17,9 +17,14 @@ struct RehearsalDevices: Sendable {
     let concurrency: Int
 
     /// Runs one device per entry (`user` is an identifier the emulator knows; `asksCredentialState` whether Baton
-    /// knows it too), `concurrency` at a time; returns the devices that did not end in `migrated` or `current`.
-    func run(_ devices: [(user: String, asksCredentialState: Bool)]) async -> Int {
+    /// knows it too), `concurrency` at a time, writing a progress line every `logInterval` seconds; returns the
+    /// devices that did not end in `migrated` or `current`.
+    func run(_ devices: [(user: String, asksCredentialState: Bool)], logInterval: Double = 10,
+             write: @Sendable (String) -> Void = { FileHandle.standardError.write(Data($0.utf8)) }) async -> Int {
         var failures = 0
+        var done = 0
+        let start = ContinuousClock.now
+        var lastLog = start
         await withTaskGroup(of: Bool.self) { group in
             var next = 0
             while next < min(concurrency, devices.count) {
@@ -29,6 +34,13 @@ struct RehearsalDevices: Sendable {
             }
             for await succeeded in group {
                 if !succeeded { failures += 1 }
+                done += 1
+                let now = ContinuousClock.now
+                if now - lastLog >= .seconds(logInterval) {
+                    lastLog = now
+                    let seconds = Double((now - start).components.seconds) + Double((now - start).components.attoseconds) / 1e18
+                    write("devices done=\(done) total=\(devices.count) rate_per_s=\(String(format: "%.1f", Double(done) / seconds)) failed=\(failures)\n")
+                }
                 if next < devices.count {
                     let device = devices[next]
                     group.addTask { await self.device(device.user, asksCredentialState: device.asksCredentialState) }

@@ -24,8 +24,8 @@ package let rehearseCommand = Command(
     discussion: """
     The source is never written: pg_dump runs with default_transaction_read_only=on. The copy, the emulator
     and the service live in this process and its temporary directory, and are removed at the end, also on
-    failure. Exit status: 0 no problem found, 1 problems found (listed) or a failed run, 2 usage or
-    configuration errors.
+    failure and on SIGINT or SIGTERM. Exit status: 0 no problem found, 1 problems found (listed) or a failed
+    run, 2 usage or configuration errors.
     """,
     run: { parsed in
         guard let from = parsed.value("from"), !from.isEmpty else { throw CommandFailure.usage("missing --from") }
@@ -33,6 +33,13 @@ package let rehearseCommand = Command(
         let options = RehearsalOptions(source: from, configuration: configuration, signInShare: parsed.number("signin-share"),
                                        rate: parsed.number("rate"), processes: parsed.integer("processes"),
                                        concurrency: parsed.integer("concurrency"))
+        // Interrupted: the throwaway cluster is stopped and deleted before the process exits.
+        let watcher = Task {
+            let number = await waitForTerminationSignal()
+            await ThrowawayCluster.destroyRunning()
+            exit(128 + number)
+        }
+        defer { watcher.cancel() }
         let result = try await Rehearsal(options: options).run()
         print(result.renderText(), terminator: "")
         if let path = parsed.value("json") {

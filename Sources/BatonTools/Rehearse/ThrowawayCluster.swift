@@ -1,5 +1,6 @@
 import BatonConcurrency
 import Foundation
+import Synchronization
 
 /// A PostgreSQL cluster of the rehearsal's own, as `scripts/pg.sh` makes them: `initdb` in a fresh temporary
 /// directory (as the `postgres` user when running as root), a private Unix socket and no TCP, durability off;
@@ -39,6 +40,7 @@ final class ThrowawayCluster: Sendable {
             try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: false, attributes: [.posixPermissions: 0o700])
             let port = Int.random(in: 20_000...60_000)
             let cluster = ThrowawayCluster(directory: directory, url: "postgresql://postgres@/postgres?host=\(directory)&port=\(port)", bin: bin)
+            running.withLock { $0[ObjectIdentifier(cluster)] = cluster }
             do {
                 if getuid() == 0 { try run("/bin/chown", ["postgres:", directory]) }
                 try cluster.asOwner("\(bin)/initdb", ["-D", "\(directory)/data", "-U", "postgres", "-A", "trust", "-E", "UTF8", "--locale=C.UTF-8", "--no-sync"],
@@ -55,12 +57,22 @@ final class ThrowawayCluster: Sendable {
         }
     }
 
+    /// The clusters started and not yet destroyed, for ``destroyRunning()``.
+    private static let running = Mutex<[ObjectIdentifier: ThrowawayCluster]>([:])
+
     /// Stops the server at once and deletes the directory.
     func destroy() async {
         await offPool { self.destroySync() }
     }
 
+    /// Destroys every cluster still running (on SIGINT or SIGTERM, before the process exits).
+    static func destroyRunning() async {
+        let clusters = running.withLock { Array($0.values) }
+        await offPool { for cluster in clusters { cluster.destroySync() } }
+    }
+
     private func destroySync() {
+        _ = Self.running.withLock { $0.removeValue(forKey: ObjectIdentifier(self)) }
         if FileManager.default.fileExists(atPath: "\(directory)/data/postmaster.pid") {
             try? asOwner("\(bin)/pg_ctl", ["-D", "\(directory)/data", "-m", "immediate", "-w", "stop"], log: nil)
         }
