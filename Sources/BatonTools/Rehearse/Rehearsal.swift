@@ -97,7 +97,7 @@ struct Rehearsal {
         }
         let selected = try await store.appleRowCount()
         var problems = try await store.findProblems()
-        var counts = (bySignIn: 0, byExchange: 0, failedDevices: 0)
+        var counts: (bySignIn: Int, byExchange: Int, failedDevices: [String: Int]) = (0, 0, [:])
         var report = ""
         if try await store.setAsideProblemRowsOfCopy() {
             let rejected: LegacyProblem?
@@ -132,7 +132,7 @@ struct Rehearsal {
     /// users are exchanged), the report's table, and the recipient's rows
     /// `baton import transfers` refused (as a problem), if any.
     private func transfer(pool: PostgresPool, store: LegacyStore, cluster: ThrowawayCluster) async throws
-        -> (counts: (bySignIn: Int, byExchange: Int, failedDevices: Int), report: String, rejected: LegacyProblem?) {
+        -> (counts: (bySignIn: Int, byExchange: Int, failedDevices: [String: Int]), report: String, rejected: LegacyProblem?) {
         let configuration = options.configuration
         let clientID = configuration.apple.transfer?.clientID ?? configuration.apple.clientIDs.first ?? "com.example.app"
         // The sender's rows (a subject), then the recipient's rows between companies (a transfer identifier only),
@@ -140,9 +140,11 @@ struct Rehearsal {
         _ = try await LegacySeeder(pool: pool, legacy: store.legacy, pageSize: 20_000).seed()
         try await store.dropMalformedTransfers()
         let rejected = try await importRecipientRows(store: store, pool: pool, directory: cluster.directory)
+        // Fresh statistics for the planner: the queue's claims on a million new rows would otherwise wait for autovacuum.
+        try await pool.execute("ANALYZE baton.transfers")
         let users = try await pool.query("SELECT old_sub, transfer_sub FROM baton.transfers ORDER BY old_sub NULLS LAST, transfer_sub")
             .map { (oldSub: try $0.decode(String?.self, at: 0), transferSub: try $0.decode(String?.self, at: 1)) }
-        guard !users.isEmpty else { return ((0, 0, 0), "", rejected) }
+        guard !users.isEmpty else { return ((0, 0, [:]), "", rejected) }
 
         var http = HTTPServerConfiguration()
         http.connectionLimit = max(http.connectionLimit, options.concurrency * 4)
@@ -185,7 +187,7 @@ struct Rehearsal {
 
     private func withEmulator(_ emulator: AppleEmulator, pool: PostgresPool, store: LegacyStore, clientID: String,
                               users: [(oldSub: String?, transferSub: String?)], clusterURL: String) async throws
-        -> ((bySignIn: Int, byExchange: Int, failedDevices: Int), String) {
+        -> ((bySignIn: Int, byExchange: Int, failedDevices: [String: Int]), String) {
         let teamA = try emulator.createTeam()
         let teamB = try emulator.createTeam()
         try emulator.createApp(clientID: clientID, teamID: teamA.teamID)

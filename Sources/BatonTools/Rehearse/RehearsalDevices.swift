@@ -18,28 +18,29 @@ struct RehearsalDevices: Sendable {
 
     /// Runs one device per entry (`user` is an identifier the emulator knows; `asksCredentialState` whether Baton
     /// knows it too), `concurrency` at a time, writing a progress line every `logInterval` seconds; returns the
-    /// devices that did not end in `migrated` or `current`.
+    /// devices that did not end in `migrated` or `current`, counted by the step and answer that stopped them
+    /// (`signin unmatched`, `credential-state http 503`, `authorize no response`, …).
     func run(_ devices: [(user: String, asksCredentialState: Bool)], logInterval: Double = 10,
-             write: @Sendable (String) -> Void = { FileHandle.standardError.write(Data($0.utf8)) }) async -> Int {
-        var failures = 0
+             write: @Sendable (String) -> Void = { FileHandle.standardError.write(Data($0.utf8)) }) async -> [String: Int] {
+        var failures: [String: Int] = [:]
         var done = 0
         let start = ContinuousClock.now
         var lastLog = start
-        await withTaskGroup(of: Bool.self) { group in
+        await withTaskGroup(of: String?.self) { group in
             var next = 0
             while next < min(concurrency, devices.count) {
                 let device = devices[next]
                 group.addTask { await self.device(device.user, asksCredentialState: device.asksCredentialState) }
                 next += 1
             }
-            for await succeeded in group {
-                if !succeeded { failures += 1 }
+            for await failure in group {
+                if let failure { failures[failure, default: 0] += 1 }
                 done += 1
                 let now = ContinuousClock.now
                 if now - lastLog >= .seconds(logInterval) {
                     lastLog = now
                     let seconds = Double((now - start).components.seconds) + Double((now - start).components.attoseconds) / 1e18
-                    write("devices done=\(done) total=\(devices.count) rate_per_s=\(String(format: "%.1f", Double(done) / seconds)) failed=\(failures)\n")
+                    write("devices done=\(done) total=\(devices.count) rate_per_s=\(String(format: "%.1f", Double(done) / seconds)) failed=\(failures.values.reduce(0, +))\n")
                 }
                 if next < devices.count {
                     let device = devices[next]
@@ -51,23 +52,31 @@ struct RehearsalDevices: Sendable {
         return failures
     }
 
-    private func device(_ user: String, asksCredentialState: Bool) async -> Bool {
+    /// One device; nil when it ended signed in, else the step and what stopped it.
+    private func device(_ user: String, asksCredentialState: Bool) async -> String? {
+        func answer(_ step: String, _ result: (status: Int, body: [UInt8]), _ key: String) -> String {
+            guard result.status == 200 else { return "\(step) http \(result.status)" }
+            return (try? JSON.parseObject(result.body)[key]?.stringValue).flatMap { $0 } ?? "\(step) malformed"
+        }
+        var step = "credential-state"
         do {
             if asksCredentialState {
                 let query = user.addingPercentEncoding(withAllowedCharacters: .alphanumerics.union(CharacterSet(charactersIn: "._-"))) ?? user
-                let state = try await service.send("GET", "/v1/credential-state?user=\(query)")
-                guard state.status == 200, try JSON.parseObject(state.body)["state"]?.stringValue == "transferred" else { return false }
+                let state = answer(step, try await service.send("GET", "/v1/credential-state?user=\(query)"), "state")
+                guard state == "transferred" else { return state.hasPrefix(step) ? state : "\(step) \(state)" }
             }
+            step = "authorize"
             let authorization = try await apple.send("POST", "/emulator/authorize", headers: [("Content-Type", "application/json")],
                                                      body: JSON.serializeBytes(.object(["client_id": .string(clientID), "user": .string(user)])))
-            guard authorization.status == 200, let token = try JSON.parseObject(authorization.body)["id_token"]?.stringValue else { return false }
-            let signIn = try await service.send("POST", "/v1/signin", headers: [("Content-Type", "application/json")],
-                                                body: JSON.serializeBytes(.object(["id_token": .string(token)])))
-            guard signIn.status == 200 else { return false }
-            let outcome = try JSON.parseObject(signIn.body)["outcome"]?.stringValue
-            return outcome == "migrated" || outcome == "current"
+            let token = answer(step, authorization, "id_token")
+            guard authorization.status == 200, !token.hasPrefix(step) else { return token }
+            step = "signin"
+            let outcome = answer(step, try await service.send("POST", "/v1/signin", headers: [("Content-Type", "application/json")],
+                                                              body: JSON.serializeBytes(.object(["id_token": .string(token)]))), "outcome")
+            guard outcome != "migrated", outcome != "current" else { return nil }
+            return outcome.hasPrefix(step) ? outcome : "\(step) \(outcome)"
         } catch {
-            return false
+            return "\(step) no response"
         }
     }
 }

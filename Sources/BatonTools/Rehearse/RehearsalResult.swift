@@ -41,9 +41,9 @@ struct RehearsalResult: Sendable, Equatable, Encodable {
     var reportTable: String = ""
     /// Seconds the rehearsal took, for the text output only.
     var seconds: Double = 0
-    /// Devices whose sign-in did not end in `migrated` (or `current`, for a second device), for the text output
-    /// only: their users were exchanged instead.
-    var failedDevices: Int = 0
+    /// Devices whose sign-in did not end in `migrated` (or `current`, for a second device), by what stopped
+    /// them, for the text output only: their users were exchanged instead.
+    var failedDevices: [String: Int] = [:]
 
     enum CodingKeys: String, CodingKey {
         case selected, bySignIn = "by_signin", byExchange = "by_exchange", problems, projection
@@ -67,7 +67,10 @@ struct RehearsalResult: Sendable, Equatable, Encodable {
         var text = "\n" + reportTable + "\n\nRehearsal (\(String(format: "%.1f", seconds)) s)\n"
         text += "  selected by the configuration: \(selected)\n"
         text += "  would migrate by sign-in: \(bySignIn), by exchange: \(byExchange)\n"
-        if failedDevices > 0 { text += "  devices whose sign-in failed: \(failedDevices) (their users were exchanged)\n" }
+        if !failedDevices.isEmpty {
+            let reasons = failedDevices.sorted { $0.value > $1.value || ($0.value == $1.value && $0.key < $1.key) }.map { "\($0.key): \($0.value)" }
+            text += "  devices whose sign-in failed: \(failedDevices.values.reduce(0, +)) (\(reasons.joined(separator: ", "))); their users were exchanged\n"
+        }
         let p = projection
         let verdict = p.days <= 60 ? "within" : "BEYOND"
         text += "  exchange of \(byExchange) users at \(p.ratePerSecond)/s × \(p.processes) process(es): \(p.days) days, \(verdict) the 60-day window\n"
