@@ -42,7 +42,7 @@ struct RehearsalResult: Sendable, Equatable, Encodable {
     /// Seconds the rehearsal took, for the text output only.
     var seconds: Double = 0
     /// Devices whose sign-in did not end in `migrated` (or `current`, for a second device), by what stopped
-    /// them, for the text output only: their users were exchanged instead.
+    /// them, for the text output only (a user no device migrated was exchanged instead).
     var failedDevices: [String: Int] = [:]
 
     enum CodingKeys: String, CodingKey {
@@ -69,7 +69,7 @@ struct RehearsalResult: Sendable, Equatable, Encodable {
         text += "  would migrate by sign-in: \(bySignIn), by exchange: \(byExchange)\n"
         if !failedDevices.isEmpty {
             let reasons = failedDevices.sorted { $0.value > $1.value || ($0.value == $1.value && $0.key < $1.key) }.map { "\($0.key): \($0.value)" }
-            text += "  devices whose sign-in failed: \(failedDevices.values.reduce(0, +)) (\(reasons.joined(separator: ", "))); their users were exchanged\n"
+            text += "  devices whose sign-in failed: \(failedDevices.values.reduce(0, +)) (\(reasons.joined(separator: ", "))); a user no device migrated was exchanged\n"
         }
         let p = projection
         let verdict = p.days <= 60 ? "within" : "BEYOND"
