@@ -132,9 +132,9 @@ struct Rehearsal {
     }
 
     /// The transfer on the copy: transfer identifiers, acceptance, sign-ins through the service, the exchange,
-    /// the report. Returns the users migrated by each method, the devices that did not end signed in (their
-    /// users are exchanged), the report's table, and the recipient's rows
-    /// `baton import transfers` refused (as a problem), if any.
+    /// the report. Returns the users migrated by each method, the devices that did not end signed in (by what
+    /// stopped them), the report's table, and the recipient's rows `baton import transfers` refused (as a
+    /// problem), if any.
     private func transfer(pool: PostgresPool, store: LegacyStore, cluster: ThrowawayCluster) async throws
         -> (counts: (bySignIn: Int, byExchange: Int, failedDevices: [String: Int]), report: String, rejected: LegacyProblem?) {
         let configuration = options.configuration
@@ -196,7 +196,7 @@ struct Rehearsal {
         let teamB = try emulator.createTeam()
         try emulator.createApp(clientID: clientID, teamID: teamA.teamID)
         // Team A's users: the copy's subjects (fresh identifiers for the recipient's rows), and the transfer
-        // identifiers the copy holds, as team A generated them for team B. The emulator takes a million at a time.
+        // identifiers the copy holds, as team A generated them for team B; at most a million per call.
         var handles: [String] = []
         handles.reserveCapacity(users.count)
         for start in stride(from: 0, to: users.count, by: 500_000) {
