@@ -26,6 +26,10 @@ public final class BatonServer: Sendable {
     /// The body limit of the service's requests: 32 KiB (a token is at most 16 KiB).
     public static let maxBodySize = 32 * 1024
 
+    /// libmicrohttpd's threads: twice the cores. Sign-ins run on them (verification, then libpq, which blocks
+    /// the thread while PostgreSQL works), so a second thread per core keeps the core busy meanwhile.
+    public static let pollingThreads = 2 * ProcessInfo.processInfo.activeProcessorCount
+
     /// The service's `statement_timeout` when `database.statement_timeout_ms` is not set: 5,000 ms, so a locked
     /// or stalled database answers 503 rather than holding requests. 0 in the configuration sends none.
     public static let defaultStatementTimeoutMilliseconds = 5_000
@@ -62,6 +66,7 @@ public final class BatonServer: Sendable {
         configuration.handlerTimeout = .milliseconds(limits.requestTimeoutMilliseconds)
         configuration.requestHeadTimeout = .milliseconds(limits.requestHeadTimeoutMilliseconds)
         configuration.connectionsPerAddress = limits.connectionsPerIP
+        configuration.pollingThreads = pollingThreads
         let server = HTTPServer(router: service.router(), configuration: configuration, logger: logger)
         do {
             let bound = try await server.start(host: host, port: port)

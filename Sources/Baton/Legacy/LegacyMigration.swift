@@ -62,6 +62,32 @@ extension LegacyStore {
                                transferSub: transferSub, method: method)
     }
 
+    /// ``applyMigration(transferSub:newSub:newEmail:isPrivateEmail:method:)`` on a connection the calling thread
+    /// borrowed, blocking that thread (``PostgresPool/withConnectionBlocking(_:)``: a server thread, never the
+    /// cooperative pool). The same statements, rules and outcomes.
+    /// - Throws: ``PostgresError``; nothing is half-written.
+    package func applyMigrationBlocking(transferSub: String, newSub: String, newEmail: String?, isPrivateEmail: Bool?,
+                                        method: MigrationMethod, on connection: PostgresConnection) throws -> MigrationOutcome {
+        func run(writeEmail: Bool) throws -> PostgresResult {
+            try connection.queryBlocking(migrationQuery(from: .transfer(transferSub), newSub: newSub, newEmail: newEmail, isPrivateEmail: isPrivateEmail,
+                                                        transferSub: transferSub, method: method, writeEmail: writeEmail))
+        }
+        let rows: PostgresResult
+        do {
+            rows = try run(writeEmail: true)
+        } catch let error as PostgresError where error.code == .uniqueViolation {
+            do {
+                rows = try run(writeEmail: false)
+            } catch let error as PostgresError where error.code == .uniqueViolation {
+                return .conflict
+            }
+        }
+        switch try Self.migrationRow(rows, newSub: newSub) {
+        case .settled(let outcome): return outcome
+        case .readAgain: return try lookupForSignInBlocking(subject: newSub, on: connection).map { .alreadyMigrated($0.user) } ?? .legacyRecordMissing
+        }
+    }
+
     private func runMigration(from source: OldSubjectSource, newSub: String, newEmail: String?, isPrivateEmail: Bool?,
                               transferSub: String?, method: MigrationMethod) async throws -> MigrationOutcome {
         func run(writeEmail: Bool) async throws -> PostgresResult {
@@ -79,17 +105,29 @@ extension LegacyStore {
                 return .conflict
             }
         }
+        switch try Self.migrationRow(rows, newSub: newSub) {
+        case .settled(let outcome): return outcome
+        case .readAgain: return try await lookupBySubject(newSub).map { .alreadyMigrated($0) } ?? .legacyRecordMissing
+        }
+    }
+
+    /// What the migration statement's row says: the outcome, or that the record must be read again.
+    private enum MigrationRow {
+        case settled(MigrationOutcome)
+        /// Nothing was rewritten and no conflict seen: the statement's snapshot may predate a concurrent
+        /// migration that committed while this one waited for the row lock, so a fresh read of `newSub` tells
+        /// `.alreadyMigrated` from `.legacyRecordMissing`.
+        case readAgain
+    }
+
+    private static func migrationRow(_ rows: PostgresResult, newSub: String) throws -> MigrationRow {
         let row = rows[0]
         if let key = try row.decode(String?.self, at: 2) {
-            return .migrated(LegacyUser(key: key, subject: newSub, email: try row.decode(String?.self, at: 3)))
+            return .settled(.migrated(LegacyUser(key: key, subject: newSub, email: try row.decode(String?.self, at: 3))))
         }
         let oldExists = try row.decode(String?.self, at: 0) != nil
         let newExists = try row.decode(String?.self, at: 1) != nil
-        if oldExists && newExists { return .conflict }
-        // The statement's snapshot may predate a concurrent migration that committed while this one waited
-        // for the row lock: read again with a fresh snapshot.
-        if let user = try await lookupBySubject(newSub) { return .alreadyMigrated(user) }
-        return .legacyRecordMissing
+        return oldExists && newExists ? .settled(.conflict) : .readAgain
     }
 
     /// Where the migration statement finds the record.

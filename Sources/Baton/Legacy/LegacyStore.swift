@@ -57,7 +57,17 @@ public struct LegacyStore: BatonStore {
     /// The record whose subject column equals `sub`, with the state `baton.subjects` holds for it; one statement.
     /// - Throws: ``PostgresError``.
     public func lookupForSignIn(subject sub: String) async throws -> SubjectMatch? {
-        let rows = try await pool.query(lookupQuery(subject: sub))
+        try Self.subjectMatch(try await pool.query(lookupQuery(subject: sub)), subject: sub)
+    }
+
+    /// ``lookupForSignIn(subject:)`` on a connection the calling thread borrowed, blocking that thread
+    /// (``PostgresPool/withConnectionBlocking(_:)``: a server thread, never the cooperative pool).
+    /// - Throws: ``PostgresError``.
+    package func lookupForSignInBlocking(subject sub: String, on connection: PostgresConnection) throws -> SubjectMatch? {
+        try Self.subjectMatch(try connection.queryBlocking(lookupQuery(subject: sub)), subject: sub)
+    }
+
+    private static func subjectMatch(_ rows: PostgresResult, subject sub: String) throws -> SubjectMatch? {
         guard let row = rows.first else { return nil }
         let state = try row.decode(String?.self, at: 2).flatMap(SubjectState.init(rawValue:))
         return SubjectMatch(user: LegacyUser(key: try row.decode(String.self, at: 0), subject: sub,
