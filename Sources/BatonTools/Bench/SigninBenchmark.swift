@@ -94,12 +94,16 @@ func runSigninBenchmark(_ arguments: Arguments) async throws -> Int32 {
     }
 
     _ = await load(warmupBodies, total: 2_000)
+    let migratedCPU = child.cpuSeconds()
     let (migratedReport, migratedLatencies) = await load(migrationBodies, total: migrations)
+    let migratedCPUMicroseconds = (child.cpuSeconds() - migratedCPU) / Double(migrations) * 1e6
     let migratedCount = try await pool.query("SELECT count(*) FROM baton.events WHERE kind = 'migrated'")[0].decode(Int.self, at: 0)
     guard migratedReport.statuses == [200: migrations], migratedReport.failures == 0, migratedCount == migrations else {
         throw CommandFailure.failed("bench signin: migrated phase went wrong: statuses \(migratedReport.statuses), failures \(migratedReport.failures), \(migratedCount) events")
     }
+    let currentCPU = child.cpuSeconds()
     let (currentReport, currentLatencies) = await load(migrationBodies, total: currentRequests)
+    let currentCPUMicroseconds = (child.cpuSeconds() - currentCPU) / Double(currentRequests) * 1e6
     guard currentReport.statuses == [200: currentRequests], currentReport.failures == 0 else {
         throw CommandFailure.failed("bench signin: current phase went wrong: statuses \(currentReport.statuses), failures \(currentReport.failures)")
     }
@@ -115,19 +119,21 @@ func runSigninBenchmark(_ arguments: Arguments) async throws -> Int32 {
         let load = uptimeLoad()
         // The profile covers the 32-connection run, after a second of warm-up, to a second before its end.
         let perf = perfPath.flatMap { connections == 32 ? PerfProfile(output: $0) : nil }
+        let cpuBefore = child.cpuSeconds()
         let running = Task { try await offPool { try wrk.run(connections: connections) } }
         var recorder: SpawnedProcess?
         if let perf {
             try await Task.sleep(for: .seconds(1))
             recorder = try perf.start(pid: child.child.pid, seconds: max(1, wrkSeconds - 2))
         }
-        let figures = try await running.value
+        var figures = try await running.value
+        figures.serverCPUMicroseconds = (child.cpuSeconds() - cpuBefore) / Double(max(1, figures.requests)) * 1e6
         guard figures.errors == 0, figures.requests > 0 else {
             throw CommandFailure.failed("bench signin: wrk at \(connections) connections saw \(figures.errors) errors")
         }
         wrkRuns.append(figures)
-        say(String(format: "wrk -c %d: %.0f/s, p50 %.2f ms, p99 %.2f ms, max %.2f ms (%d sign-ins; load %@)",
-                   connections, figures.perSecond, figures.p50, figures.p99, figures.max, figures.requests, load))
+        say(String(format: "wrk -c %d: %.0f/s, p50 %.2f ms, p99 %.2f ms, max %.2f ms, server CPU %.1f µs per sign-in (%d sign-ins; load %@)",
+                   connections, figures.perSecond, figures.p50, figures.p99, figures.max, figures.serverCPUMicroseconds, figures.requests, load))
         if let recorder, let perf {
             _ = await offPool { _ = recorder.readToEnd(); return recorder.waitForExit() }
             profile = try await offPool { try perf.groups() }
@@ -154,17 +160,19 @@ func runSigninBenchmark(_ arguments: Arguments) async throws -> Int32 {
         \(pgbenchSQL(store.lookupQuery(subject: "\u{1}old"))) ;
 
         """
+    say("pgbench script, migrated: " + migratedScript.replacingOccurrences(of: "\n", with: " "))
+    say("pgbench script, current: " + currentScript.replacingOccurrences(of: "\n", with: " "))
     let pgbenchMigrated = try runPgbench(script: migratedScript, url: databaseURL, seconds: pgbenchSeconds)
     let pgbenchCurrent = try runPgbench(script: currentScript, url: databaseURL, seconds: pgbenchSeconds)
     await pool.close()
     try await dropBenchDatabase(serverURL: serverURL, databaseURL: databaseURL)
 
     let migratedP99 = percentile(migratedLatencies, 0.99), currentP99 = percentile(currentLatencies, 0.99)
-    say(String(format: "migrated: %.0f/s, p50 %.2f ms, p99 %.2f ms (%d sign-ins); pgbench same SQL %.0f tps (%.0f%%)",
-                 migratedReport.perSecond, percentile(migratedLatencies, 0.5), migratedP99, migrations, pgbenchMigrated,
+    say(String(format: "migrated: %.0f/s, p50 %.2f ms, p99 %.2f ms, server CPU %.1f µs each (%d sign-ins); pgbench same SQL %.0f tps (%.0f%%)",
+                 migratedReport.perSecond, percentile(migratedLatencies, 0.5), migratedP99, migratedCPUMicroseconds, migrations, pgbenchMigrated,
                  migratedReport.perSecond / pgbenchMigrated * 100))
-    say(String(format: "current:  %.0f/s, p50 %.2f ms, p99 %.2f ms (%d sign-ins); pgbench same SQL %.0f tps (%.0f%%)",
-                 currentReport.perSecond, percentile(currentLatencies, 0.5), currentP99, currentRequests, pgbenchCurrent,
+    say(String(format: "current:  %.0f/s, p50 %.2f ms, p99 %.2f ms, server CPU %.1f µs each (%d sign-ins); pgbench same SQL %.0f tps (%.0f%%)",
+                 currentReport.perSecond, percentile(currentLatencies, 0.5), currentP99, currentCPUMicroseconds, currentRequests, pgbenchCurrent,
                  currentReport.perSecond / pgbenchCurrent * 100))
     for run in wrkRuns {
         say(String(format: "wrk -c %d: %.0f/s = %.2f of pgbench's %.0f tps on the same SELECT", run.connections, run.perSecond,
@@ -179,6 +187,8 @@ func runSigninBenchmark(_ arguments: Arguments) async throws -> Int32 {
         "pgbench_current_tps": .number(pgbenchCurrent.rounded()),
         "pgbench_migrated_tps": .number(pgbenchMigrated.rounded()),
         "rss_mb": .number(Double(rssMB)),
+        "migrated_server_cpu_us": .number((migratedCPUMicroseconds * 10).rounded() / 10),
+        "current_server_cpu_us": .number((currentCPUMicroseconds * 10).rounded() / 10),
     ]
     func rounded(_ value: Double, _ digits: Double = 100) -> JSONValue { .number((value * digits).rounded() / digits) }
     for run in wrkRuns {
@@ -186,6 +196,7 @@ func runSigninBenchmark(_ arguments: Arguments) async throws -> Int32 {
         figures["wrk_c\(run.connections)_p50_ms"] = rounded(run.p50)
         figures["wrk_c\(run.connections)_p99_ms"] = rounded(run.p99)
         figures["wrk_c\(run.connections)_max_ms"] = rounded(run.max)
+        figures["wrk_c\(run.connections)_server_cpu_us"] = rounded(run.serverCPUMicroseconds, 10)
     }
     // The target's maximum: the slowest answer of the 8- and 32-connection runs.
     figures["wrk_max_ms"] = rounded(wrkRuns.filter { [8, 32].contains($0.connections) }.map(\.max).max() ?? 0)
@@ -458,6 +469,17 @@ private final class ServiceProcess: Sendable {
               let line = status.split(separator: "\n").first(where: { $0.hasPrefix("VmHWM:") }),
               let kilobytes = Int(line.split(separator: " ", omittingEmptySubsequences: true).dropFirst().first ?? "") else { return -1 }
         return (kilobytes + 1023) / 1024
+    }
+
+    /// The child's CPU time so far, user and system, in seconds (`/proc/PID/stat`, clock ticks): what a request
+    /// costs the server stays comparable when the machine is shared, unlike requests per second.
+    func cpuSeconds() -> Double {
+        guard let stat = try? String(contentsOfFile: "/proc/\(child.pid)/stat", encoding: .utf8),
+              let end = stat.lastIndex(of: ")") else { return 0 }
+        // After the command's closing parenthesis: state is field 3, utime and stime fields 14 and 15.
+        let fields = stat[stat.index(after: end)...].split(separator: " ")
+        guard fields.count > 12, let user = Double(fields[11]), let system = Double(fields[12]) else { return 0 }
+        return (user + system) / Double(sysconf(Int32(_SC_CLK_TCK)))
     }
 
     /// SIGTERM (the service drains and exits), then waits for it.

@@ -12,6 +12,8 @@ struct WrkFigures: Sendable {
     var requests: Int
     /// Socket errors plus non-2xx answers (must be 0).
     var errors: Int
+    /// The server's CPU time (user and system) per request, in microseconds; filled in by the caller.
+    var serverCPUMicroseconds = 0.0
 }
 
 /// Drives `wrk` (Debian's package, installed by `scripts/install-deps.sh`) against a running service: `POST path`
