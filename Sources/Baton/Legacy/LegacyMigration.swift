@@ -62,32 +62,6 @@ extension LegacyStore {
                                transferSub: transferSub, method: method)
     }
 
-    /// ``applyMigration(transferSub:newSub:newEmail:isPrivateEmail:method:)`` on a connection the calling thread
-    /// borrowed, blocking that thread (``PostgresPool/withConnectionBlocking(_:)``: a server thread, never the
-    /// cooperative pool). The same statements, rules and outcomes.
-    /// - Throws: ``PostgresError``; nothing is half-written.
-    package func applyMigrationBlocking(transferSub: String, newSub: String, newEmail: String?, isPrivateEmail: Bool?,
-                                        method: MigrationMethod, on connection: PostgresConnection) throws -> MigrationOutcome {
-        func run(writeEmail: Bool) throws -> PostgresResult {
-            try connection.queryBlocking(migrationQuery(from: .transfer(transferSub), newSub: newSub, newEmail: newEmail, isPrivateEmail: isPrivateEmail,
-                                                        transferSub: transferSub, method: method, writeEmail: writeEmail))
-        }
-        let rows: PostgresResult
-        do {
-            rows = try run(writeEmail: true)
-        } catch let error as PostgresError where error.code == .uniqueViolation {
-            do {
-                rows = try run(writeEmail: false)
-            } catch let error as PostgresError where error.code == .uniqueViolation {
-                return .conflict
-            }
-        }
-        switch try Self.migrationRow(rows, newSub: newSub) {
-        case .settled(let outcome): return outcome
-        case .readAgain: return try lookupForSignInBlocking(subject: newSub, on: connection).map { .alreadyMigrated($0.user) } ?? .legacyRecordMissing
-        }
-    }
-
     private func runMigration(from source: OldSubjectSource, newSub: String, newEmail: String?, isPrivateEmail: Bool?,
                               transferSub: String?, method: MigrationMethod) async throws -> MigrationOutcome {
         func run(writeEmail: Bool) async throws -> PostgresResult {

@@ -151,10 +151,11 @@ public final class BatonEngine: Sendable {
 
     /// ``signIn(idToken:nonce:)`` on the calling thread, which may block in libpq: a server's own thread, never
     /// Swift's cooperative pool. The common sign-ins finish here with no hop to another thread: a current user
-    /// whose record needs no write, a new user, and a migration (one statement). The rest come back as the async
-    /// work that finishes them: a nonce to consume, a key set to fetch, no idle pool connection, a record to
-    /// refresh, a migration that found no record, a database error (the whole sign-in runs again, as
-    /// ``signIn(idToken:nonce:)`` retries one: every step is safe to run twice).
+    /// whose record needs no write, and a new user; both are one read, which never waits for a row lock. The rest
+    /// come back as the async work that finishes them: a nonce to consume, a key set to fetch, no idle pool
+    /// connection, a record to refresh, a migration (its statement locks the record and may wait for another
+    /// writer, which must not hold up the thread's other connections), a database error (the whole sign-in runs
+    /// again, as ``signIn(idToken:nonce:)`` retries one: the lookup is safe to run twice).
     /// - Throws: ``BatonError`` `invalid_token` at once; the rest as ``signIn(idToken:nonce:)``, from the work.
     package func signInWithoutWaiting(idToken: String, nonce: ExpectedNonce?) throws -> NowOrLater<SignInResult> {
         let everything = NowOrLater<SignInResult>.later { try await self.signIn(idToken: idToken, nonce: nonce) }
@@ -180,16 +181,7 @@ public final class BatonEngine: Sendable {
                 guard let transferSub = identity.transferSub else {
                     return .now(SignInResult(outcome: .new, user: nil, sub: identity.sub, transferSub: nil))
                 }
-                let outcome = try store.applyMigrationBlocking(transferSub: transferSub, newSub: identity.sub, newEmail: identity.email,
-                                                               isPrivateEmail: identity.isPrivateEmail, method: .signin, on: connection)
-                switch outcome {
-                case .migrated(let user):
-                    return .now(SignInResult(outcome: .migrated, user: user, sub: identity.sub, transferSub: transferSub))
-                case .alreadyMigrated(let user):
-                    return .now(SignInResult(outcome: .current, user: user, sub: identity.sub, transferSub: transferSub))
-                case .legacyRecordMissing, .conflict:
-                    return .later { try await self.database { try await correlator.settle(outcome, identity, transferSub: transferSub) } }
-                }
+                return .later { try await self.database { try await correlator.migrate(identity, transferSub: transferSub) } }
             }
             return step ?? everything
         } catch is PostgresError {

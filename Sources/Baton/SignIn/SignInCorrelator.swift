@@ -82,6 +82,11 @@ public struct SignInCorrelator: Sendable {
         guard let transferSub = identity.transferSub else {
             return SignInResult(outcome: .new, user: nil, sub: identity.sub, transferSub: nil)
         }
+        return try await migrate(identity, transferSub: transferSub)
+    }
+
+    /// Rules 2 and 3 for a `sub` no record carries: the record `transferSub` leads to is rewritten.
+    func migrate(_ identity: VerifiedIdentity, transferSub: String) async throws -> SignInResult {
         // Resolving the transfer identifier and rewriting the record is one atomic step of the store.
         let outcome = try await store.applyMigration(transferSub: transferSub, newSub: identity.sub, newEmail: identity.email,
                                                      isPrivateEmail: identity.isPrivateEmail, method: .signin)
@@ -102,7 +107,7 @@ public struct SignInCorrelator: Sendable {
     }
 
     /// Rules 2 and 3 once the store's migration step answered `outcome`.
-    func settle(_ outcome: MigrationOutcome, _ identity: VerifiedIdentity, transferSub: String) async throws -> SignInResult {
+    private func settle(_ outcome: MigrationOutcome, _ identity: VerifiedIdentity, transferSub: String) async throws -> SignInResult {
         switch outcome {
         case .migrated(let user):
             return SignInResult(outcome: .migrated, user: user, sub: identity.sub, transferSub: transferSub)
