@@ -56,14 +56,6 @@ public final class PostgresConnection: @unchecked Sendable {
         }
     }
 
-    /// ``connect(url:statementTimeoutMilliseconds:logger:)`` on the calling thread, which blocks: a thread of
-    /// your own or a server's, never Swift's cooperative pool.
-    /// - Throws: ``PostgresError`` with code `connectionFailure`.
-    package static func connectBlocking(url: String, statementTimeoutMilliseconds: Int? = nil, logger: Logger = .disabled()) throws -> PostgresConnection {
-        try openConnection(url: url, statementTimeoutMilliseconds: statementTimeoutMilliseconds,
-                           queue: DispatchQueue(label: "baton.postgres.connection"), logger: logger)
-    }
-
     private static func openConnection(url: String, statementTimeoutMilliseconds: Int?, queue: DispatchQueue, logger: Logger) throws -> PostgresConnection {
         // Defaults first: with expand_dbname, settings in the URL override earlier keywords, and keywords after
         // the URL override it.

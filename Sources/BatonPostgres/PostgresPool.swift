@@ -82,27 +82,19 @@ public final class PostgresPool: Sendable {
         }
     }
 
-    /// Lends a connection to `body` on the calling thread, which blocks in libpq: call it only from a thread of
-    /// your own or a server's, never from Swift's cooperative pool. Returns nil without calling `body` when no
-    /// connection is idle and none may be opened (the caller then takes the async way, which waits); opens one
-    /// on this thread when the pool is below its size.
+    /// Lends an idle connection to `body` on the calling thread, which blocks in libpq: call it only from a thread
+    /// of your own or a server's, never from Swift's cooperative pool. Returns nil without calling `body` when no
+    /// connection is idle: the caller then takes the async way, which opens one or waits. (Opening is left to the
+    /// async way so that a server thread never waits for a database that does not answer, up to libpq's connect
+    /// timeout, while its other connections wait.)
     /// - Throws: what `body` throws, or ``PostgresError`` (`connectionFailure`, `poolClosed`).
     package func withConnectionBlocking<T>(_ body: (PostgresConnection) throws -> T) throws -> T? {
-        let connection: PostgresConnection
-        switch takeIdleOrSlot() {
-        case .closed: throw PostgresError(.poolClosed, reason: "the connection pool is closed")
-        case .full: return nil
-        case .lend(let lent):
-            connection = lent
-            connection.scheduleHealthCheck()
-        case .open:
-            do {
-                connection = try PostgresConnection.connectBlocking(url: url, statementTimeoutMilliseconds: statementTimeoutMilliseconds, logger: logger)
-            } catch {
-                slotFreed()
-                throw error
-            }
+        let lent = try state.withLock { state -> PostgresConnection? in
+            if state.closed { throw PostgresError(.poolClosed, reason: "the connection pool is closed") }
+            return Self.popIdle(&state)
         }
+        guard let connection = lent else { return nil }
+        connection.scheduleHealthCheck()
         defer { release(connection) }
         return try body(connection)
     }

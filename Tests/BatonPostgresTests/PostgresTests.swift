@@ -196,9 +196,13 @@ struct PostgresTests {
         await single.close()
     }
 
-    @Test("a thread that may block borrows on itself: libpq runs there, the connection comes back, a full pool answers nil at once")
+    @Test("a thread that may block borrows an idle connection on itself: libpq runs there, the connection comes back; none idle answers nil at once")
     func blockingBorrow() async throws {
         let single = PostgresPool(url: url, maxConnections: 1, acquireTimeout: .seconds(5))
+        // No connection is open yet: a blocking borrower never opens one (the async way does).
+        #expect(try await offPool { try single.withConnectionBlocking { _ in Issue.record("opened a connection on a server thread") } } == nil)
+        #expect(await single.statistics().open == 0)
+        try await single.query("SELECT 1")
         // Off the cooperative pool, as a server thread would.
         let first = try await offPool {
             try single.withConnectionBlocking { try $0.queryBlocking("SELECT pg_backend_pid(), \(41)::int4 + 1") }
