@@ -3,7 +3,7 @@
 
 Every figure is set against the anchor measured in the same run, so numbers from different machines and
 days can be compared as ratios: bare OpenSSL RS256 verification for `bench verify`, pgbench on the same SQL
-for `bench signin`, the emulator's rate limit for `bench exchange`. The emulator's own throughput has no
+for `bench signin` (driven by its own load generator and by wrk), the emulator's rate limit for `bench exchange`. The emulator's own throughput has no
 anchor and is shown as is.
 
     python3 scripts/bench-readme.py [bench-results/latest.json] > table.md
@@ -50,10 +50,24 @@ def rows(benchmarks):
     signin = benchmarks.get("signin")
     if signin:
         for phase, label in (("migrated", "sign-ins that migrate a user"), ("current", "sign-ins of current users")):
-            yield ("signin", f"{label} via `baton serve` (p99 {number(signin.get(phase + '_p99_ms'), ' ms')})",
+            cpu = signin.get(phase + "_server_cpu_us")
+            cpu_text = f", server CPU {number(cpu, ' µs')} each" if cpu is not None else ""
+            yield ("signin", f"{label} via `baton serve`, own load generator, 32 connections (p99 {number(signin.get(phase + '_p99_ms'), ' ms')}{cpu_text})",
                    number(signin.get(phase + "_per_s"), "/s"),
                    "pgbench, same SQL " + number(signin.get("pgbench_" + phase + "_tps"), " tps"),
                    ratio(signin.get(phase + "_per_s"), signin.get("pgbench_" + phase + "_tps")))
+        # The same current users' sign-ins driven by wrk, as users measure from outside.
+        for connections in (1, 8, 32, 64):
+            key = f"wrk_c{connections}_"
+            if key + "per_s" not in signin:
+                continue
+            cpu = signin.get(key + "server_cpu_us")
+            cpu_text = f", server CPU {number(cpu, ' µs')} each" if cpu is not None else ""
+            yield ("signin", f"sign-ins of current users via `baton serve`, wrk -c {connections} (p50 {number(signin.get(key + 'p50_ms'), ' ms')}, "
+                   f"p99 {number(signin.get(key + 'p99_ms'), ' ms')}, max {number(signin.get(key + 'max_ms'), ' ms')}{cpu_text})",
+                   number(signin.get(key + "per_s"), "/s"),
+                   "pgbench, same SQL " + number(signin.get("pgbench_current_tps"), " tps"),
+                   ratio(signin.get(key + "per_s"), signin.get("pgbench_current_tps")))
     exchange = benchmarks.get("exchange")
     if exchange:
         limit = exchange.get("limit_per_s")

@@ -2,9 +2,10 @@
 # Makes a fresh Debian 12 machine ready to build and test Baton: installs the C libraries and
 # PostgreSQL with apt-get, only the packages that are missing. The Swift toolchain is assumed.
 # chromium (headless) and python3 run the report's browser test (scripts/browser-check.py).
+# wrk drives `baton bench signin` from outside; linux-perf profiles `baton serve` under it (docs/performance.md).
 set -euo pipefail
 
-packages=(libssl-dev libpq-dev libmicrohttpd-dev postgresql postgresql-contrib pkg-config chromium python3)
+packages=(libssl-dev libpq-dev libmicrohttpd-dev postgresql postgresql-contrib pkg-config chromium python3 wrk linux-perf)
 missing=()
 for package in "${packages[@]}"; do
     if ! dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed"; then

@@ -9,6 +9,16 @@ public protocol VerificationKeyProvider: Sendable {
     /// - Throws: ``VerificationError`` `.unknownKey` when there is none (never a fallback to another key),
     ///   `.keysUnavailable` when no key set can be had.
     func key(withID kid: String) async throws -> JWK
+
+    /// The key published under `kid` when the answer needs no waiting (no fetch, no fetch in flight); nil when it
+    /// does. The default is nil: such a provider is only asked through ``key(withID:)``.
+    /// - Throws: what ``key(withID:)`` would throw, when that is already known.
+    func keyWithoutWaiting(withID kid: String) throws -> JWK?
+}
+
+extension VerificationKeyProvider {
+    /// Nil: the provider is asked through ``key(withID:)``.
+    public func keyWithoutWaiting(withID kid: String) throws -> JWK? { nil }
 }
 
 /// A fixed key set as a ``VerificationKeyProvider`` (tests, `baton verify --jwks FILE`, pinned keys).
@@ -22,6 +32,12 @@ public struct FixedKeySet: VerificationKeyProvider {
     /// The key published under `kid`.
     /// - Throws: ``VerificationError`` `.unknownKey` when the set has none.
     public func key(withID kid: String) async throws -> JWK {
+        try requireKey(keySet, kid)
+    }
+
+    /// The key published under `kid`: a fixed set never waits.
+    /// - Throws: ``VerificationError`` `.unknownKey` when the set has none.
+    public func keyWithoutWaiting(withID kid: String) throws -> JWK? {
         try requireKey(keySet, kid)
     }
 }
@@ -130,6 +146,15 @@ public struct IdentityTokenVerifier: Sendable {
     public func verify(_ token: String, nonce: ExpectedNonce? = nil) async throws -> AppleIDToken {
         let (jws, kid) = try parse(token)
         let key = try await keys.key(withID: kid)
+        return try check(jws, kid: kid, key: key, nonce: nonce)
+    }
+
+    /// Verifies `token` synchronously when its key is at hand (``VerificationKeyProvider/keyWithoutWaiting(withID:)``);
+    /// nil when getting the key needs a wait (a fetch), and then the async ``verify(_:nonce:)`` is the way.
+    /// - Throws: ``VerificationError`` with the reason of the first failed check.
+    public func verifyWithoutWaiting(_ token: String, nonce: ExpectedNonce? = nil) throws -> AppleIDToken? {
+        let (jws, kid) = try parse(token)
+        guard let key = try keys.keyWithoutWaiting(withID: kid) else { return nil }
         return try check(jws, kid: kid, key: key, nonce: nonce)
     }
 

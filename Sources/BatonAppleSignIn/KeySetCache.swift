@@ -134,6 +134,17 @@ public final class KeySetCache: VerificationKeyProvider {
         }
     }
 
+    /// The key published under `kid` when the held set answers (a refetch it makes due starts in the
+    /// background); nil when the caller would have to wait for a fetch.
+    /// - Throws: ``VerificationError`` `.unknownKey` or `.keysUnavailable`, as ``key(withID:)`` would at once.
+    public func keyWithoutWaiting(withID kid: String) throws -> JWK? {
+        switch decide(kid: kid) {
+        case .found(let key): return key
+        case .fail(let error): throw error
+        case .wait: return nil
+        }
+    }
+
     /// Fetches the key set now (joining a fetch in flight) and returns it.
     /// - Throws: the fetcher's error, or a ``JOSE/JOSEError`` for a set that is refused.
     @discardableResult

@@ -149,8 +149,9 @@ private func queue(_ response: HTTPResponse, on connection: OpaquePointer, core:
     return MHD_queue_response(connection, UInt32(clamping: response.status), mhd.pointer)
 }
 
-/// libmicrohttpd's access handler: collects the body, then suspends the connection and runs the
-/// router on a task; called again after resumption, it queues the stored response.
+/// libmicrohttpd's access handler: collects the body, then answers through the router on this thread when the
+/// route has a blocking handler that can answer at once; otherwise suspends the connection and runs the
+/// router's work on a task, and, called again after resumption, queues the stored response.
 func batonAccessHandler(
     _ cls: UnsafeMutableRawPointer?,
     _ connection: OpaquePointer?,
@@ -204,6 +205,12 @@ func batonAccessHandler(
         remoteAddress: CMicroHTTPD_client_address(connection).flatMap(numericHost)
     )
     core.readingEnded(connection)
+    // Answered on this thread when the route can (no hop at all); otherwise the connection waits for a task.
+    let work: @Sendable () async throws -> HTTPResponse
+    switch core.router.respondWithoutWaiting(to: request, logger: core.logger) {
+    case .now(let response): return queue(response, on: connection, core: core)
+    case .later(let later): work = later
+    }
     core.handlerBegan()
     MHD_suspend_connection(connection)
     let suspended = SuspendedConnection(pointer: connection)
@@ -224,7 +231,8 @@ func batonAccessHandler(
         }
     }
     let handler = Task {
-        deliver(await core.router.respond(to: request, logger: core.logger))
+        // The router's work maps every error to a response already.
+        deliver((try? await work()) ?? HTTPError.internalError.response)
         deadline?.cancel()
     }
     context.handlerTask.withLock { $0 = handler }

@@ -14,7 +14,8 @@ public struct HTTPServerConfiguration: Sendable {
     public var connectionTimeout: Int = 30
     /// Most connections open at once; further connections wait in the listen backlog until one closes. Default 1,024.
     public var connectionLimit: Int = 1024
-    /// Threads polling sockets (libmicrohttpd's thread pool); handlers run on Swift tasks. Default 1.
+    /// Threads polling sockets (libmicrohttpd's thread pool), which also run the routes' blocking handlers;
+    /// async handlers run on Swift tasks. Default 1.
     public var pollingThreads: Int = 1
     /// How long ``HTTPServer/stop()`` waits for in-flight requests before closing connections. Default 10 s.
     public var shutdownTimeout: Duration = .seconds(10)
@@ -56,10 +57,11 @@ public struct HTTPServerError: Error, Sendable, Equatable, CustomStringConvertib
 
 /// An HTTP/1.1 server on libmicrohttpd answering through a ``Router``.
 ///
-/// libmicrohttpd owns the sockets and parses HTTP on its own polling thread (epoll); when a
-/// request's body is complete the connection is suspended, the handler runs on a Swift task,
-/// and the connection is resumed with the response, so no library thread ever waits on Swift
-/// code. Keep-alive is on. Usage:
+/// libmicrohttpd owns the sockets and parses HTTP on its own polling threads (epoll). When a request's body
+/// is complete, a route with a blocking handler answers on that thread, with no hop (the thread may block:
+/// it is no thread of Swift's cooperative pool); any other route, or a blocking handler that hands the request
+/// on, suspends the connection, runs the handler on a Swift task, and resumes the connection with the response,
+/// so no library thread waits on a task. Keep-alive is on. Usage:
 ///
 /// ```swift
 /// var router = Router()

@@ -1,7 +1,12 @@
+import BatonConcurrency
 import BatonLogging
 
 /// An async request handler.
 public typealias HTTPHandler = @Sendable (HTTPRequest) async throws -> HTTPResponse
+
+/// A handler that runs on the server's own thread, which it may block (libpq, say; never Swift's cooperative
+/// pool runs it): it answers at once, or gives back the async work that answers (``NowOrLater``).
+package typealias HTTPBlockingHandler = @Sendable (HTTPRequest) throws -> NowOrLater<HTTPResponse>
 
 /// Routes requests by method and exact path.
 ///
@@ -10,14 +15,27 @@ public typealias HTTPHandler = @Sendable (HTTPRequest) async throws -> HTTPRespo
 /// sends no body). A handler's ``HTTPError`` becomes its response; any other error a 500
 /// `internal_error` with no detail, logged at error level.
 public struct Router: Sendable {
-    private var routes: [String: [String: HTTPHandler]] = [:]
+    private var routes: [String: [String: Route]] = [:]
+
+    private struct Route {
+        var handler: HTTPHandler
+        /// Answers on the server's thread when given; ``handler`` answers in-process callers (``respond(to:logger:)``).
+        var blocking: HTTPBlockingHandler?
+    }
 
     /// Creates a router with no routes.
     public init() {}
 
     /// Adds a route; a later route for the same method and path replaces the earlier one.
     public mutating func on(_ method: String, _ path: String, _ handler: @escaping HTTPHandler) {
-        routes[path, default: [:]][method.uppercased()] = handler
+        routes[path, default: [:]][method.uppercased()] = Route(handler: handler)
+    }
+
+    /// Adds a route whose requests the server answers on its own thread with `blocking`, which may block it
+    /// and may hand the request on as async work; `handler` answers the same requests for ``respond(to:logger:)``
+    /// (in-process callers, on the cooperative pool, where nothing may block). Both must answer alike.
+    package mutating func on(_ method: String, _ path: String, blocking: @escaping HTTPBlockingHandler, _ handler: @escaping HTTPHandler) {
+        routes[path, default: [:]][method.uppercased()] = Route(handler: handler, blocking: blocking)
     }
 
     /// Adds a `GET` route.
@@ -35,19 +53,57 @@ public struct Router: Sendable {
 
     /// Answers `request`: runs the matching handler and maps errors to responses. Never throws.
     public func respond(to request: HTTPRequest, logger: Logger = .disabled()) async -> HTTPResponse {
-        guard let byMethod = routes[request.path] else { return HTTPError.notFound.response }
-        guard let handler = byMethod[request.method] ?? (request.method == "HEAD" ? byMethod["GET"] : nil) else {
+        switch route(request) {
+        case .failure(let error): return error.response
+        case .success(let route):
+            do {
+                return try await route.handler(request)
+            } catch {
+                return Router.response(for: error, request, logger)
+            }
+        }
+    }
+
+    /// Answers `request` on the calling thread, a server's own thread that may block: through the route's
+    /// blocking handler when it has one, else as async work that calls ``respond(to:logger:)``. Never throws.
+    package func respondWithoutWaiting(to request: HTTPRequest, logger: Logger) -> NowOrLater<HTTPResponse> {
+        switch route(request) {
+        case .failure(let error): return .now(error.response)
+        case .success(let route):
+            guard let blocking = route.blocking else { return .later { await respond(to: request, logger: logger) } }
+            do {
+                switch try blocking(request) {
+                case .now(let response): return .now(response)
+                case .later(let work):
+                    return .later {
+                        do {
+                            return try await work()
+                        } catch {
+                            return Router.response(for: error, request, logger)
+                        }
+                    }
+                }
+            } catch {
+                return .now(Router.response(for: error, request, logger))
+            }
+        }
+    }
+
+    /// The route for `request`, or the 404 or 405 to answer.
+    private func route(_ request: HTTPRequest) -> Result<Route, HTTPError> {
+        guard let byMethod = routes[request.path] else { return .failure(HTTPError.notFound) }
+        guard let route = byMethod[request.method] ?? (request.method == "HEAD" ? byMethod["GET"] : nil) else {
             let allowed = byMethod.keys.sorted().joined(separator: ", ")
-            return HTTPError(405, code: "method_not_allowed", reason: "\(request.method) is not allowed here",
-                             headers: ["Allow": allowed]).response
+            return .failure(HTTPError(405, code: "method_not_allowed", reason: "\(request.method) is not allowed here",
+                                      headers: ["Allow": allowed]))
         }
-        do {
-            return try await handler(request)
-        } catch let error as HTTPError {
-            return error.response
-        } catch {
-            logger.error("handler failed", ["method": request.method, "path": request.path, "error": String(describing: error)])
-            return HTTPError.internalError.response
-        }
+        return .success(route)
+    }
+
+    /// A handler's ``HTTPError`` as its response; anything else a 500, logged.
+    private static func response(for error: any Error, _ request: HTTPRequest, _ logger: Logger) -> HTTPResponse {
+        if let error = error as? HTTPError { return error.response }
+        logger.error("handler failed", ["method": request.method, "path": request.path, "error": String(describing: error)])
+        return HTTPError.internalError.response
     }
 }

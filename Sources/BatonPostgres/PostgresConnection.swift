@@ -12,13 +12,16 @@ public enum IsolationLevel: String, Sendable {
     case serializable = "SERIALIZABLE"
 }
 
-/// One libpq connection. Every blocking libpq call runs on the connection's own serial queue,
-/// never on Swift's cooperative thread pool; callers suspend until it finishes.
+/// One libpq connection. Every blocking libpq call of the async API runs on the connection's own serial queue,
+/// never on Swift's cooperative thread pool; callers suspend until it finishes. A thread that may block (a
+/// server thread) runs statements on itself with ``queryBlocking(_:)`` instead, with no hop at all.
 ///
-/// Connections are lent by ``PostgresPool``; use one from one task at a time.
+/// Connections are lent by ``PostgresPool``; use one from one task or thread at a time.
 public final class PostgresConnection: @unchecked Sendable {
-    // `@unchecked Sendable`: `connection` and `statements` are touched only on `queue`, a serial
-    // queue; `broken`, `idleOutsideTransaction` and `healthCheckDue` are Mutexes.
+    // `@unchecked Sendable`: `connection` and `statements` are touched only by the connection's one borrower at
+    // a time: on `queue`, a serial queue, for the async API, or on the borrowing thread for the blocking one (the
+    // pool's lock orders one borrower after the other, and an async call has finished before it returns);
+    // `broken`, `idleOutsideTransaction` and `healthCheckDue` are Mutexes.
     private let connection: OpaquePointer
     private let queue: DispatchQueue
     private var statements: [String: String] = [:]
@@ -88,6 +91,16 @@ public final class PostgresConnection: @unchecked Sendable {
     @discardableResult
     public func query(_ query: PostgresQuery) async throws -> PostgresResult {
         try await onQueue { try self.run(query) }
+    }
+
+    /// Runs `query` on the calling thread, which blocks until PostgreSQL answers: a thread of your own or a
+    /// server's that borrowed the connection (``PostgresPool/withConnectionBlocking(_:)``), never Swift's
+    /// cooperative pool.
+    /// - Throws: ``PostgresError`` (the SQLSTATE's code; `connectionFailure` when the connection broke).
+    @discardableResult
+    package func queryBlocking(_ query: PostgresQuery) throws -> PostgresResult {
+        try performDueHealthCheck()
+        return try run(query)
     }
 
     /// Runs `query` and returns the number of rows it changed.

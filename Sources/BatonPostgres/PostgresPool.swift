@@ -1,4 +1,5 @@
 import BatonLogging
+import Synchronization
 
 /// A bounded pool of ``PostgresConnection``s that lends one connection per operation.
 ///
@@ -6,7 +7,12 @@ import BatonLogging
 /// `acquireTimeout`, then fails with `poolTimeout`. Connections that broke are dropped and replaced by
 /// the next caller; idle ones are checked before they are lent, so a connection the server closed
 /// (restart, `pg_terminate_backend`) never fails a query.
-public actor PostgresPool {
+///
+/// The pool's state is a few counters and lists behind one lock, so lending and taking back cost no hop to
+/// another executor (it was an actor: two hops per request). Besides the async ``withConnection(_:)``, a thread
+/// that may block (a server thread, never Swift's cooperative pool) borrows with ``withConnectionBlocking(_:)``
+/// and runs libpq on itself, without any hop.
+public final class PostgresPool: Sendable {
     /// Counts for metrics.
     public struct Statistics: Sendable, Equatable {
         /// Connections open or being opened.
@@ -17,20 +23,27 @@ public actor PostgresPool {
         public var waiting: Int
     }
 
+    /// A caller waiting for a connection: it gets one, or nil when it may open one (a slot was freed for it).
+    private typealias Waiter = (deadline: ContinuousClock.Instant, continuation: CheckedContinuation<PostgresConnection?, any Error>)
+
+    private struct State {
+        var idle: [PostgresConnection] = []
+        var open = 0
+        /// Callers waiting for a connection, oldest first.
+        var waiters: [Waiter] = []
+        /// The one task that fails waiters whose deadline passed; it runs while anyone waits. (A task per wait
+        /// cost a task, a timer and a cancellation for every request once the pool was busy.)
+        var expiry: Task<Void, Never>?
+        var closed = false
+    }
+
     private let url: String
     /// The most connections the pool opens at once.
-    public nonisolated let maxConnections: Int
+    public let maxConnections: Int
     private let acquireTimeout: Duration
     private let statementTimeoutMilliseconds: Int?
     private let logger: Logger
-    private var idle: [PostgresConnection] = []
-    private var open = 0
-    /// Callers waiting for a connection, oldest first, each with the instant it fails with `poolTimeout`.
-    private var waiters: [(deadline: ContinuousClock.Instant, continuation: CheckedContinuation<PostgresConnection, any Error>)] = []
-    /// The one task that fails waiters whose deadline passed; it runs while anyone waits. (A task per wait
-    /// cost a task, a timer and a cancellation for every request once the pool was busy.)
-    private var expiry: Task<Void, Never>?
-    private var closed = false
+    private let state = Mutex(State())
 
     /// Creates a pool; no connection is opened until the first use.
     /// - Parameters:
@@ -50,23 +63,44 @@ public actor PostgresPool {
         self.logger = logger
     }
 
+    deinit {
+        state.withLock { $0.expiry?.cancel() }
+    }
+
     /// Lends a connection to `body` and takes it back when `body` returns or throws.
     /// - Throws: what `body` throws, or ``PostgresError`` (`connectionFailure`, `poolTimeout`, `poolClosed`).
-    public nonisolated func withConnection<T>(_ body: (PostgresConnection) async throws -> T) async throws -> T {
+    public func withConnection<T>(_ body: (PostgresConnection) async throws -> T) async throws -> T {
         let connection = try await acquire()
         connection.scheduleHealthCheck()
         do {
             let value = try await body(connection)
-            await release(connection)
+            release(connection)
             return value
         } catch {
-            await release(connection)
+            release(connection)
             throw error
         }
     }
 
+    /// Lends an idle connection to `body` on the calling thread, which blocks in libpq: call it only from a thread
+    /// of your own or a server's, never from Swift's cooperative pool. Returns nil without calling `body` when no
+    /// connection is idle: the caller then takes the async way, which opens one or waits. (Opening is left to the
+    /// async way so that a server thread never waits for a database that does not answer, up to libpq's connect
+    /// timeout, while its other connections wait.)
+    /// - Throws: what `body` throws, or ``PostgresError`` (`connectionFailure`, `poolClosed`).
+    package func withConnectionBlocking<T>(_ body: (PostgresConnection) throws -> T) throws -> T? {
+        let lent = try state.withLock { state -> PostgresConnection? in
+            if state.closed { throw PostgresError(.poolClosed, reason: "the connection pool is closed") }
+            return Self.popIdle(&state)
+        }
+        guard let connection = lent else { return nil }
+        connection.scheduleHealthCheck()
+        defer { release(connection) }
+        return try body(connection)
+    }
+
     /// Runs `body` in a transaction on a lent connection: commit on return, rollback on throw.
-    public nonisolated func withTransaction<T>(isolation: IsolationLevel = .readCommitted, _ body: (PostgresConnection) async throws -> T) async throws -> T {
+    public func withTransaction<T>(isolation: IsolationLevel = .readCommitted, _ body: (PostgresConnection) async throws -> T) async throws -> T {
         try await withConnection { connection in
             try await connection.withTransaction(isolation: isolation, body)
         }
@@ -74,13 +108,13 @@ public actor PostgresPool {
 
     /// Runs one query on a lent connection.
     @discardableResult
-    public nonisolated func query(_ query: PostgresQuery) async throws -> PostgresResult {
+    public func query(_ query: PostgresQuery) async throws -> PostgresResult {
         try await withConnection { try await $0.query(query) }
     }
 
     /// Runs one statement on a lent connection and returns the rows it changed.
     @discardableResult
-    public nonisolated func execute(_ query: PostgresQuery) async throws -> Int {
+    public func execute(_ query: PostgresQuery) async throws -> Int {
         try await withConnection { try await $0.execute(query) }
     }
 
@@ -88,7 +122,7 @@ public actor PostgresPool {
     /// standby or a demoted primary is dropped, never lent again, so the next one finds the primary a multi-host
     /// string with `target_session_attrs=read-write` names.
     /// - Throws: ``PostgresError`` `readOnly`, or what connecting throws.
-    public nonisolated func checkWritable() async throws {
+    public func checkWritable() async throws {
         try await withConnection { connection in
             let readOnly = try await connection.query("SELECT current_setting('transaction_read_only')")[0].decode(String.self, at: 0)
             guard readOnly == "off" else {
@@ -99,90 +133,144 @@ public actor PostgresPool {
     }
 
     /// Current counts of open, idle and waiting.
-    public func statistics() -> Statistics {
-        Statistics(open: open, idle: idle.count, waiting: waiters.count)
+    public func statistics() async -> Statistics {
+        state.withLock { Statistics(open: $0.open, idle: $0.idle.count, waiting: $0.waiters.count) }
     }
 
     /// Closes idle connections, fails waiting callers, and refuses new work. Lent connections close on return.
-    public func close() {
-        closed = true
-        expiry?.cancel()
-        let pending = waiters
-        waiters.removeAll()
+    public func close() async {
+        let (pending, closing) = state.withLock { state -> ([Waiter], [PostgresConnection]) in
+            state.closed = true
+            state.expiry?.cancel()
+            state.expiry = nil
+            let pending = state.waiters, closing = state.idle
+            state.waiters.removeAll()
+            state.open -= state.idle.count
+            state.idle.removeAll()
+            return (pending, closing)
+        }
         for waiter in pending {
             waiter.continuation.resume(throwing: PostgresError(.poolClosed, reason: "the connection pool is closed"))
         }
-        open -= idle.count
-        idle.removeAll()
+        _ = closing  // the connections close (PQfinish) as the last reference goes, here
+    }
+
+    private enum Take { case lend(PostgresConnection), open, full, closed }
+
+    /// An idle connection, else a slot to open one in (counted in `open`), else `full`.
+    private func takeIdleOrSlot() -> Take {
+        state.withLock { state -> Take in
+            if state.closed { return .closed }
+            if let connection = Self.popIdle(&state) { return .lend(connection) }
+            guard state.open < maxConnections else { return .full }
+            state.open += 1
+            return .open
+        }
+    }
+
+    /// An idle connection that is not known to be broken (broken ones are dropped on the way); called locked.
+    private static func popIdle(_ state: inout State) -> PostgresConnection? {
+        while let connection = state.idle.popLast() {
+            if !connection.isBroken { return connection }
+            state.open -= 1
+        }
+        return nil
     }
 
     private func acquire() async throws -> PostgresConnection {
-        guard !closed else { throw PostgresError(.poolClosed, reason: "the connection pool is closed") }
-        while let connection = idle.popLast() {
-            if !connection.isBroken { return connection }
-            open -= 1
-        }
-        if open < maxConnections {
-            open += 1
-            do {
-                return try await PostgresConnection.connect(url: url, statementTimeoutMilliseconds: statementTimeoutMilliseconds, logger: logger)
-            } catch {
-                open -= 1
-                throw error
-            }
+        // Usually a connection is idle: one lock, no continuation.
+        switch takeIdleOrSlot() {
+        case .closed: throw PostgresError(.poolClosed, reason: "the connection pool is closed")
+        case .lend(let connection): return connection
+        case .open: return try await openReserved()
+        case .full: break
         }
         let deadline = ContinuousClock.now + acquireTimeout
-        return try await withCheckedThrowingContinuation { continuation in
-            waiters.append((deadline, continuation))
-            if expiry == nil {
-                expiry = Task { [weak self] in
-                    while let deadline = await self?.expireDueWaiters() {
-                        try? await Task.sleep(until: deadline, clock: .continuous)
+        let lent: PostgresConnection? = try await withCheckedThrowingContinuation { continuation in
+            // Checked again under the lock: a connection may have come back since.
+            let now = state.withLock { state -> Result<PostgresConnection?, any Error>? in
+                if state.closed { return .failure(PostgresError(.poolClosed, reason: "the connection pool is closed")) }
+                if let connection = Self.popIdle(&state) { return .success(connection) }
+                if state.open < maxConnections {
+                    state.open += 1
+                    return .success(nil)
+                }
+                state.waiters.append((deadline, continuation))
+                if state.expiry == nil {
+                    state.expiry = Task { [weak self] in
+                        while let deadline = self?.expireDueWaiters() {
+                            try? await Task.sleep(until: deadline, clock: .continuous)
+                            if Task.isCancelled { return }
+                        }
                     }
                 }
+                return nil
             }
+            if let now { continuation.resume(with: now) }
         }
+        if let lent { return lent }
+        return try await openReserved()
+    }
+
+    /// Opens a connection in a slot already counted in `open`; the slot is given back when that fails.
+    private func openReserved() async throws -> PostgresConnection {
+        do {
+            return try await PostgresConnection.connect(url: url, statementTimeoutMilliseconds: statementTimeoutMilliseconds, logger: logger)
+        } catch {
+            slotFreed()
+            throw error
+        }
+    }
+
+    /// A counted connection is gone (it broke, or never opened): the first waiter, if any, may open one in its place.
+    private func slotFreed() {
+        let waiter = state.withLock { state -> Waiter? in
+            state.open -= 1
+            guard !state.closed, !state.waiters.isEmpty else { return nil }
+            state.open += 1
+            return state.waiters.removeFirst()
+        }
+        waiter?.continuation.resume(returning: nil)
     }
 
     /// Fails the waiters whose deadline passed and returns the oldest remaining one's deadline; nil (and the
     /// expiry task ends) when no one waits.
     private func expireDueWaiters() -> ContinuousClock.Instant? {
         let now = ContinuousClock.now
-        while let oldest = waiters.first, oldest.deadline <= now {
-            waiters.removeFirst().continuation.resume(throwing: PostgresError(.poolTimeout, reason: "no database connection became free in time"))
+        let (expired, next) = state.withLock { state -> ([Waiter], ContinuousClock.Instant?) in
+            var expired: [Waiter] = []
+            while let oldest = state.waiters.first, oldest.deadline <= now { expired.append(state.waiters.removeFirst()) }
+            guard let oldest = state.waiters.first else {
+                state.expiry = nil
+                return (expired, nil)
+            }
+            return (expired, oldest.deadline)
         }
-        guard let oldest = waiters.first else {
-            expiry = nil
-            return nil
+        for waiter in expired {
+            waiter.continuation.resume(throwing: PostgresError(.poolTimeout, reason: "no database connection became free in time"))
         }
-        return oldest.deadline
+        return next
     }
 
-    private func release(_ connection: PostgresConnection) async {
-        var usable = !connection.isBroken && !closed
+    private func release(_ connection: PostgresConnection) {
+        var usable = !connection.isBroken
         if usable, !connection.isIdleOutsideTransaction {
             // A caller left a transaction open: never lend that state to someone else.
             connection.markBroken()
             usable = false
         }
-        if usable {
-            if waiters.isEmpty {
-                idle.append(connection)
-            } else {
-                waiters.removeFirst().continuation.resume(returning: connection)
+        guard usable else { return slotFreed() }
+        let waiter = state.withLock { state -> Waiter? in
+            if state.closed {
+                state.open -= 1
+                return nil
             }
-            return
+            if state.waiters.isEmpty {
+                state.idle.append(connection)
+                return nil
+            }
+            return state.waiters.removeFirst()
         }
-        open -= 1
-        guard !closed, !waiters.isEmpty else { return }
-        // Replace the dropped connection for the first waiter.
-        open += 1
-        let waiter = waiters.removeFirst()
-        do {
-            waiter.continuation.resume(returning: try await PostgresConnection.connect(url: url, statementTimeoutMilliseconds: statementTimeoutMilliseconds, logger: logger))
-        } catch {
-            open -= 1
-            waiter.continuation.resume(throwing: error)
-        }
+        waiter?.continuation.resume(returning: connection)
     }
 }

@@ -1,4 +1,5 @@
 import Baton
+import BatonConcurrency
 import Foundation
 import BatonHTTPServer
 import BatonAppleSignIn
@@ -56,7 +57,7 @@ public final class BatonAPI: Sendable {
     /// The routes, for an ``HTTPServer``.
     public func router() -> Router {
         var router = Router()
-        router.post("/v1/signin", instrumented("signin", signIn))
+        router.on("POST", "/v1/signin", blocking: instrumentedBlocking("signin", signInWithoutWaiting), instrumented("signin", signIn))
         router.get("/v1/credential-state", instrumented("credential_state", credentialState))
         router.post("/v1/link", instrumented("link", link))
         router.post("/v1/notifications", instrumented("notifications", notification))
@@ -71,6 +72,21 @@ public final class BatonAPI: Sendable {
     // MARK: - Routes
 
     private func signIn(_ request: HTTPRequest) async throws -> (HTTPResponse, String?) {
+        let (token, nonce) = try signInFields(request)
+        let result = try await engine.signIn(idToken: token, nonce: nonce)
+        return (signInAnswer(result), result.outcome.rawValue)
+    }
+
+    /// `POST /v1/signin` on the server's thread: the common sign-ins answer there, the rest on a task.
+    private func signInWithoutWaiting(_ request: HTTPRequest) throws -> NowOrLater<(HTTPResponse, String?)> {
+        let (token, nonce) = try signInFields(request)
+        return try engine.signInWithoutWaiting(idToken: token, nonce: nonce).map { [self] result in
+            (signInAnswer(result), result.outcome.rawValue)
+        }
+    }
+
+    /// The token and the expected nonce of a sign-in request (JSON, or Apple's web `form_post`).
+    private func signInFields(_ request: HTTPRequest) throws -> (token: String, nonce: ExpectedNonce?) {
         let token: String
         let nonce: String?
         let flow: String?
@@ -89,8 +105,7 @@ public final class BatonAPI: Sendable {
         default:
             throw unsupportedMediaType(["application/json", "application/x-www-form-urlencoded"])
         }
-        let result = try await engine.signIn(idToken: token, nonce: try expectedNonce(nonce, flow: flow))
-        return (signInAnswer(result), result.outcome.rawValue)
+        return (token, try expectedNonce(nonce, flow: flow))
     }
 
     private func credentialState(_ request: HTTPRequest) async throws -> (HTTPResponse, String?) {
@@ -186,33 +201,71 @@ public final class BatonAPI: Sendable {
 
     /// Wraps a route: maps errors to `{"error","reason"}` answers, counts it, and logs one line.
     private func instrumented(_ route: String, _ handler: @escaping @Sendable (HTTPRequest) async throws -> (HTTPResponse, String?)) -> HTTPHandler {
-        { [metrics, logger] request in
+        { [self] request in
             let start = ContinuousClock.now
-            var response: HTTPResponse
-            var outcome: String?
-            var rejection: String?
             do {
-                (response, outcome) = try await handler(request)
-            } catch let error as BatonError {
-                response = HTTPError(error.code.httpStatus, code: error.code.rawValue, reason: error.reason).response
-                rejection = error.code == .invalidToken || error.code == .invalidNotification ? error.reason : error.code.rawValue
-            } catch let error as HTTPError {
-                response = error.response
-                rejection = error.code
+                return finish(route, since: start, .success(try await handler(request)))
             } catch {
-                logger.error("request failed", ["route": route, "error": String(describing: error)])
-                response = HTTPError.internalError.response
-                rejection = HTTPError.internalError.code
+                return finish(route, since: start, .failure(error))
             }
-            let elapsed = ContinuousClock.now - start
-            let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
-            metrics.record(route: route, status: response.status, seconds: seconds, outcome: route == "signin" ? outcome : nil, rejection: rejection)
+        }
+    }
+
+    /// ``instrumented(_:_:)`` for a handler that runs on the server's thread, and for the work it hands on.
+    private func instrumentedBlocking(_ route: String, _ handler: @escaping @Sendable (HTTPRequest) throws -> NowOrLater<(HTTPResponse, String?)>)
+        -> HTTPBlockingHandler {
+        { [self] request in
+            let start = ContinuousClock.now
+            let answer: NowOrLater<(HTTPResponse, String?)>
+            do {
+                answer = try handler(request)
+            } catch {
+                return .now(finish(route, since: start, .failure(error)))
+            }
+            switch answer {
+            case .now(let value): return .now(finish(route, since: start, .success(value)))
+            case .later(let work):
+                return .later { [self] in
+                    do {
+                        return finish(route, since: start, .success(try await work()))
+                    } catch {
+                        return finish(route, since: start, .failure(error))
+                    }
+                }
+            }
+        }
+    }
+
+    /// The response for a route's result (errors mapped to `{"error","reason"}`), counted and logged.
+    private func finish(_ route: String, since start: ContinuousClock.Instant, _ result: Result<(HTTPResponse, String?), any Error>) -> HTTPResponse {
+        var response: HTTPResponse
+        var outcome: String?
+        var rejection: String?
+        switch result {
+        case .success(let value):
+            (response, outcome) = value
+        case .failure(let error as BatonError):
+            response = HTTPError(error.code.httpStatus, code: error.code.rawValue, reason: error.reason).response
+            rejection = error.code == .invalidToken || error.code == .invalidNotification ? error.reason : error.code.rawValue
+        case .failure(let error as HTTPError):
+            response = error.response
+            rejection = error.code
+        case .failure(let error):
+            logger.error("request failed", ["route": route, "error": String(describing: error)])
+            response = HTTPError.internalError.response
+            rejection = HTTPError.internalError.code
+        }
+        let elapsed = ContinuousClock.now - start
+        let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+        metrics.record(route: route, status: response.status, seconds: seconds, outcome: route == "signin" ? outcome : nil, rejection: rejection)
+        // The line's fields are only built when the line is written: above info, a request logs nothing and costs nothing.
+        if logger.level <= .info {
             var fields = ["route": route, "status": String(response.status), "duration_ms": BatonAPI.milliseconds(seconds)]
             if let outcome { fields["outcome"] = outcome }
             if let rejection { fields["error"] = rejection }
             logger.info("request", fields)
-            return response
         }
+        return response
     }
 
     /// `seconds` as milliseconds with two decimals (`0.25` → `250.00`), without Foundation's `String(format:)`,

@@ -26,6 +26,12 @@ public final class BatonServer: Sendable {
     /// The body limit of the service's requests: 32 KiB (a token is at most 16 KiB).
     public static let maxBodySize = 32 * 1024
 
+    /// libmicrohttpd's threads when the engine owns no pool: twice the cores. With a pool, one thread per pool
+    /// connection (at least two): sign-ins run on these threads (verification, then libpq, which blocks the thread
+    /// while PostgreSQL works), so each connection has a thread to drive it and each thread finds a connection
+    /// free. (With half as many, migrating sign-ins sometimes fell to a third when the machine was loaded.)
+    public static let pollingThreads = 2 * ProcessInfo.processInfo.activeProcessorCount
+
     /// The service's `statement_timeout` when `database.statement_timeout_ms` is not set: 5,000 ms, so a locked
     /// or stalled database answers 503 rather than holding requests. 0 in the configuration sends none.
     public static let defaultStatementTimeoutMilliseconds = 5_000
@@ -62,6 +68,8 @@ public final class BatonServer: Sendable {
         configuration.handlerTimeout = .milliseconds(limits.requestTimeoutMilliseconds)
         configuration.requestHeadTimeout = .milliseconds(limits.requestHeadTimeoutMilliseconds)
         configuration.connectionsPerAddress = limits.connectionsPerIP
+        let poolSize = await engine.poolUsage()?.max
+        configuration.pollingThreads = poolSize.map { max(2, $0) } ?? pollingThreads
         let server = HTTPServer(router: service.router(), configuration: configuration, logger: logger)
         do {
             let bound = try await server.start(host: host, port: port)

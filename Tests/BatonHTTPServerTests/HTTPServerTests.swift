@@ -236,6 +236,35 @@ struct HTTPServerTests {
         #expect(try await stuck.0 == 503)
     }
 
+    @Test("a blocking route answers on the server's thread, or hands the request to a task; in-process callers get the async handler")
+    func blockingRoutes() async throws {
+        var router = Router()
+        // `now` answers on the polling thread; `later` hands on; errors thrown either way become responses.
+        router.on("POST", "/mode", blocking: { request in
+            let mode = String(decoding: request.body, as: UTF8.self)
+            switch mode {
+            case "now": return .now(.text("now on \(Thread.isMainThread ? "main" : "a server thread")"))
+            case "later": return .later { .text("later on a task") }
+            case "throw-now": throw HTTPError(409, code: "now_refused", reason: "refused at once")
+            default: return .later { throw HTTPError(410, code: "later_refused", reason: "refused on the task") }
+            }
+        }, { _ in .text("async handler") })
+        var configuration = HTTPServerConfiguration()
+        configuration.pollingThreads = 2
+        try await withServer(router, configuration: configuration) { _, port in
+            for (mode, status, body) in [("now", 200, "now on a server thread"), ("later", 200, "later on a task"),
+                                         ("throw-now", 409, "now_refused"), ("throw-later", 410, "later_refused")] {
+                let (answer, _, text) = try await fetch(port, "/mode", method: "POST", body: Data(mode.utf8))
+                #expect(answer == status, "\(mode)")
+                #expect(text.contains(body), "\(mode): \(text)")
+            }
+            // The other methods of the path and unknown paths answer as for any route.
+            #expect(try await fetch(port, "/mode").0 == 405)
+        }
+        let inProcess = await router.respond(to: HTTPRequest(method: "POST", path: "/mode", body: Array("now".utf8)))
+        #expect(String(decoding: inProcess.body, as: UTF8.self) == "async handler")
+    }
+
     @Test("one address may hold only connections_per_address connections")
     func perAddressLimit() async throws {
         var configuration = HTTPServerConfiguration()

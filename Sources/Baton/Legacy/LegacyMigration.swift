@@ -79,17 +79,29 @@ extension LegacyStore {
                 return .conflict
             }
         }
+        switch try Self.migrationRow(rows, newSub: newSub) {
+        case .settled(let outcome): return outcome
+        case .readAgain: return try await lookupBySubject(newSub).map { .alreadyMigrated($0) } ?? .legacyRecordMissing
+        }
+    }
+
+    /// What the migration statement's row says: the outcome, or that the record must be read again.
+    private enum MigrationRow {
+        case settled(MigrationOutcome)
+        /// Nothing was rewritten and no conflict seen: the statement's snapshot may predate a concurrent
+        /// migration that committed while this one waited for the row lock, so a fresh read of `newSub` tells
+        /// `.alreadyMigrated` from `.legacyRecordMissing`.
+        case readAgain
+    }
+
+    private static func migrationRow(_ rows: PostgresResult, newSub: String) throws -> MigrationRow {
         let row = rows[0]
         if let key = try row.decode(String?.self, at: 2) {
-            return .migrated(LegacyUser(key: key, subject: newSub, email: try row.decode(String?.self, at: 3)))
+            return .settled(.migrated(LegacyUser(key: key, subject: newSub, email: try row.decode(String?.self, at: 3))))
         }
         let oldExists = try row.decode(String?.self, at: 0) != nil
         let newExists = try row.decode(String?.self, at: 1) != nil
-        if oldExists && newExists { return .conflict }
-        // The statement's snapshot may predate a concurrent migration that committed while this one waited
-        // for the row lock: read again with a fresh snapshot.
-        if let user = try await lookupBySubject(newSub) { return .alreadyMigrated(user) }
-        return .legacyRecordMissing
+        return oldExists && newExists ? .settled(.conflict) : .readAgain
     }
 
     /// Where the migration statement finds the record.

@@ -1,4 +1,5 @@
 import BatonAppleSignIn
+import BatonConcurrency
 import Foundation
 import BatonJOSE
 import BatonLogging
@@ -145,6 +146,46 @@ public final class BatonEngine: Sendable {
             try await consumingNonce(of: nonce == nil ? nil : token, subject: token.subject) {
                 try await correlator.correlate(identity)
             }
+        }
+    }
+
+    /// ``signIn(idToken:nonce:)`` on the calling thread, which may block in libpq: a server's own thread, never
+    /// Swift's cooperative pool. The common sign-ins finish here with no hop to another thread: a current user
+    /// whose record needs no write, and a new user; both are one read, which never waits for a row lock. The rest
+    /// come back as the async work that finishes them: a nonce to consume, a key set to fetch, no idle pool
+    /// connection, a record to refresh, a migration (its statement locks the record and may wait for another
+    /// writer, which must not hold up the thread's other connections), a database error (the whole sign-in runs
+    /// again, as ``signIn(idToken:nonce:)`` retries one: the lookup is safe to run twice).
+    /// - Throws: ``BatonError`` `invalid_token` at once; the rest as ``signIn(idToken:nonce:)``, from the work.
+    package func signInWithoutWaiting(idToken: String, nonce: ExpectedNonce?) throws -> NowOrLater<SignInResult> {
+        let everything = NowOrLater<SignInResult>.later { try await self.signIn(idToken: idToken, nonce: nonce) }
+        guard nonce == nil, !requireNonce, let store = store as? LegacyStore else { return everything }
+        let token: AppleIDToken
+        do {
+            guard let verified = try verifier.verifyWithoutWaiting(idToken, nonce: nil) else { return everything }
+            token = verified
+        } catch let error as VerificationError {
+            throw BatonError.rejected(error)
+        }
+        let identity = VerifiedIdentity(sub: token.subject, transferSub: token.transferSubject, email: token.email,
+                                        isPrivateEmail: token.isPrivateEmail)
+        let correlator = self.correlator
+        do {
+            let step = try store.pool.withConnectionBlocking { connection -> NowOrLater<SignInResult> in
+                if let match = try store.lookupForSignInBlocking(subject: identity.sub, on: connection) {
+                    guard correlator.isUnchanged(match, identity) else {
+                        return .later { try await self.database { try await correlator.current(match, identity) } }
+                    }
+                    return .now(SignInResult(outcome: .current, user: match.user, sub: identity.sub, transferSub: identity.transferSub))
+                }
+                guard let transferSub = identity.transferSub else {
+                    return .now(SignInResult(outcome: .new, user: nil, sub: identity.sub, transferSub: nil))
+                }
+                return .later { try await self.database { try await correlator.migrate(identity, transferSub: transferSub) } }
+            }
+            return step ?? everything
+        } catch is PostgresError {
+            return everything
         }
     }
 

@@ -77,14 +77,37 @@ public struct SignInCorrelator: Sendable {
     /// - Throws: the store's errors.
     public func correlate(_ identity: VerifiedIdentity) async throws -> SignInResult {
         if let match = try await store.lookupForSignIn(subject: identity.sub) {
-            return SignInResult(outcome: .current, user: try await refresh(match, identity), sub: identity.sub, transferSub: identity.transferSub)
+            return try await current(match, identity)
         }
         guard let transferSub = identity.transferSub else {
             return SignInResult(outcome: .new, user: nil, sub: identity.sub, transferSub: nil)
         }
+        return try await migrate(identity, transferSub: transferSub)
+    }
+
+    /// Rules 2 and 3 for a `sub` no record carries: the record `transferSub` leads to is rewritten.
+    func migrate(_ identity: VerifiedIdentity, transferSub: String) async throws -> SignInResult {
         // Resolving the transfer identifier and rewriting the record is one atomic step of the store.
         let outcome = try await store.applyMigration(transferSub: transferSub, newSub: identity.sub, newEmail: identity.email,
                                                      isPrivateEmail: identity.isPrivateEmail, method: .signin)
+        return try await settle(outcome, identity, transferSub: transferSub)
+    }
+
+    /// Rule 1 for the record `match` found: `current`, after the refresh it needs.
+    func current(_ match: SubjectMatch, _ identity: VerifiedIdentity) async throws -> SignInResult {
+        SignInResult(outcome: .current, user: try await refresh(match, identity), sub: identity.sub, transferSub: identity.transferSub)
+    }
+
+    /// Whether a current user's sign-in leaves the record as it is (rule 1 without a write): consent not
+    /// revoked, and no email to replace.
+    func isUnchanged(_ match: SubjectMatch, _ identity: VerifiedIdentity) -> Bool {
+        guard match.state != .revoked else { return false }
+        guard let email = identity.email else { return true }
+        return !store.emailPolicy.allowsReplacing(match.user.email, with: email)
+    }
+
+    /// Rules 2 and 3 once the store's migration step answered `outcome`.
+    private func settle(_ outcome: MigrationOutcome, _ identity: VerifiedIdentity, transferSub: String) async throws -> SignInResult {
         switch outcome {
         case .migrated(let user):
             return SignInResult(outcome: .migrated, user: user, sub: identity.sub, transferSub: transferSub)

@@ -25,7 +25,7 @@ package let benchCommand = Command(
         ),
         Command(
             name: "signin",
-            summary: "sign-ins/s and p99 through baton serve vs pgbench on the same SQL",
+            summary: "sign-ins/s and latency through baton serve (own load generator and wrk) vs pgbench on the same SQL",
             options: [
                 .databaseURL("a server where it may create a database (default $BATON_TEST_DATABASE_URL, then $BATON_DATABASE_URL)"),
                 .integer("users", default: 1_000_000, in: 1_000...100_000_000, "legacy users"),
@@ -36,6 +36,9 @@ package let benchCommand = Command(
                 .integer("pgbench-seconds", default: 10, in: 1...600, "seconds of each pgbench run"),
                 .integer("pool-size", default: 8, in: 1...256, "baton serve's database.pool_size"),
                 .choice("schema", ["users", "allauth"], default: "users", "the application's tables: public.users, or Django allauth's"),
+                .integer("wrk-seconds", default: 10, in: 1...600, "seconds of each wrk run (1, 8, 32 and 64 connections)"),
+                .text("perf", "FILE", "record a perf profile of baton serve under wrk -c 32 into FILE and print it by group"),
+                .choice("log-level", ["trace", "debug", "info", "notice", "warning", "error"], default: "warning", "baton serve's log level"),
             ],
             run: runSigninBenchmark
         ),

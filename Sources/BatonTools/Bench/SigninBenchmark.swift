@@ -18,8 +18,14 @@ import BatonPostgres
 /// 3. Keep-alive HTTP load, concurrency `--concurrency` (default 32): every migration token once
 ///    (`migrated`: a lookup, then the migration statement), then `--current-requests` sign-ins of the now current users (`current`); latency per
 ///    request from the load generator's send and receive times.
-/// 4. pgbench (`-M prepared -c 8 -j 2 -T --pgbench-seconds`) on the statements the service runs for each
+/// 4. The current users' sign-ins again, driven from outside by `wrk` (`--wrk-seconds` each, default 10) at 1, 8,
+///    32 and 64 connections: requests/s, p50, p99 and max from wrk itself. With `--perf FILE`, `perf record`
+///    samples `baton serve` during the 32-connection run and the samples are printed by group (OpenSSL, JSON,
+///    libmicrohttpd, libpq, Swift runtime and concurrency, libc, kernel, Baton's own code).
+/// 5. pgbench (`-M prepared -c 8 -j 2 -T --pgbench-seconds`) on the statements the service runs for each
 ///    outcome (values that the service binds become expressions of a pgbench counter).
+///
+/// The service logs at `--log-level` (default warning, as a loaded production service would).
 ///
 /// `--schema allauth` runs the same on Django allauth's tables (`socialaccount_socialaccount` where
 /// `provider = 'apple'`, a tenth of the users also with a Google row of the same subject, the email in
@@ -39,6 +45,10 @@ func runSigninBenchmark(_ arguments: Arguments) async throws -> Int32 {
     let concurrency = arguments.integer("concurrency")
     let pgbenchSeconds = arguments.integer("pgbench-seconds")
     let poolSize = arguments.integer("pool-size")
+    let wrkSeconds = arguments.integer("wrk-seconds")
+    let wrkConnections = [1, 8, 32, 64]
+    let perfPath = arguments.value("perf")
+    let logLevel = arguments.required("log-level")
     let clientID = "com.example.bench"
     // A choice of the schemas' raw values, so the value always names one.
     let schema = BenchSchema(rawValue: arguments.required("schema")) ?? .users
@@ -71,7 +81,7 @@ func runSigninBenchmark(_ arguments: Arguments) async throws -> Int32 {
 
     // 4. The service, as a child process.
     let child = try await ServiceProcess.start(databaseURL: databaseURL, appleBaseURL: emulator.baseURL, clientID: clientID, poolSize: poolSize,
-                                               legacy: schema.legacy)
+                                               legacy: schema.legacy, logLevel: logLevel)
     defer { child.terminate() }
 
     func load(_ bodies: [[UInt8]], total: Int) async -> (LoadReport, [Double]) {
@@ -84,14 +94,52 @@ func runSigninBenchmark(_ arguments: Arguments) async throws -> Int32 {
     }
 
     _ = await load(warmupBodies, total: 2_000)
+    let migratedCPU = child.cpuSeconds()
     let (migratedReport, migratedLatencies) = await load(migrationBodies, total: migrations)
+    let migratedCPUMicroseconds = (child.cpuSeconds() - migratedCPU) / Double(migrations) * 1e6
     let migratedCount = try await pool.query("SELECT count(*) FROM baton.events WHERE kind = 'migrated'")[0].decode(Int.self, at: 0)
     guard migratedReport.statuses == [200: migrations], migratedReport.failures == 0, migratedCount == migrations else {
         throw CommandFailure.failed("bench signin: migrated phase went wrong: statuses \(migratedReport.statuses), failures \(migratedReport.failures), \(migratedCount) events")
     }
+    let currentCPU = child.cpuSeconds()
     let (currentReport, currentLatencies) = await load(migrationBodies, total: currentRequests)
+    let currentCPUMicroseconds = (child.cpuSeconds() - currentCPU) / Double(currentRequests) * 1e6
     guard currentReport.statuses == [200: currentRequests], currentReport.failures == 0 else {
         throw CommandFailure.failed("bench signin: current phase went wrong: statuses \(currentReport.statuses), failures \(currentReport.failures)")
+    }
+
+    // 4b. The same current users' sign-ins driven from outside by wrk, at each connection count.
+    let bodiesPath = FileManager.default.temporaryDirectory.appendingPathComponent("baton-bench-\(UUID().uuidString).jsonl").path
+    try migrationBodies.map { String(decoding: $0, as: UTF8.self) }.joined(separator: "\n").write(toFile: bodiesPath, atomically: true, encoding: .utf8)
+    defer { try? FileManager.default.removeItem(atPath: bodiesPath) }
+    let wrk = WrkLoad(port: child.port, path: "/v1/signin", bodiesFile: bodiesPath, seconds: wrkSeconds)
+    var wrkRuns: [WrkFigures] = []
+    var profile: [(group: String, percent: Double)] = []
+    for connections in wrkConnections {
+        let load = uptimeLoad()
+        // The profile covers the 32-connection run, after a second of warm-up, to a second before its end.
+        let perf = perfPath.flatMap { connections == 32 ? PerfProfile(output: $0) : nil }
+        let cpuBefore = child.cpuSeconds()
+        let running = Task { try await offPool { try wrk.run(connections: connections) } }
+        var recorder: SpawnedProcess?
+        if let perf {
+            try await Task.sleep(for: .seconds(1))
+            recorder = try perf.start(pid: child.child.pid, seconds: max(1, wrkSeconds - 2))
+        }
+        var figures = try await running.value
+        figures.serverCPUMicroseconds = (child.cpuSeconds() - cpuBefore) / Double(max(1, figures.requests)) * 1e6
+        guard figures.errors == 0, figures.requests > 0 else {
+            throw CommandFailure.failed("bench signin: wrk at \(connections) connections saw \(figures.errors) errors")
+        }
+        wrkRuns.append(figures)
+        say(String(format: "wrk -c %d: %.0f/s, p50 %.2f ms, p99 %.2f ms, max %.2f ms, server CPU %.1f µs per sign-in (%d sign-ins; load %@)",
+                   connections, figures.perSecond, figures.p50, figures.p99, figures.max, figures.serverCPUMicroseconds, figures.requests, load))
+        if let recorder, let perf {
+            _ = await offPool { _ = recorder.readToEnd(); return recorder.waitForExit() }
+            profile = try await offPool { try perf.groups() }
+            say("perf profile of baton serve under wrk -c 32 (\(perf.output)): "
+                + profile.map { String(format: "%@ %.1f%%", PerfProfile.labels[$0.group] ?? $0.group, $0.percent) }.joined(separator: ", "))
+        }
     }
     let rssMB = child.peakRSSMegabytes()
     await child.stop()
@@ -112,20 +160,26 @@ func runSigninBenchmark(_ arguments: Arguments) async throws -> Int32 {
         \(pgbenchSQL(store.lookupQuery(subject: "\u{1}old"))) ;
 
         """
+    say("pgbench script, migrated: " + migratedScript.replacingOccurrences(of: "\n", with: " "))
+    say("pgbench script, current: " + currentScript.replacingOccurrences(of: "\n", with: " "))
     let pgbenchMigrated = try runPgbench(script: migratedScript, url: databaseURL, seconds: pgbenchSeconds)
     let pgbenchCurrent = try runPgbench(script: currentScript, url: databaseURL, seconds: pgbenchSeconds)
     await pool.close()
     try await dropBenchDatabase(serverURL: serverURL, databaseURL: databaseURL)
 
     let migratedP99 = percentile(migratedLatencies, 0.99), currentP99 = percentile(currentLatencies, 0.99)
-    say(String(format: "migrated: %.0f/s, p50 %.2f ms, p99 %.2f ms (%d sign-ins); pgbench same SQL %.0f tps (%.0f%%)",
-                 migratedReport.perSecond, percentile(migratedLatencies, 0.5), migratedP99, migrations, pgbenchMigrated,
+    say(String(format: "migrated: %.0f/s, p50 %.2f ms, p99 %.2f ms, server CPU %.1f µs each (%d sign-ins); pgbench same SQL %.0f tps (%.0f%%)",
+                 migratedReport.perSecond, percentile(migratedLatencies, 0.5), migratedP99, migratedCPUMicroseconds, migrations, pgbenchMigrated,
                  migratedReport.perSecond / pgbenchMigrated * 100))
-    say(String(format: "current:  %.0f/s, p50 %.2f ms, p99 %.2f ms (%d sign-ins); pgbench same SQL %.0f tps (%.0f%%)",
-                 currentReport.perSecond, percentile(currentLatencies, 0.5), currentP99, currentRequests, pgbenchCurrent,
+    say(String(format: "current:  %.0f/s, p50 %.2f ms, p99 %.2f ms, server CPU %.1f µs each (%d sign-ins); pgbench same SQL %.0f tps (%.0f%%)",
+                 currentReport.perSecond, percentile(currentLatencies, 0.5), currentP99, currentCPUMicroseconds, currentRequests, pgbenchCurrent,
                  currentReport.perSecond / pgbenchCurrent * 100))
-    say("server peak RSS: \(rssMB) MB; concurrency \(concurrency), \(ProcessInfo.processInfo.activeProcessorCount) cores; tables: \(schema.rawValue)")
-    let figures: JSONValue = [
+    for run in wrkRuns {
+        say(String(format: "wrk -c %d: %.0f/s = %.2f of pgbench's %.0f tps on the same SELECT", run.connections, run.perSecond,
+                   run.perSecond / pgbenchCurrent, pgbenchCurrent))
+    }
+    say("server peak RSS: \(rssMB) MB; concurrency \(concurrency), \(ProcessInfo.processInfo.activeProcessorCount) cores; tables: \(schema.rawValue); load \(uptimeLoad())")
+    var figures: JSONObject = [
         "current_per_s": .number(currentReport.perSecond.rounded()),
         "migrated_per_s": .number(migratedReport.perSecond.rounded()),
         "current_p99_ms": .number((currentP99 * 100).rounded() / 100),
@@ -133,9 +187,27 @@ func runSigninBenchmark(_ arguments: Arguments) async throws -> Int32 {
         "pgbench_current_tps": .number(pgbenchCurrent.rounded()),
         "pgbench_migrated_tps": .number(pgbenchMigrated.rounded()),
         "rss_mb": .number(Double(rssMB)),
+        "migrated_server_cpu_us": .number((migratedCPUMicroseconds * 10).rounded() / 10),
+        "current_server_cpu_us": .number((currentCPUMicroseconds * 10).rounded() / 10),
     ]
-    say(JSON.serialize(figures))
+    func rounded(_ value: Double, _ digits: Double = 100) -> JSONValue { .number((value * digits).rounded() / digits) }
+    for run in wrkRuns {
+        figures["wrk_c\(run.connections)_per_s"] = rounded(run.perSecond, 1)
+        figures["wrk_c\(run.connections)_p50_ms"] = rounded(run.p50)
+        figures["wrk_c\(run.connections)_p99_ms"] = rounded(run.p99)
+        figures["wrk_c\(run.connections)_max_ms"] = rounded(run.max)
+        figures["wrk_c\(run.connections)_server_cpu_us"] = rounded(run.serverCPUMicroseconds, 10)
+    }
+    // The target's maximum: the slowest answer of the 8- and 32-connection runs.
+    figures["wrk_max_ms"] = rounded(wrkRuns.filter { [8, 32].contains($0.connections) }.map(\.max).max() ?? 0)
+    for (group, percent) in profile { figures["perf_pct_" + group] = rounded(percent, 10) }
+    say(JSON.serialize(.object(figures)))
     return 0
+}
+
+/// uptime's load averages, `0.52 0.58 0.59`.
+private func uptimeLoad() -> String {
+    ((try? String(contentsOfFile: "/proc/loadavg", encoding: .utf8)) ?? "").split(separator: " ").prefix(3).joined(separator: " ")
 }
 
 /// Writes one line to standard output at once (progress shows even when the output is a pipe).
@@ -366,7 +438,8 @@ private final class ServiceProcess: Sendable {
         self.configPath = configPath
     }
 
-    static func start(databaseURL: String, appleBaseURL: URL, clientID: String, poolSize: Int, legacy: BatonConfiguration.Legacy) async throws -> ServiceProcess {
+    static func start(databaseURL: String, appleBaseURL: URL, clientID: String, poolSize: Int, legacy: BatonConfiguration.Legacy,
+                      logLevel: String) async throws -> ServiceProcess {
         let configuration: JSONValue = [
             "listen": "127.0.0.1:0",
             "database": ["url": .string(databaseURL), "pool_size": .number(Double(poolSize))],
@@ -379,8 +452,8 @@ private final class ServiceProcess: Sendable {
         let path = FileManager.default.temporaryDirectory.appendingPathComponent("baton-bench-\(UUID().uuidString).json").path
         try text.write(toFile: path, atomically: true, encoding: .utf8)
         let executable = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath().path
-        // The service logs one line per request; they go to /dev/null so the pipe never fills.
-        let child = try SpawnedProcess([executable, "serve", "--config", path], stderrToStdout: false)
+        // At info the service logs one line per request; they go to /dev/null so the pipe never fills.
+        let child = try SpawnedProcess([executable, "serve", "--config", path, "--log-level", logLevel], stderrToStdout: false)
         let line = await offPool { child.readLine() }
         guard line.hasPrefix("baton listening on "), let portText = line.split(separator: ":").last, let port = Int(portText) else {
             child.signal(SIGKILL)
@@ -396,6 +469,17 @@ private final class ServiceProcess: Sendable {
               let line = status.split(separator: "\n").first(where: { $0.hasPrefix("VmHWM:") }),
               let kilobytes = Int(line.split(separator: " ", omittingEmptySubsequences: true).dropFirst().first ?? "") else { return -1 }
         return (kilobytes + 1023) / 1024
+    }
+
+    /// The child's CPU time so far, user and system, in seconds (`/proc/PID/stat`, clock ticks): what a request
+    /// costs the server stays comparable when the machine is shared, unlike requests per second.
+    func cpuSeconds() -> Double {
+        guard let stat = try? String(contentsOfFile: "/proc/\(child.pid)/stat", encoding: .utf8),
+              let end = stat.lastIndex(of: ")") else { return 0 }
+        // After the command's closing parenthesis: state is field 3, utime and stime fields 14 and 15.
+        let fields = stat[stat.index(after: end)...].split(separator: " ")
+        guard fields.count > 12, let user = Double(fields[11]), let system = Double(fields[12]) else { return 0 }
+        return (user + system) / Double(sysconf(Int32(_SC_CLK_TCK)))
     }
 
     /// SIGTERM (the service drains and exits), then waits for it.
