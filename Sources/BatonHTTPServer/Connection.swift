@@ -9,17 +9,14 @@ final class ServerCore: Sendable {
     let router: Router
     let configuration: HTTPServerConfiguration
     let logger: Logger
-    private let state = Mutex(Counters())
+    /// Requests begun and not yet completed (sent or aborted). Atomics, not a lock: every request of every
+    /// polling thread counts here twice.
+    private let active = Atomic<Int>(0)
+    /// Handlers running on Swift tasks (their connections are suspended).
+    private let running = Atomic<Int>(0)
+    private let stopping = Atomic<Bool>(false)
     /// Connections reading a request: socket and when its deadline passes, by connection pointer.
     private let reading = Mutex<[UInt: (socket: Int32, deadline: ContinuousClock.Instant)]>([:])
-
-    private struct Counters {
-        /// Requests begun and not yet completed (sent or aborted).
-        var active = 0
-        /// Handlers running on Swift tasks (their connections are suspended).
-        var running = 0
-        var stopping = false
-    }
 
     init(router: Router, configuration: HTTPServerConfiguration, logger: Logger) {
         self.router = router
@@ -27,13 +24,14 @@ final class ServerCore: Sendable {
         self.logger = logger
     }
 
-    func requestBegan() { state.withLock { $0.active += 1 } }
-    func requestEnded() { state.withLock { $0.active -= 1 } }
-    func handlerBegan() { state.withLock { $0.running += 1 } }
-    func handlerEnded() { state.withLock { $0.running -= 1 } }
-    func beginStopping() { state.withLock { $0.stopping = true } }
-    var isStopping: Bool { state.withLock { $0.stopping } }
-    func counts() -> (active: Int, running: Int) { state.withLock { ($0.active, $0.running) } }
+    func requestBegan() { active.wrappingAdd(1, ordering: .relaxed) }
+    func requestEnded() { active.wrappingSubtract(1, ordering: .relaxed) }
+    func handlerBegan() { running.wrappingAdd(1, ordering: .acquiringAndReleasing) }
+    func handlerEnded() { running.wrappingSubtract(1, ordering: .acquiringAndReleasing) }
+    func beginStopping() { stopping.store(true, ordering: .releasing) }
+    var isStopping: Bool { stopping.load(ordering: .acquiring) }
+    /// Both counts, each read atomically (``HTTPServer/stop()`` polls them until both reach zero).
+    func counts() -> (active: Int, running: Int) { (active.load(ordering: .acquiring), running.load(ordering: .acquiring)) }
 
     // MARK: Request-head deadline
 

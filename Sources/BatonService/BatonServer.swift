@@ -26,10 +26,10 @@ public final class BatonServer: Sendable {
     /// The body limit of the service's requests: 32 KiB (a token is at most 16 KiB).
     public static let maxBodySize = 32 * 1024
 
-    /// libmicrohttpd's threads when the engine owns no pool: twice the cores. With a pool, one thread per pool
-    /// connection (at least two): sign-ins run on these threads (verification, then libpq, which blocks the thread
-    /// while PostgreSQL works), so each connection has a thread to drive it and each thread finds a connection
-    /// free. (With half as many, migrating sign-ins sometimes fell to a third when the machine was loaded.)
+    /// libmicrohttpd's threads: twice the cores, and no more than the pool's connections (at least two). Current
+    /// users' sign-ins run on them (verification, then one read through libpq, which blocks the thread while
+    /// PostgreSQL works), so a second thread per core keeps the core busy meanwhile; more threads than that
+    /// only contend for the same short locks (a thread preempted while holding one makes the others spin).
     public static let pollingThreads = 2 * ProcessInfo.processInfo.activeProcessorCount
 
     /// The service's `statement_timeout` when `database.statement_timeout_ms` is not set: 5,000 ms, so a locked
@@ -69,7 +69,7 @@ public final class BatonServer: Sendable {
         configuration.requestHeadTimeout = .milliseconds(limits.requestHeadTimeoutMilliseconds)
         configuration.connectionsPerAddress = limits.connectionsPerIP
         let poolSize = await engine.poolUsage()?.max
-        configuration.pollingThreads = poolSize.map { max(2, $0) } ?? pollingThreads
+        configuration.pollingThreads = max(2, min(pollingThreads, poolSize ?? pollingThreads))
         let server = HTTPServer(router: service.router(), configuration: configuration, logger: logger)
         do {
             let bound = try await server.start(host: host, port: port)
