@@ -212,6 +212,33 @@ struct LegacyShapesTests {
         await f.pool.close()
     }
 
+    @Test("a recipient's row known only by its imported key is found by an index scan when the key is not text")
+    func planByImportedKey() async throws {
+        let url = try TestDatabase.create("shape_plan_key")
+        let pool = PostgresPool(url: url, maxConnections: 4)
+        _ = try await BatonSchema.migrator().migrate(pool)
+        try await pool.withConnection { connection in
+            try await connection.executeScript(unsafeSQL: """
+                CREATE TABLE public.users (id bigint PRIMARY KEY, apple_sub text UNIQUE, email text);
+                INSERT INTO public.users SELECT n, NULL, 'u' || n || '@example.org' FROM generate_series(1, 20000) AS n;
+                INSERT INTO baton.transfers (transfer_sub, legacy_key) SELECT 'bt.' || n, n::text FROM generate_series(1, 20000) AS n;
+                ANALYZE public.users;
+                ANALYZE baton.transfers;
+                """)
+        }
+        let legacy = BatonConfiguration.Legacy(table: "public.users", keyColumn: "id", subjectColumn: "apple_sub", emailColumn: "email")
+        let store = LegacyStore(pool: pool, legacy: try legacy.identifiers())
+        let query = store.migrationQuery(from: .transfer("bt.5"), newSub: "new.5", newEmail: nil, isPrivateEmail: nil,
+                                         transferSub: "bt.5", method: .exchange)
+        let plan = try await pool.query(PostgresQuery(unsafeSQL: "EXPLAIN " + query.sql, query.bindings))
+            .map { try $0.decode(String.self, at: 0) }.joined(separator: "\n")
+        #expect(!plan.contains("Seq Scan on users"), "\(plan)")
+        #expect(try await store.applyMigration(transferSub: "bt.5", newSub: "new.5", newEmail: nil, isPrivateEmail: nil, method: .exchange)
+                == .migrated(LegacyUser(key: "5", subject: "new.5", email: "u5@example.org")))
+        #expect(try TestDatabase.psql(url, "SELECT count(*) FROM public.users WHERE apple_sub IS NOT NULL") == "1")
+        await pool.close()
+    }
+
     @Test("a key unique only among the Apple rows (Keycloak's shape): writes never reach the same key's other rows")
     func keyUniqueWithFilter() async throws {
         let url = try TestDatabase.create("shape_keycloak")

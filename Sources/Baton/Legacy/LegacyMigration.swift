@@ -141,9 +141,12 @@ extension LegacyStore {
                 candidates = candidates + " UNION ALL (SELECT x.\(l.keyColumn) FROM \(l.table) AS x WHERE x.\(column) = \(transferSub)"
                     + l.filterSQL(alias: "x") + " LIMIT 1)"
             }
+            // The stored key is text: it is read back in the key column's own type (through the table's row type),
+            // so the probe is an index scan whatever that type is; `key::text = legacy_key` scans the whole table.
             candidates = candidates + """
                  UNION ALL (SELECT y.k FROM (SELECT legacy_key FROM baton.transfers WHERE transfer_sub = \(transferSub) AND legacy_key IS NOT NULL) AS m
-                            CROSS JOIN LATERAL (SELECT x.\(l.keyColumn) AS k FROM \(l.table) AS x WHERE x.\(l.keyColumn)::text = m.legacy_key
+                            CROSS JOIN LATERAL (SELECT x.\(l.keyColumn) AS k FROM \(l.table) AS x
+                                WHERE x.\(l.keyColumn) = (jsonb_populate_record(NULL::\(l.table), jsonb_build_object(\(l.keyColumn.name)::text, m.legacy_key))).\(l.keyColumn)
                 """ + l.filterSQL(alias: "x") + " LIMIT 1) AS y) LIMIT 1)"
             query = candidates + ", old AS (" + columns
                 + " WHERE u.\(l.keyColumn) = (SELECT k FROM candidate) AND u.\(l.subjectColumn) IS DISTINCT FROM \(newSub)"
