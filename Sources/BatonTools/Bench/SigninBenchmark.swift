@@ -132,8 +132,9 @@ func runSigninBenchmark(_ arguments: Arguments) async throws -> Int32 {
             throw CommandFailure.failed("bench signin: wrk at \(connections) connections saw \(figures.errors) errors")
         }
         wrkRuns.append(figures)
-        say(String(format: "wrk -c %d: %.0f/s, p50 %.2f ms, p99 %.2f ms, max %.2f ms, server CPU %.1f µs per sign-in (%d sign-ins; load %@)",
-                   connections, figures.perSecond, figures.p50, figures.p99, figures.max, figures.serverCPUMicroseconds, figures.requests, load))
+        say(String(format: "wrk -c %d: %.0f/s, p50 %.2f ms, p99 %.2f ms, max %.2f ms, CPU per sign-in: server %.1f µs, PostgreSQL %.1f µs, wrk %.1f µs (%d sign-ins; load %@)",
+                   connections, figures.perSecond, figures.p50, figures.p99, figures.max, figures.serverCPUMicroseconds,
+                   figures.databaseCPUMicroseconds, figures.clientCPUMicroseconds, figures.requests, load))
         if let recorder, let perf {
             _ = await offPool { _ = recorder.readToEnd(); return recorder.waitForExit() }
             profile = try await offPool { try perf.groups() }
@@ -197,6 +198,8 @@ func runSigninBenchmark(_ arguments: Arguments) async throws -> Int32 {
         figures["wrk_c\(run.connections)_p99_ms"] = rounded(run.p99)
         figures["wrk_c\(run.connections)_max_ms"] = rounded(run.max)
         figures["wrk_c\(run.connections)_server_cpu_us"] = rounded(run.serverCPUMicroseconds, 10)
+        figures["wrk_c\(run.connections)_postgres_cpu_us"] = rounded(run.databaseCPUMicroseconds, 10)
+        figures["wrk_c\(run.connections)_wrk_cpu_us"] = rounded(run.clientCPUMicroseconds, 10)
     }
     // The target's maximum: the slowest answer of the 8- and 32-connection runs.
     figures["wrk_max_ms"] = rounded(wrkRuns.filter { [8, 32].contains($0.connections) }.map(\.max).max() ?? 0)
@@ -474,12 +477,7 @@ private final class ServiceProcess: Sendable {
     /// The child's CPU time so far, user and system, in seconds (`/proc/PID/stat`, clock ticks): what a request
     /// costs the server stays comparable when the machine is shared, unlike requests per second.
     func cpuSeconds() -> Double {
-        guard let stat = try? String(contentsOfFile: "/proc/\(child.pid)/stat", encoding: .utf8),
-              let end = stat.lastIndex(of: ")") else { return 0 }
-        // After the command's closing parenthesis: state is field 3, utime and stime fields 14 and 15.
-        let fields = stat[stat.index(after: end)...].split(separator: " ")
-        guard fields.count > 12, let user = Double(fields[11]), let system = Double(fields[12]) else { return 0 }
-        return (user + system) / Double(sysconf(Int32(_SC_CLK_TCK)))
+        processCPUSeconds(child.pid)
     }
 
     /// SIGTERM (the service drains and exits), then waits for it.
