@@ -51,7 +51,7 @@ let package = Package(
         .testTarget(name: "BatonPostgresTests", dependencies: ["BatonPostgres", "TestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "BatonHTTPServerTests", dependencies: ["BatonHTTPServer", "BatonTools", "TestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "BatonTests", dependencies: ["Baton", "BatonAppleSignIn", "TestSupport", "BatonEmulator"], swiftSettings: swiftSettings),
-        .testTarget(name: "BatonServiceTests", dependencies: ["BatonService", "TestSupport", "Baton", "BatonEmulator", "BatonAppleSignIn", "BatonHTTPServer", "BatonJOSE", "BatonPostgres"], swiftSettings: swiftSettings),
+        .testTarget(name: "BatonServiceTests", dependencies: ["BatonService", "TestSupport", "Baton", "BatonEmulator", "BatonAppleSignIn", "BatonHTTPServer", "BatonJOSE", "BatonPostgres", "BatonConcurrency"], swiftSettings: swiftSettings),
         .testTarget(name: "BatonEmulatorTests", dependencies: ["BatonEmulator", "BatonAppleSignIn", "TestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "CLITests", dependencies: ["BatonEmulator", "BatonJOSE", "TestSupport"], swiftSettings: swiftSettings),
         // The fault suite: `baton serve` and `baton exchange` as child processes under outages (`make faults`).

@@ -1,5 +1,7 @@
 import BatonEmulator
 import Baton
+import BatonConcurrency
+import BatonPostgres
 import BatonService
 import Foundation
 import BatonJOSE
@@ -73,6 +75,46 @@ struct SignInServiceTests {
             #expect(keysPerUser.values.allSatisfy { $0.count == 1 && !$0.contains("") })
             #expect(try f.count("SELECT count(*) FROM baton.events WHERE kind = 'migrated'") == 50)
             #expect(try f.count("SELECT count(*) FROM baton.transfers WHERE state = 'migrated'") == 50)
+        }
+    }
+
+    @Test("a migration on the server thread never waits for a record another transaction holds: the async way finishes it")
+    func lockedRecord() async throws {
+        try await ServiceFixture.run(.inProcess, people: 2) { f in
+            // A free record is rewritten on the calling thread (a server thread: off the cooperative pool).
+            let (first, second) = (try f.token(f.people[0]), try f.token(f.people[1]))
+            let free = try await offPool { try f.engine.signInWithoutWaiting(idToken: first, nonce: nil) }
+            guard case .now(let done) = free else {
+                Issue.record("a free record went the async way")
+                return
+            }
+            #expect(done.outcome == .migrated)
+            // Another transaction holds the second person's row (let go after 5 s, so a call that waited would
+            // come back `.now` and fail below rather than hang).
+            let holder = try await PostgresConnection.connect(url: f.url)
+            try await holder.executeScript(unsafeSQL: "BEGIN; SELECT 1 FROM users WHERE apple_sub = '\(f.people[1].oldSub)' FOR UPDATE")
+            let release = Task {
+                try? await Task.sleep(for: .seconds(5))
+                try? await holder.executeScript(unsafeSQL: "ROLLBACK")
+            }
+            let locked = try await offPool { try f.engine.signInWithoutWaiting(idToken: second, nonce: nil) }
+            guard case .later(let work) = locked else {
+                Issue.record("the server thread waited for the locked record")
+                release.cancel()
+                try await holder.executeScript(unsafeSQL: "ROLLBACK")
+                return
+            }
+            // Nothing was written on the way.
+            #expect(try f.count("SELECT count(*) FROM users WHERE apple_sub = '\(f.people[1].oldSub)'") == 1)
+            #expect(try f.count("SELECT count(*) FROM baton.events WHERE kind = 'migrated'") == 1)
+            release.cancel()
+            let finishing = Task { try await work() }
+            try await holder.executeScript(unsafeSQL: "ROLLBACK")
+            let result = try await finishing.value
+            #expect(result.outcome == .migrated)
+            #expect(result.sub == (try f.newSub(f.people[1])))
+            #expect(try f.count("SELECT count(*) FROM baton.events WHERE kind = 'migrated'") == 2)
+            #expect(try f.count("SELECT count(*) FROM users WHERE apple_sub = '\(f.people[1].oldSub)'") == 0)
         }
     }
 

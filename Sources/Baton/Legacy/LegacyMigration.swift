@@ -85,6 +85,22 @@ extension LegacyStore {
         }
     }
 
+    /// ``applyMigration(transferSub:newSub:newEmail:isPrivateEmail:method:)`` for a sign-in, on a connection the
+    /// calling thread borrowed (a server thread: ``PostgresPool/withConnectionBlocking(_:)``), without waiting for
+    /// another transaction: the legacy row is locked `NOWAIT`, so a row someone else holds fails the statement at
+    /// once (`lock_not_available`) instead of holding up the thread's other connections. Returns the record when this
+    /// call rewrote it; nil for every other outcome (already migrated, a conflict, no record), which the caller
+    /// settles the async way, as it does every error (an email another row holds, a locked row): nothing was written.
+    /// - Throws: ``PostgresError``.
+    package func migrateWithoutWaiting(transferSub: String, newSub: String, newEmail: String?, isPrivateEmail: Bool?,
+                                       on connection: PostgresConnection) throws -> LegacyUser? {
+        let rows = try connection.queryBlocking(migrationQuery(from: .transfer(transferSub), newSub: newSub, newEmail: newEmail,
+                                                               isPrivateEmail: isPrivateEmail, transferSub: transferSub,
+                                                               method: .signin, waitForLock: false))
+        guard case .settled(.migrated(let user)) = try Self.migrationRow(rows, newSub: newSub) else { return nil }
+        return user
+    }
+
     /// What the migration statement's row says: the outcome, or that the record must be read again.
     private enum MigrationRow {
         case settled(MigrationOutcome)
@@ -104,6 +120,15 @@ extension LegacyStore {
         return oldExists && newExists ? .settled(.conflict) : .readAgain
     }
 
+    /// What varies between the texts of the migration statement.
+    struct MigrationShape: Hashable, Sendable {
+        /// The record is found by the sending team's identifier (``OldSubjectSource/subject(_:)``), else by the
+        /// transfer identifier.
+        var bySubject: Bool
+        var writeEmail: Bool
+        var waitForLock: Bool
+    }
+
     /// Where the migration statement finds the record.
     public enum OldSubjectSource: Sendable {
         /// The row carrying this sending-team identifier.
@@ -115,20 +140,44 @@ extension LegacyStore {
     /// The migration statement of ``applyMigration(oldSub:newSub:newEmail:isPrivateEmail:transferSub:method:)``
     /// and ``applyMigration(transferSub:newSub:newEmail:isPrivateEmail:method:)`` (also the SQL
     /// `baton bench signin` gives pgbench). With `writeEmail` false no email is written and an
-    /// `email_conflict` event is recorded instead (when the policy would have written one).
+    /// `email_conflict` event is recorded instead (when the policy would have written one); with `waitForLock`
+    /// false a legacy row another transaction holds fails the statement (`NOWAIT`) instead of waiting for it.
+    /// The text is built once per shape (``StatementTemplate``); only the values are bound here.
     package func migrationQuery(from source: OldSubjectSource, newSub: String, newEmail: String?, isPrivateEmail: Bool?,
-                               transferSub: String?, method: MigrationMethod, writeEmail: Bool = true) -> PostgresQuery {
-        let l = legacy
+                               transferSub: String?, method: MigrationMethod, writeEmail: Bool = true,
+                               waitForLock: Bool = true) -> PostgresQuery {
+        let oldSub: String?
+        switch source {
+        case .subject(let sub): oldSub = sub
+        case .transfer: oldSub = nil
+        }
+        let shape = MigrationShape(bySubject: oldSub != nil, writeEmail: writeEmail, waitForLock: waitForLock)
+        return templates.migration(shape).filled { slot in
+            switch slot {
+            case .newSub: return newSub
+            case .newEmail: return newEmail
+            case .isPrivateEmail: return isPrivateEmail
+            case .transferSub: return transferSub
+            case .oldSub: return oldSub
+            case .method: return method.rawValue
+            case .subject: return newSub  // not in the migration statement
+            }
+        }
+    }
+
+    /// The text of the migration statement for `shape`, with ``StatementSlot``s for the values.
+    static func migrationStatement(_ l: BatonConfiguration.LegacyIdentifiers, _ shape: MigrationShape) -> PostgresQuery {
+        let newSub = StatementSlot.newSub, newEmail = StatementSlot.newEmail, isPrivateEmail = StatementSlot.isPrivateEmail
+        let transferSub = StatementSlot.transferSub, method = StatementSlot.method, writeEmail = shape.writeEmail
         let reference = l.emailTable.map { ", u.\($0.referenceColumn.quoted) AS r" } ?? ""
         let columns: PostgresQuery = """
             SELECT u.\(l.keyColumn) AS k, \(unsafeRaw: l.emailSQL) AS e, u.\(l.subjectColumn)::text AS s\(unsafeRaw: reference)
             FROM \(l.table) AS u\(unsafeRaw: l.emailJoinSQL)
             """
         var query: PostgresQuery
-        switch source {
-        case .subject(let oldSub):
-            query = "WITH old AS (" + columns + " WHERE u.\(l.subjectColumn) = \(oldSub)"
-        case .transfer(let transferSub):
+        if shape.bySubject {
+            query = "WITH old AS (" + columns + " WHERE u.\(l.subjectColumn) = \(StatementSlot.oldSub)"
+        } else {
             // The row's key, found by the first way that knows it (each an index probe; the key's arm only runs
             // when baton.transfers holds a key for this identifier); then the row itself is locked by key.
             var candidates: PostgresQuery = """
@@ -151,8 +200,8 @@ extension LegacyStore {
             query = candidates + ", old AS (" + columns
                 + " WHERE u.\(l.keyColumn) = (SELECT k FROM candidate) AND u.\(l.subjectColumn) IS DISTINCT FROM \(newSub)"
         }
-        query = query + l.filterSQL() + """
-             LIMIT 1 FOR UPDATE OF u
+        query = query + l.filterSQL() + " LIMIT 1 FOR UPDATE OF u" + (shape.waitForLock ? "" : " NOWAIT") + """
+
             ), taken AS (
                 SELECT u.\(l.keyColumn)::text AS k FROM \(l.table) AS u WHERE u.\(l.subjectColumn) = \(newSub)
             """ + l.filterSQL() + " LIMIT 1)"
@@ -192,7 +241,7 @@ extension LegacyStore {
                 UPDATE baton.transfers AS t SET
                     old_sub = COALESCE(t.old_sub, old.s), transfer_sub = COALESCE(t.transfer_sub, \(transferSub)::text),
                     legacy_key = moved.k, new_sub = \(newSub)::text, new_email = \(newEmail)::text,
-                    is_private_email = \(isPrivateEmail), state = 'migrated', method = \(method.rawValue)::text,
+                    is_private_email = \(isPrivateEmail), state = 'migrated', method = \(method)::text,
                     migrated_at = now(), updated_at = now(), last_error = NULL,
                     lease_owner = NULL, lease_expires_at = NULL, next_attempt_at = NULL
                 FROM moved, old
@@ -202,22 +251,22 @@ extension LegacyStore {
                 INSERT INTO baton.transfers (old_sub, transfer_sub, legacy_key, new_sub, new_email, is_private_email,
                                              state, method, migrated_at, updated_at)
                 SELECT old.s, \(transferSub)::text, moved.k, \(newSub)::text, \(newEmail)::text, \(isPrivateEmail),
-                       'migrated', \(method.rawValue)::text, now(), now()
+                       'migrated', \(method)::text, now(), now()
                 FROM moved, old WHERE NOT EXISTS (SELECT 1 FROM updated) AND (old.s IS NOT NULL OR \(transferSub)::text IS NOT NULL)
                 RETURNING 1
             ), event AS (
                 INSERT INTO baton.events (kind, method, legacy_key, old_sub, new_sub, old_email, new_email, transfer_sub)
-                SELECT 'migrated', \(method.rawValue)::text, moved.k, old.s, \(newSub)::text, old.e,
+                SELECT 'migrated', \(method)::text, moved.k, old.s, \(newSub)::text, old.e,
                        \(unsafeRaw: finalEmail), \(transferSub)::text
                 FROM moved, old
             ), clash AS (
                 INSERT INTO baton.events (kind, method, legacy_key, old_sub, new_sub, old_email, new_email, transfer_sub)
-                SELECT 'email_conflict', \(method.rawValue)::text, moved.k, old.s, \(newSub)::text, old.e, \(newEmail)::text,
+                SELECT 'email_conflict', \(method)::text, moved.k, old.s, \(newSub)::text, old.e, \(newEmail)::text,
                        \(transferSub)::text
                 FROM moved, old WHERE NOT \(writeEmail)
             ), taken_event AS (
                 INSERT INTO baton.events (kind, method, legacy_key, old_sub, new_sub, transfer_sub, detail)
-                SELECT 'subject_conflict', \(method.rawValue)::text, old.k::text, old.s, \(newSub)::text, \(transferSub)::text,
+                SELECT 'subject_conflict', \(method)::text, old.k::text, old.s, \(newSub)::text, \(transferSub)::text,
                        jsonb_build_object('holder_key', taken.k)
                 FROM old, taken
             )

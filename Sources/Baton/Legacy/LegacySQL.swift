@@ -40,7 +40,8 @@ extension BatonConfiguration.LegacyIdentifiers {
     /// The new value of the JSON column (alias `u`): its `subjectKeys` set to `newSub` (when given), its
     /// `emailKeys` set to `newEmail` where `write` is true and the policy allows replacing the key's value;
     /// keys that are absent are not added; a value that is not a JSON object is left as it is.
-    func jsonSQL(_ json: JSONCopy, newSub: String?, newEmail: String?, write: Bool) -> PostgresQuery {
+    func jsonSQL<Subject: PostgresEncodable, Email: PostgresEncodable>(_ json: JSONCopy, newSub: Subject?, newEmail: Email?,
+                                                                       write: Bool) -> PostgresQuery {
         let value = "u.\(json.column.quoted)::jsonb"
         let subjectKeys = newSub == nil ? [] : json.subjectKeys
         let subjectTest = Self.inList("k", subjectKeys)
@@ -63,5 +64,38 @@ extension PostgresQuery {
     /// `lhs` followed by `rhs`, whose placeholders are renumbered after `lhs`'s bindings.
     static func + (lhs: PostgresQuery, rhs: PostgresQuery) -> PostgresQuery {
         LegacyStore.concatenate(lhs, rhs)
+    }
+}
+
+/// A value a statement built once leaves open, bound per call: the sign-in path's statements are built once per
+/// shape (``StatementTemplate``), since assembling their text from the fragments above cost more CPU than
+/// PostgreSQL spent running them.
+enum StatementSlot: PostgresEncodable, Hashable {
+    case subject, newSub, newEmail, isPrivateEmail, transferSub, oldSub, method
+
+    // Never sent: ``StatementTemplate/filled(_:)`` replaces every slot by its value first.
+    static var postgresType: UInt32 { 0 }
+    func postgresValue() -> [UInt8]? { nil }
+}
+
+/// A statement's text and constant bindings, built once, with ``StatementSlot``s where each call's values go.
+struct StatementTemplate: Sendable {
+    private let sql: String
+    private let bindings: [any PostgresEncodable]
+    private let slots: [StatementSlot?]
+
+    init(_ query: PostgresQuery) {
+        sql = query.sql
+        bindings = query.bindings
+        slots = query.bindings.map { $0 as? StatementSlot }
+    }
+
+    /// The statement with each slot bound to `value(slot)`.
+    func filled(_ value: (StatementSlot) -> any PostgresEncodable) -> PostgresQuery {
+        var bound = bindings
+        for (index, slot) in slots.enumerated() {
+            if let slot { bound[index] = value(slot) }
+        }
+        return PostgresQuery(unsafeSQL: sql, bound)
     }
 }

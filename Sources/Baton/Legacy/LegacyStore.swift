@@ -35,6 +35,8 @@ public struct LegacyStore: BatonStore {
     /// The legacy table and its columns, validated.
     public let legacy: BatonConfiguration.LegacyIdentifiers
     private let nonceCount = NonceCounter()
+    /// The sign-in path's statements, built once (``StatementTemplate``).
+    let templates: Templates
 
     /// The domain of the sending team's private relay addresses: a stored email ending in it is replaced by
     /// the recipient's address on migration.
@@ -44,6 +46,31 @@ public struct LegacyStore: BatonStore {
     public init(pool: PostgresPool, legacy: BatonConfiguration.LegacyIdentifiers) {
         self.pool = pool
         self.legacy = legacy
+        self.templates = Templates(legacy)
+    }
+
+    /// The lookup and every variant of the migration statement, for one configuration.
+    struct Templates: Sendable {
+        let lookup: StatementTemplate
+        private let migrations: [MigrationShape: StatementTemplate]
+
+        init(_ legacy: BatonConfiguration.LegacyIdentifiers) {
+            lookup = StatementTemplate(LegacyStore.lookupStatement(legacy))
+            var migrations: [MigrationShape: StatementTemplate] = [:]
+            for bySubject in [true, false] {
+                for writeEmail in [true, false] {
+                    for waitForLock in [true, false] {
+                        let shape = MigrationShape(bySubject: bySubject, writeEmail: writeEmail, waitForLock: waitForLock)
+                        migrations[shape] = StatementTemplate(LegacyStore.migrationStatement(legacy, shape))
+                    }
+                }
+            }
+            self.migrations = migrations
+        }
+
+        func migration(_ shape: MigrationShape) -> StatementTemplate {
+            migrations[shape]!  // every shape is built above
+        }
     }
 
     // MARK: - Lookups
@@ -84,7 +111,12 @@ public struct LegacyStore: BatonStore {
     /// The statement of ``lookupForSignIn(subject:)`` (also the SQL `baton bench signin` gives pgbench): the
     /// Apple row carrying `sub`, its email (joined from the email table when it lives there) and its state.
     package func lookupQuery(subject sub: String) -> PostgresQuery {
-        let l = legacy
+        templates.lookup.filled { _ in sub }
+    }
+
+    /// The text of ``lookupQuery(subject:)``, with a slot for the subject.
+    static func lookupStatement(_ l: BatonConfiguration.LegacyIdentifiers) -> PostgresQuery {
+        let sub = StatementSlot.subject
         return """
             SELECT u.\(l.keyColumn)::text, \(unsafeRaw: l.emailSQL), s.state
             FROM \(l.table) AS u\(unsafeRaw: l.emailJoinSQL) LEFT JOIN baton.subjects AS s ON s.sub = \(sub)
@@ -194,7 +226,7 @@ public struct LegacyStore: BatonStore {
         if let column = l.emailColumn {
             var set: PostgresQuery = "\(column) = \(email)"
             if let json = l.json, !json.emailKeys.isEmpty {
-                set = set + ", \(json.column) = " + l.jsonSQL(json, newSub: nil, newEmail: email, write: true)
+                set = set + ", \(json.column) = " + l.jsonSQL(json, newSub: nil as String?, newEmail: email, write: true)
             }
             // The key may be unique only among the Apple rows: the filter is part of every write.
             query = query + ", changed AS (UPDATE \(l.table) AS u SET " + set + " FROM old WHERE u.\(l.keyColumn) = old.k" + l.filterSQL()
@@ -206,7 +238,7 @@ public struct LegacyStore: BatonStore {
                 """ + wanted + " RETURNING old.k::text AS k, m.\(mail.column)::text AS e)"
             if let json = l.json, !json.emailKeys.isEmpty {
                 query = query + ", json_copy AS (UPDATE \(l.table) AS u SET \(json.column) = "
-                    + l.jsonSQL(json, newSub: nil, newEmail: email, write: true)
+                    + l.jsonSQL(json, newSub: nil as String?, newEmail: email, write: true)
                     + " FROM old WHERE u.\(l.keyColumn) = old.k AND EXISTS (SELECT 1 FROM changed)" + l.filterSQL() + ")"
             }
         }

@@ -151,11 +151,13 @@ public final class BatonEngine: Sendable {
 
     /// ``signIn(idToken:nonce:)`` on the calling thread, which may block in libpq: a server's own thread, never
     /// Swift's cooperative pool. The common sign-ins finish here with no hop to another thread: a current user
-    /// whose record needs no write, and a new user; both are one read, which never waits for a row lock. The rest
-    /// come back as the async work that finishes them: a nonce to consume, a key set to fetch, no idle pool
-    /// connection, a record to refresh, a migration (its statement locks the record and may wait for another
-    /// writer, which must not hold up the thread's other connections), a database error (the whole sign-in runs
-    /// again, as ``signIn(idToken:nonce:)`` retries one: the lookup is safe to run twice).
+    /// whose record needs no write and a new user (one read, which never waits for a row lock), and a migration
+    /// whose record no one else holds (its statement locks the row `NOWAIT`, so it never waits for another
+    /// writer while the thread's other connections wait). The rest come back as the async work that finishes them:
+    /// a nonce to consume, a key set to fetch, no idle pool connection, a record to refresh, a migration that did
+    /// not rewrite the record here (already done, a conflict, no record) or could not (a locked row, an email
+    /// another row holds), a database error (the whole sign-in runs again, as ``signIn(idToken:nonce:)`` retries
+    /// one: the lookup is safe to run twice, and a failed statement wrote nothing).
     /// - Throws: ``BatonError`` `invalid_token` at once; the rest as ``signIn(idToken:nonce:)``, from the work.
     package func signInWithoutWaiting(idToken: String, nonce: ExpectedNonce?) throws -> NowOrLater<SignInResult> {
         let everything = NowOrLater<SignInResult>.later { try await self.signIn(idToken: idToken, nonce: nonce) }
@@ -180,6 +182,10 @@ public final class BatonEngine: Sendable {
                 }
                 guard let transferSub = identity.transferSub else {
                     return .now(SignInResult(outcome: .new, user: nil, sub: identity.sub, transferSub: nil))
+                }
+                if let user = try store.migrateWithoutWaiting(transferSub: transferSub, newSub: identity.sub, newEmail: identity.email,
+                                                              isPrivateEmail: identity.isPrivateEmail, on: connection) {
+                    return .now(SignInResult(outcome: .migrated, user: user, sub: identity.sub, transferSub: transferSub))
                 }
                 return .later { try await self.database { try await correlator.migrate(identity, transferSub: transferSub) } }
             }
