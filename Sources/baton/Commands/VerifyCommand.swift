@@ -80,7 +80,7 @@ private func runVerify(_ arguments: Arguments) async throws -> Int32 {
 
     let token: String
     if tokenArgument == "-" {
-        let bytes = try await offPool { readStandardInput(limit: standardInputLimit) }
+        let bytes = await offPool { readStandardInput(limit: standardInputLimit) }
         guard bytes.count <= standardInputLimit else {
             throw CommandFailure.rejected("rejected: \(VerificationError.Code.tooLarge.rawValue): standard input exceeds \(standardInputLimit) bytes")
         }
