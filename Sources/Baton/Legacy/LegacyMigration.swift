@@ -1,4 +1,5 @@
 import BatonPostgres
+import Synchronization
 
 extension LegacyStore {
     /// Rewrites the legacy record of `oldSub` to `newSub`, exactly once however many callers race.
@@ -116,8 +117,26 @@ extension LegacyStore {
     /// and ``applyMigration(transferSub:newSub:newEmail:isPrivateEmail:method:)`` (also the SQL
     /// `baton bench signin` gives pgbench). With `writeEmail` false no email is written and an
     /// `email_conflict` event is recorded instead (when the policy would have written one).
+    ///
+    /// The statement's text depends only on the configuration and the kind of source, so it is built once per
+    /// store and kind (``MigrationTemplate``) and each call binds its own values: building it cost a sign-in
+    /// or an exchange some fifteen string concatenations. Same text and bindings as
+    /// ``buildMigrationQuery(from:newSub:newEmail:isPrivateEmail:transferSub:methodText:writeEmail:)``.
     package func migrationQuery(from source: OldSubjectSource, newSub: String, newEmail: String?, isPrivateEmail: Bool?,
                                transferSub: String?, method: MigrationMethod, writeEmail: Bool = true) -> PostgresQuery {
+        let (kind, sourceValue): (MigrationTemplate.Kind, String) = switch source {
+        case .subject(let oldSub): (.subject, oldSub)
+        case .transfer(let transferSub): (.transfer, transferSub)
+        }
+        let template = migrationTemplates.template(kind) { MigrationTemplate(kind: kind, store: self) }
+        return template.query(source: sourceValue, newSub: newSub, newEmail: newEmail, transferSub: transferSub, method: method.rawValue,
+                              isPrivateEmail: isPrivateEmail, writeEmail: writeEmail)
+    }
+
+    /// Builds the migration statement from its fragments (``migrationQuery(from:newSub:newEmail:isPrivateEmail:transferSub:method:writeEmail:)``
+    /// keeps one per kind of source); `methodText` is the method's raw value.
+    package func buildMigrationQuery(from source: OldSubjectSource, newSub: String, newEmail: String?, isPrivateEmail: Bool?,
+                                     transferSub: String?, methodText: String, writeEmail: Bool) -> PostgresQuery {
         let l = legacy
         let reference = l.emailTable.map { ", u.\($0.referenceColumn.quoted) AS r" } ?? ""
         let columns: PostgresQuery = """
@@ -195,7 +214,7 @@ extension LegacyStore {
                 UPDATE baton.transfers AS t SET
                     old_sub = COALESCE(t.old_sub, old.s), transfer_sub = COALESCE(t.transfer_sub, \(transferSub)::text),
                     legacy_key = moved.k, new_sub = \(newSub)::text, new_email = \(newEmail)::text,
-                    is_private_email = \(isPrivateEmail), state = 'migrated', method = \(method.rawValue)::text,
+                    is_private_email = \(isPrivateEmail), state = 'migrated', method = \(methodText)::text,
                     migrated_at = now(), updated_at = now(), last_error = NULL,
                     lease_owner = NULL, lease_expires_at = NULL, next_attempt_at = NULL
                 FROM moved, old
@@ -205,22 +224,22 @@ extension LegacyStore {
                 INSERT INTO baton.transfers (old_sub, transfer_sub, legacy_key, new_sub, new_email, is_private_email,
                                              state, method, migrated_at, updated_at)
                 SELECT old.s, \(transferSub)::text, moved.k, \(newSub)::text, \(newEmail)::text, \(isPrivateEmail),
-                       'migrated', \(method.rawValue)::text, now(), now()
+                       'migrated', \(methodText)::text, now(), now()
                 FROM moved, old WHERE NOT EXISTS (SELECT 1 FROM updated) AND (old.s IS NOT NULL OR \(transferSub)::text IS NOT NULL)
                 RETURNING 1
             ), event AS (
                 INSERT INTO baton.events (kind, method, legacy_key, old_sub, new_sub, old_email, new_email, transfer_sub)
-                SELECT 'migrated', \(method.rawValue)::text, moved.k, old.s, \(newSub)::text, old.e,
+                SELECT 'migrated', \(methodText)::text, moved.k, old.s, \(newSub)::text, old.e,
                        \(unsafeRaw: finalEmail), \(transferSub)::text
                 FROM moved, old
             ), clash AS (
                 INSERT INTO baton.events (kind, method, legacy_key, old_sub, new_sub, old_email, new_email, transfer_sub)
-                SELECT 'email_conflict', \(method.rawValue)::text, moved.k, old.s, \(newSub)::text, old.e, \(newEmail)::text,
+                SELECT 'email_conflict', \(methodText)::text, moved.k, old.s, \(newSub)::text, old.e, \(newEmail)::text,
                        \(transferSub)::text
                 FROM moved, old WHERE NOT \(writeEmail)
             ), taken_event AS (
                 INSERT INTO baton.events (kind, method, legacy_key, old_sub, new_sub, transfer_sub, detail)
-                SELECT 'subject_conflict', \(method.rawValue)::text, old.k::text, old.s, \(newSub)::text, \(transferSub)::text,
+                SELECT 'subject_conflict', \(methodText)::text, old.k::text, old.s, \(newSub)::text, \(transferSub)::text,
                        jsonb_build_object('holder_key', taken.k)
                 FROM old, taken
             )
@@ -228,5 +247,79 @@ extension LegacyStore {
             FROM (SELECT 1) AS one LEFT JOIN moved ON true
             """
         return query + rest
+    }
+}
+
+/// The migration statement of one kind of source with its values left out: the text and, for each binding, either a
+/// value of the configuration (a `legacy.where` value, a JSON key) or which of the call's arguments goes there.
+/// Built from ``LegacyStore/buildMigrationQuery(from:newSub:newEmail:isPrivateEmail:transferSub:methodText:writeEmail:)``
+/// with a mark in each string argument (control characters no configuration value holds) and told apart by type for
+/// the two flags: `isPrivateEmail` is the only `Bool?` bound, `writeEmail` the only `Bool`.
+struct MigrationTemplate: Sendable {
+    /// Where the statement finds the record.
+    enum Kind: Hashable, Sendable {
+        case subject
+        case transfer
+    }
+
+    private enum Binding: Sendable {
+        case constant(any PostgresEncodable)
+        /// The string argument at this index, bound as `String?` or as `String` like the built statement did.
+        case text(Int, optional: Bool)
+        case isPrivateEmail
+        case writeEmail
+    }
+
+    /// The marks of the string arguments, in argument order: source value, new subject, new email, transfer
+    /// identifier, method.
+    private static let marks = (0..<5).map { Array("\u{1}baton.migration.argument.\($0)\u{1}".utf8) }
+
+    private let sql: String
+    private let bindings: [Binding]
+
+    init(kind: Kind, store: LegacyStore) {
+        let mark = Self.marks.map { String(decoding: $0, as: UTF8.self) }
+        let source: LegacyStore.OldSubjectSource = kind == .subject ? .subject(mark[0]) : .transfer(mark[0])
+        let query = store.buildMigrationQuery(from: source, newSub: mark[1], newEmail: mark[2], isPrivateEmail: true,
+                                              transferSub: mark[3], methodText: mark[4], writeEmail: true)
+        sql = query.sql
+        bindings = query.bindings.map { binding in
+            if type(of: binding) == Bool?.self { return .isPrivateEmail }
+            if type(of: binding) == Bool.self { return .writeEmail }
+            if let value = binding.postgresValue(), let index = Self.marks.firstIndex(of: value) {
+                let optional = type(of: binding) == String?.self
+                // The new email and the transfer identifier may be nil: the fragments must bind them as `String?`.
+                precondition(optional || [0, 1, 4].contains(index), "the migration statement binds an optional argument as String")
+                return .text(index, optional: optional)
+            }
+            return .constant(binding)
+        }
+    }
+
+    /// The statement with these values bound (`method` is the method's raw value).
+    func query(source: String, newSub: String, newEmail: String?, transferSub: String?, method: String, isPrivateEmail: Bool?,
+               writeEmail: Bool) -> PostgresQuery {
+        let texts: [String?] = [source, newSub, newEmail, transferSub, method]
+        return PostgresQuery(unsafeSQL: sql, bindings.map { binding -> any PostgresEncodable in
+            switch binding {
+            case .constant(let value): value
+            // Only the source, the new subject and the method are bound as `String`, and those are never nil.
+            case .text(let index, let optional): optional ? texts[index] : texts[index] ?? ""
+            case .isPrivateEmail: isPrivateEmail
+            case .writeEmail: writeEmail
+            }
+        })
+    }
+}
+
+/// A store's migration templates, made on first use.
+final class MigrationTemplates: Sendable {
+    private let templates = Mutex<[MigrationTemplate.Kind: MigrationTemplate]>([:])
+
+    func template(_ kind: MigrationTemplate.Kind, make: () -> MigrationTemplate) -> MigrationTemplate {
+        if let template = templates.withLock({ $0[kind] }) { return template }
+        let template = make()
+        templates.withLock { $0[kind] = template }
+        return template
     }
 }

@@ -35,6 +35,8 @@ public struct LegacyStore: BatonStore {
     /// The legacy table and its columns, validated.
     public let legacy: BatonConfiguration.LegacyIdentifiers
     private let nonceCount = NonceCounter()
+    /// The migration statement per kind of source, built on first use (``MigrationTemplate``).
+    let migrationTemplates = MigrationTemplates()
 
     /// The domain of the sending team's private relay addresses: a stored email ending in it is replaced by
     /// the recipient's address on migration.
