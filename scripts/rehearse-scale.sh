@@ -8,6 +8,7 @@
 #
 # BINARY defaults to .build/release/baton (built with `swift build -c release` when missing).
 # CROSS_COMPANY=1 makes every row a recipient's row: NULL subject, a transfer identifier in transfer_sub.
+# CONCURRENCY=N passes --concurrency N (devices and job workers in flight; the rehearsal's default otherwise).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -55,7 +56,7 @@ JSON
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 status=0
 /usr/bin/time -v -o "$work/time.txt" "$binary" rehearse --config "$work/baton.json" --from "$url" --rate 50 --processes 2 \
-    --json "$work/rehearsal.json" || status=$?
+    ${CONCURRENCY:+--concurrency "$CONCURRENCY"} --json "$work/rehearsal.json" || status=$?
 load_after=$(cut -d' ' -f1-3 /proc/loadavg)
 cat "$work/rehearsal.json" 2>/dev/null || true
 wall=$(sed -n 's/.*Elapsed (wall clock) time (h:mm:ss or m:ss): //p' "$work/time.txt")

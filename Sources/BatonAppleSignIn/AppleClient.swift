@@ -390,12 +390,34 @@ public final class AppleClient: Sendable {
         return AppleClientError(code, context: context, status: response.status, appleError: appleError, retryAfter: retryAfter, attempts: attempts)
     }
 
-    /// `application/x-www-form-urlencoded` text of `fields`, in order.
+    /// `application/x-www-form-urlencoded` text of `fields`, in order: ASCII letters, digits and `-._~` as they
+    /// are, every other UTF-8 byte as `%XX` (upper-case hex). Works on bytes: Foundation's
+    /// `addingPercentEncoding` went through UTF-16 and a character-set lookup per character, a visible share of
+    /// a bulk job's CPU at a million calls.
     static func formEncode(_ fields: [(String, String)]) -> String {
-        var allowed = CharacterSet.alphanumerics.intersection(CharacterSet(charactersIn: Unicode.Scalar(0)...Unicode.Scalar(127)))
-        allowed.insert(charactersIn: "-._~")
-        func encode(_ text: String) -> String { text.addingPercentEncoding(withAllowedCharacters: allowed) ?? "" }
-        return fields.map { "\(encode($0.0))=\(encode($0.1))" }.joined(separator: "&")
+        let hex = Array("0123456789ABCDEF".utf8)
+        var out: [UInt8] = []
+        out.reserveCapacity(fields.reduce(0) { $0 + $1.0.utf8.count + $1.1.utf8.count + 2 } + 16)
+        func append(_ text: String) {
+            for byte in text.utf8 {
+                switch byte {
+                case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "0")...UInt8(ascii: "9"),
+                     UInt8(ascii: "-"), UInt8(ascii: "."), UInt8(ascii: "_"), UInt8(ascii: "~"):
+                    out.append(byte)
+                default:
+                    out.append(UInt8(ascii: "%"))
+                    out.append(hex[Int(byte >> 4)])
+                    out.append(hex[Int(byte & 0x0F)])
+                }
+            }
+        }
+        for (index, field) in fields.enumerated() {
+            if index > 0 { out.append(UInt8(ascii: "&")) }
+            append(field.0)
+            out.append(UInt8(ascii: "="))
+            append(field.1)
+        }
+        return String(decoding: out, as: UTF8.self)
     }
 }
 

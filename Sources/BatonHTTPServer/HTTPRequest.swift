@@ -30,7 +30,13 @@ public struct HTTPRequest: Sendable {
     public var mediaType: String? {
         guard let value = headers["Content-Type"] else { return nil }
         let type = value.split(separator: ";", maxSplits: 1, omittingEmptySubsequences: false).first ?? ""
-        return type.trimmingCharacters(in: .whitespaces).lowercased()
+        // Trims what `CharacterSet.whitespaces` holds (tab and the space separators), without Foundation's
+        // per-call character-set machinery: every request with a body asks this.
+        func isBlank(_ scalar: Unicode.Scalar) -> Bool { scalar == "\t" || scalar.properties.generalCategory == .spaceSeparator }
+        var scalars = type.unicodeScalars
+        while let first = scalars.first, isBlank(first) { scalars = scalars.dropFirst() }
+        while let last = scalars.last, isBlank(last) { scalars = scalars.dropLast() }
+        return Substring(scalars).lowercased()
     }
 
     /// The body parsed as `application/x-www-form-urlencoded`.

@@ -22,6 +22,18 @@ struct AppleClientTests {
         ])
     }
 
+    @Test("form bodies percent-encode every byte but ASCII letters, digits and -._~, in upper-case hex")
+    func formEncoding() async throws {
+        let transport = ScriptedTransport()
+        transport.script("usermigrationinfo", [.respond(200, #"{"transfer_sub":"T.1"}"#)])
+        let client = makeClient(transport, clock: FakeClock())
+        _ = try await client.transferIdentifier(forUser: "a b+c/é~-._&=%", targetTeamID: "CCCCCCCCCC")
+        let request = try #require(transport.requests(to: "usermigrationinfo").first)
+        let body = String(decoding: request.body, as: UTF8.self)
+        #expect(body.hasPrefix("sub=a%20b%2Bc%2F%C3%A9~-._%26%3D%25&target=CCCCCCCCCC&client_id=com.example.app&client_secret="))
+        #expect(ScriptedTransport.fields(request)["sub"] == "a b+c/é~-._&=%")
+    }
+
     @Test("usermigrationinfo calls carry the bearer token, client ID and secret")
     func migrationRequestShape() async throws {
         let transport = ScriptedTransport()

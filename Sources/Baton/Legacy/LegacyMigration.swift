@@ -192,8 +192,11 @@ extension LegacyStore {
             }
             // The stored key is text: it is read back in the key column's own type (through the table's row type),
             // so the probe is an index scan whatever that type is; `key::text = legacy_key` scans the whole table.
+            // baton.transfers is probed by the transfer identifier alone (its unique index); a NULL key finds no row.
+            // `AND legacy_key IS NOT NULL` there let the planner, whose statistics predate the migrations that set
+            // the keys, scan transfers_legacy_key_idx over every migrated row instead: O(migrated rows) per call.
             candidates = candidates + """
-                 UNION ALL (SELECT y.k FROM (SELECT legacy_key FROM baton.transfers WHERE transfer_sub = \(transferSub) AND legacy_key IS NOT NULL) AS m
+                 UNION ALL (SELECT y.k FROM (SELECT legacy_key FROM baton.transfers WHERE transfer_sub = \(transferSub)) AS m
                             CROSS JOIN LATERAL (SELECT x.\(l.keyColumn) AS k FROM \(l.table) AS x
                                 WHERE x.\(l.keyColumn) = (jsonb_populate_record(NULL::\(l.table), jsonb_build_object(\(l.keyColumn.name)::text, m.legacy_key))).\(l.keyColumn)
                 """ + l.filterSQL(alias: "x") + " LIMIT 1) AS y) LIMIT 1)"

@@ -67,6 +67,8 @@ package final class RawHTTPConnection {
 
     private var descriptor: Int32
     private var buffer: [UInt8] = []
+    /// What one `recv` reads into, kept from read to read.
+    private var chunk = [UInt8](repeating: 0, count: 16_384)
     private var closed = false
     /// Whether the last response carried `Connection: close`.
     package private(set) var announcedClose = false
@@ -149,7 +151,7 @@ package final class RawHTTPConnection {
 
     /// Reads more bytes; false on timeout or close.
     private func fill() -> Bool {
-        var chunk = [UInt8](repeating: 0, count: 16_384)
+        let descriptor = descriptor
         let count = chunk.withUnsafeMutableBytes { recv(descriptor, $0.baseAddress, $0.count, 0) }
         if count > 0 {
             buffer.append(contentsOf: chunk[0..<count])
@@ -186,16 +188,38 @@ package final class RawHTTPConnection {
         return nil
     }
 
+    /// The status and the headers (names lower-cased, values without surrounding spaces and tabs) of a response
+    /// head, or nil when its status line is not `HTTP/1.x NNN`. Reads bytes: Foundation's string splitting and
+    /// trimming were a visible share of a rehearsal's CPU at a few million responses.
     private static func head(_ bytes: ArraySlice<UInt8>) -> (Int, [String: String])? {
-        let lines = String(decoding: bytes, as: UTF8.self).components(separatedBy: "\r\n")
-        let statusLine = lines[0].split(separator: " ", maxSplits: 2)
-        guard statusLine.count >= 2, statusLine[0].hasPrefix("HTTP/1."), let status = Int(statusLine[1]), (100...599).contains(status) else {
+        var lines: [ArraySlice<UInt8>] = []
+        var start = bytes.startIndex
+        var index = bytes.startIndex
+        while index < bytes.endIndex {
+            if bytes[index] == 13, index + 1 < bytes.endIndex, bytes[index + 1] == 10 {
+                lines.append(bytes[start..<index])
+                index += 2
+                start = index
+            } else {
+                index += 1
+            }
+        }
+        lines.append(bytes[start..<bytes.endIndex])
+        let statusLine = lines[0].split(separator: UInt8(ascii: " "), maxSplits: 2, omittingEmptySubsequences: true)
+        guard statusLine.count >= 2, statusLine[0].starts(with: "HTTP/1.".utf8), statusLine[1].count <= 3,
+              statusLine[1].allSatisfy({ $0 >= UInt8(ascii: "0") && $0 <= UInt8(ascii: "9") }),
+              let status = Int(String(decoding: statusLine[1], as: UTF8.self)), (100...599).contains(status) else {
             return nil
         }
+        func isBlank(_ byte: UInt8) -> Bool { byte == UInt8(ascii: " ") || byte == UInt8(ascii: "\t") }
         var headers: [String: String] = [:]
         for line in lines.dropFirst() {
-            guard let colon = line.firstIndex(of: ":") else { continue }
-            headers[line[..<colon].lowercased()] = line[line.index(after: colon)...].trimmingCharacters(in: .whitespaces)
+            guard let colon = line.firstIndex(of: UInt8(ascii: ":")) else { continue }
+            let name = line[..<colon].map { $0 >= UInt8(ascii: "A") && $0 <= UInt8(ascii: "Z") ? $0 + 32 : $0 }
+            var value = line[(colon + 1)...]
+            while let first = value.first, isBlank(first) { value = value.dropFirst() }
+            while let last = value.last, isBlank(last) { value = value.dropLast() }
+            headers[String(decoding: name, as: UTF8.self)] = String(decoding: value, as: UTF8.self)
         }
         return (status, headers)
     }
