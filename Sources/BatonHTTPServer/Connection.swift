@@ -12,7 +12,7 @@ final class ServerCore: Sendable {
     /// Requests begun and not yet completed (sent or aborted). Atomics, not a lock: every request of every
     /// polling thread counts here twice.
     private let active = Atomic<Int>(0)
-    /// Handlers running on Swift tasks (their connections are suspended).
+    /// Handlers running on Swift tasks, counted until libmicrohttpd has taken their resumed connection back.
     private let running = Atomic<Int>(0)
     private let stopping = Atomic<Bool>(false)
     /// Connections reading a request: socket and when its deadline passes, by connection pointer.
@@ -81,6 +81,16 @@ final class RequestContext: Sendable {
     let handlerTask = Mutex<Task<Void, Never>?>(nil)
     /// Whether a response has been queued (the early 413).
     let queuedEarly = Atomic<Bool>(false)
+    /// Whether the connection was suspended for a handler and libmicrohttpd has not yet taken it back (called the
+    /// access handler again after `MHD_resume_connection`, or ended the request).
+    private let suspended = Atomic<Bool>(false)
+
+    func markSuspended() { suspended.store(true, ordering: .releasing) }
+
+    /// True once, for the first caller after ``markSuspended()``: the connection is libmicrohttpd's again.
+    func endSuspension() -> Bool {
+        suspended.compareExchange(expected: true, desired: false, ordering: .acquiringAndReleasing).exchanged
+    }
 
     /// Appends a chunk unless that would pass `limit`, in which case the body is dropped.
     func append(_ chunk: UnsafeRawBufferPointer, limit: Int) {
@@ -188,6 +198,9 @@ func batonAccessHandler(
     }
     if context.queuedEarly.load(ordering: .relaxed) { return CMicroHTTPD_yes() }
     if let response = context.takeResponse() {
+        // The handler counts as running until libmicrohttpd has taken the resumed connection back: stopping the
+        // daemon while a resumed connection is still on its suspended list aborts the process.
+        if context.endSuspension() { core.handlerEnded() }
         return queue(response, on: connection, core: core)
     }
     guard let body = context.takeBody() else {
@@ -210,13 +223,13 @@ func batonAccessHandler(
     case .later(let later): work = later
     }
     core.handlerBegan()
+    context.markSuspended()
     MHD_suspend_connection(connection)
     let suspended = SuspendedConnection(pointer: connection)
     // The handler and its deadline race; whichever answers first resumes the connection, exactly once.
     let deliver: @Sendable (HTTPResponse) -> Void = { response in
         guard context.answerOnce(response) else { return }
         MHD_resume_connection(suspended.pointer)
-        core.handlerEnded()
     }
     // The deadline's task is cancelled as soon as the handler answers, so no sleeper outlives its request.
     let deadline = core.configuration.handlerTimeout.map { timeout in
@@ -245,9 +258,11 @@ func batonRequestCompleted(
     _ termination: MHD_RequestTerminationCode
 ) {
     guard let cls, let contextSlot, let slot = contextSlot.pointee else { return }
+    let core = Unmanaged<ServerCore>.fromOpaque(cls).takeUnretainedValue()
+    // A resumed connection that ended before its response was queued (the client went away) is taken back here.
+    if Unmanaged<RequestContext>.fromOpaque(slot).takeUnretainedValue().endSuspension() { core.handlerEnded() }
     Unmanaged<RequestContext>.fromOpaque(slot).release()
     contextSlot.pointee = nil
-    let core = Unmanaged<ServerCore>.fromOpaque(cls).takeUnretainedValue()
     core.requestEnded()
     // A kept-alive connection now waits for its next request: the deadline applies again.
     if let connection, termination == .REQUEST_TERMINATED_COMPLETED_OK { core.readingBegan(connection) }
