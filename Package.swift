@@ -21,9 +21,11 @@ let package = Package(
         .systemLibrary(name: "CBatonOpenSSL", pkgConfig: "openssl", providers: [.apt(["libssl-dev"])]),
         .systemLibrary(name: "CBatonLibPQ", pkgConfig: "libpq", providers: [.apt(["libpq-dev"])]),
         .systemLibrary(name: "CBatonMicroHTTPD", pkgConfig: "libmicrohttpd", providers: [.apt(["libmicrohttpd-dev"])]),
+        // Linux's epoll and eventfd headers (glibc), which Swift's Glibc module does not include.
+        .systemLibrary(name: "CBatonEpoll"),
 
         .target(name: "BatonLogging", swiftSettings: swiftSettings),
-        .target(name: "BatonConcurrency", swiftSettings: swiftSettings),
+        .target(name: "BatonConcurrency", dependencies: ["CBatonEpoll"], swiftSettings: swiftSettings),
         .target(name: "BatonJOSE", dependencies: ["CBatonOpenSSL"], swiftSettings: swiftSettings),
         .target(name: "BatonAppleSignIn", dependencies: ["BatonJOSE", "BatonLogging", "BatonConcurrency"], swiftSettings: swiftSettings),
         .target(name: "BatonPostgres", dependencies: ["CBatonLibPQ", "BatonLogging", "BatonConcurrency"], swiftSettings: swiftSettings),
@@ -48,8 +50,8 @@ let package = Package(
         .target(name: "TestSupport", dependencies: ["BatonEmulator", "BatonHTTPServer", "BatonPostgres"], path: "Tests/TestSupport", swiftSettings: swiftSettings),
         .testTarget(name: "BatonJOSETests", dependencies: ["BatonJOSE"], swiftSettings: swiftSettings),
         .testTarget(name: "BatonAppleSignInTests", dependencies: ["BatonAppleSignIn", "BatonJOSE", "BatonEmulator", "BatonHTTPServer", "TestSupport"], swiftSettings: swiftSettings),
-        .testTarget(name: "BatonPostgresTests", dependencies: ["BatonPostgres", "TestSupport"], swiftSettings: swiftSettings),
-        .testTarget(name: "BatonHTTPServerTests", dependencies: ["BatonHTTPServer", "BatonTools", "TestSupport"], swiftSettings: swiftSettings),
+        .testTarget(name: "BatonPostgresTests", dependencies: ["BatonPostgres", "BatonConcurrency", "TestSupport"], swiftSettings: swiftSettings),
+        .testTarget(name: "BatonHTTPServerTests", dependencies: ["BatonHTTPServer", "BatonConcurrency", "BatonTools", "TestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "BatonTests", dependencies: ["Baton", "BatonAppleSignIn", "TestSupport", "BatonEmulator"], swiftSettings: swiftSettings),
         .testTarget(name: "BatonServiceTests", dependencies: ["BatonService", "TestSupport", "Baton", "BatonEmulator", "BatonAppleSignIn", "BatonHTTPServer", "BatonJOSE", "BatonPostgres", "BatonConcurrency"], swiftSettings: swiftSettings),
         .testTarget(name: "BatonEmulatorTests", dependencies: ["BatonEmulator", "BatonAppleSignIn", "TestSupport"], swiftSettings: swiftSettings),
