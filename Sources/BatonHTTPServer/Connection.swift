@@ -1,3 +1,4 @@
+import BatonConcurrency
 import Foundation
 import BatonLogging
 import Synchronization
@@ -17,6 +18,9 @@ final class ServerCore: Sendable {
     private let stopping = Atomic<Bool>(false)
     /// Connections reading a request: socket and when its deadline passes, by connection pointer.
     private let reading = Mutex<[UInt: (socket: Int32, deadline: ContinuousClock.Instant)]>([:])
+    /// Open connections by client address, counted when several daemons share the port (each of them limits only
+    /// its own connections per address).
+    private let perAddress = Mutex<[[UInt8]: Int]>([:])
 
     init(router: Router, configuration: HTTPServerConfiguration, logger: Logger) {
         self.router = router
@@ -32,6 +36,30 @@ final class ServerCore: Sendable {
     var isStopping: Bool { stopping.load(ordering: .acquiring) }
     /// Both counts, each read atomically (``HTTPServer/stop()`` polls them until both reach zero).
     func counts() -> (active: Int, running: Int) { (active.load(ordering: .acquiring), running.load(ordering: .acquiring)) }
+
+    // MARK: Connections per address across daemons
+
+    /// Counts a new connection of `address` against ``HTTPServerConfiguration/connectionsPerAddress`` across all the
+    /// event loops' daemons; false when it is one too many (the caller closes it). Always true with one daemon.
+    func connectionOpened(from address: [UInt8]) -> Bool {
+        let limit = configuration.connectionsPerAddress
+        return perAddress.withLock { counts in
+            let count = counts[address, default: 0] + 1
+            counts[address] = count
+            return count <= limit
+        }
+    }
+
+    /// Forgets a connection ``connectionOpened(from:)`` counted.
+    func connectionClosed(from address: [UInt8]) {
+        perAddress.withLock { counts in
+            let count = counts[address, default: 1] - 1
+            counts[address] = count > 0 ? count : nil
+        }
+    }
+
+    /// Whether connections per address are counted here: a limit, and more than one daemon.
+    var countsConnectionsPerAddress: Bool { configuration.connectionsPerAddress > 0 && configuration.eventLoops > 1 }
 
     // MARK: Request-head deadline
 
@@ -116,6 +144,9 @@ final class RequestContext: Sendable {
     }
 
     func setResponse(_ response: HTTPResponse) { answer.withLock { $0 = response } }
+
+    /// Whether the handler or its deadline has answered.
+    var isAnswered: Bool { answered.load(ordering: .acquiring) }
 
     /// Stores `response` unless an answer was already given; true for the first caller only.
     func answerOnce(_ response: HTTPResponse) -> Bool {
@@ -216,21 +247,44 @@ func batonAccessHandler(
         remoteAddress: CMicroHTTPD_client_address(connection).flatMap(numericHost)
     )
     core.readingEnded(connection)
-    // Answered on this thread when the route can (no hop at all); otherwise the connection waits for a task.
-    let work: @Sendable () async throws -> HTTPResponse
-    switch core.router.respondWithoutWaiting(to: request, logger: core.logger) {
-    case .now(let response): return queue(response, on: connection, core: core)
-    case .later(let later): work = later
-    }
+    // Answered on this thread when the route can (no hop at all); otherwise the connection waits for the answer.
+    let answer = core.router.respondWithoutWaiting(to: request, logger: core.logger)
+    if case .now(let response) = answer { return queue(response, on: connection, core: core) }
     core.handlerBegan()
     context.markSuspended()
     MHD_suspend_connection(connection)
     let suspended = SuspendedConnection(pointer: connection)
-    // The handler and its deadline race; whichever answers first resumes the connection, exactly once.
+    let loop = EventLoop.current
+    // The handler and its deadline race; whichever answers first resumes the connection, exactly once. An event
+    // loop's daemon is resumed on the loop's thread, which then runs libmicrohttpd in the same round (the
+    // daemon's own wake-up does not reach the loop's epoll when it comes from another thread).
     let deliver: @Sendable (HTTPResponse) -> Void = { response in
         guard context.answerOnce(response) else { return }
-        MHD_resume_connection(suspended.pointer)
+        if let loop, EventLoop.current !== loop {
+            loop.execute { MHD_resume_connection(suspended.pointer) }
+        } else {
+            MHD_resume_connection(suspended.pointer)
+        }
     }
+    switch answer {
+    case .now: break
+    case .later(let work): runOnTask(work, request, context, core, deliver)
+    case .soon(let start):
+        // Work on this thread's event loop: the loop's round answers it past its deadline.
+        if let timeout = core.configuration.handlerTimeout {
+            LoopDeadlines.forCurrentLoop()?.add(ContinuousClock.now + timeout, context) {
+                core.logger.warning("request timed out", ["method": request.method, "path": request.path])
+                deliver(HTTPError.timeout(after: timeout).response)
+            }
+        }
+        start { settle($0, deliver) }
+    }
+    return CMicroHTTPD_yes()
+}
+
+/// Runs a handler's async work on a task, racing its deadline.
+private func runOnTask(_ work: @escaping @Sendable () async throws -> HTTPResponse, _ request: HTTPRequest, _ context: RequestContext,
+                       _ core: ServerCore, _ deliver: @escaping @Sendable (HTTPResponse) -> Void) {
     // The deadline's task is cancelled as soon as the handler answers, so no sleeper outlives its request.
     let deadline = core.configuration.handlerTimeout.map { timeout in
         Task {
@@ -247,7 +301,54 @@ func batonAccessHandler(
         deadline?.cancel()
     }
     context.handlerTask.withLock { $0 = handler }
-    return CMicroHTTPD_yes()
+}
+
+/// Answers through `deliver` with what a step on the event loop came to: a response, async work, or another step.
+private func settle(_ outcome: Result<NowOrLater<HTTPResponse>, any Error>, _ deliver: @escaping @Sendable (HTTPResponse) -> Void) {
+    switch outcome {
+    case .success(.now(let response)): deliver(response)
+    case .success(.later(let work)): Task { deliver((try? await work()) ?? HTTPError.internalError.response) }
+    case .success(.soon(let next)): next { settle($0, deliver) }
+    case .failure: deliver(HTTPError.internalError.response)
+    }
+}
+
+/// The deadlines of the requests an event loop's handlers started on it, oldest first (they share one timeout, so
+/// that is also the order they pass in): each round answers those past theirs with the timeout response.
+final class LoopDeadlines {
+    private var entries: [(deadline: ContinuousClock.Instant, context: RequestContext, answer: () -> Void)] = []
+    private var head = 0
+
+    /// The calling event loop's deadlines, nil on any other thread.
+    static func forCurrentLoop() -> LoopDeadlines? {
+        EventLoop.current?.local(ObjectIdentifier(LoopDeadlines.self)) { LoopDeadlines() }
+    }
+
+    func add(_ deadline: ContinuousClock.Instant, _ context: RequestContext, answer: @escaping () -> Void) {
+        entries.append((deadline, context, answer))
+    }
+
+    /// Drops the answered requests at the front and answers the overdue ones.
+    func answerOverdue() {
+        guard head < entries.count else { return }
+        let now = ContinuousClock.now
+        while head < entries.count, entries[head].context.isAnswered || entries[head].deadline <= now {
+            if !entries[head].context.isAnswered { entries[head].answer() }
+            head += 1
+        }
+        if head == entries.count || head >= 64 {
+            entries.removeFirst(head)
+            head = 0
+        }
+    }
+
+    /// Milliseconds until the oldest unanswered deadline, at most `cap`.
+    func sleepLimit(cap: Int32) -> Int32 {
+        guard head < entries.count else { return cap }
+        let left = entries[head].deadline - ContinuousClock.now
+        let milliseconds = left.components.seconds * 1000 + left.components.attoseconds / 1_000_000_000_000_000 + 1
+        return Int32(clamping: max(0, min(Int64(cap), milliseconds)))
+    }
 }
 
 /// libmicrohttpd's completion callback: releases the request's context.
@@ -278,8 +379,44 @@ func batonConnectionNotified(
     guard let cls, let connection else { return }
     let core = Unmanaged<ServerCore>.fromOpaque(cls).takeUnretainedValue()
     switch code {
-    case .CONNECTION_NOTIFY_STARTED: core.readingBegan(connection)
-    default: core.readingEnded(connection)
+    case .CONNECTION_NOTIFY_STARTED:
+        if core.countsConnectionsPerAddress, let socketContext, let address = CMicroHTTPD_client_address(connection).flatMap(addressBytes) {
+            // Remembered in the socket's slot, so the close forgets exactly what was counted.
+            socketContext.pointee = Unmanaged.passRetained(CountedAddress(address)).toOpaque()
+            if !core.connectionOpened(from: address) {
+                // One too many for this address: libmicrohttpd sees the end of the stream and closes it.
+                shutdown(CMicroHTTPD_connection_fd(connection), Int32(SHUT_RDWR))
+                return
+            }
+        }
+        core.readingBegan(connection)
+    default:
+        if let socketContext, let slot = socketContext.pointee {
+            core.connectionClosed(from: Unmanaged<CountedAddress>.fromOpaque(slot).takeRetainedValue().bytes)
+            socketContext.pointee = nil
+        }
+        core.readingEnded(connection)
+    }
+}
+
+/// The client address a connection was counted under.
+private final class CountedAddress {
+    let bytes: [UInt8]
+    init(_ bytes: [UInt8]) { self.bytes = bytes }
+}
+
+/// The address part of a socket address (4 bytes for IPv4, 16 for IPv6), without the port.
+private func addressBytes(_ address: UnsafePointer<sockaddr>) -> [UInt8]? {
+    switch Int32(address.pointee.sa_family) {
+    case AF_INET:
+        return address.withMemoryRebound(to: sockaddr_in.self, capacity: 1) { v4 in
+            withUnsafeBytes(of: v4.pointee.sin_addr) { Array($0) }
+        }
+    case AF_INET6:
+        return address.withMemoryRebound(to: sockaddr_in6.self, capacity: 1) { v6 in
+            withUnsafeBytes(of: v6.pointee.sin6_addr) { Array($0) }
+        }
+    default: return nil
     }
 }
 

@@ -15,8 +15,15 @@ public struct HTTPServerConfiguration: Sendable {
     /// Most connections open at once; further connections wait in the listen backlog until one closes. Default 1,024.
     public var connectionLimit: Int = 1024
     /// Threads polling sockets (libmicrohttpd's thread pool), which also run the routes' blocking handlers;
-    /// async handlers run on Swift tasks. Default 1.
+    /// async handlers run on Swift tasks. Default 1. Not used with ``eventLoops``.
     public var pollingThreads: Int = 1
+    /// Event loops serving instead of libmicrohttpd's own threads: each is a thread with its own libmicrohttpd
+    /// daemon on the shared port (`SO_REUSEPORT`; the kernel spreads connections over them), polled by an
+    /// ``EventLoop`` that its blocking handlers can start work on (``NowOrLater/soon(_:)``, a database statement in
+    /// a pipeline, say) which answers in a later round, so one thread keeps many requests in flight without a
+    /// wake-up per request. ``connectionLimit`` is shared out between them; ``connectionsPerAddress`` counts across
+    /// them. 0 (the default): libmicrohttpd's own threads (``pollingThreads``).
+    package var eventLoops: Int = 0
     /// How long ``HTTPServer/stop()`` waits for in-flight requests before closing connections. Default 10 s.
     public var shutdownTimeout: Duration = .seconds(10)
     /// The longest a handler may run: past it the client is answered 503 `timeout` and the handler's task is
@@ -73,7 +80,7 @@ public struct HTTPServerError: Error, Sendable, Equatable, CustomStringConvertib
 /// ```
 public actor HTTPServer {
     private let core: ServerCore
-    private var daemon: Daemon?
+    private var daemon: Serving?
     private var stopped = false
     /// Closes connections past the request-head deadline (``ServerCore/sweep()``); nil without a deadline.
     private var sweeper: (any DispatchSourceTimer)?
@@ -94,7 +101,7 @@ public actor HTTPServer {
     public func start(host: String = "127.0.0.1", port: Int = 0) throws -> Int {
         guard daemon == nil, !stopped else { throw HTTPServerError(code: .alreadyStarted, reason: "\(host):\(port)") }
         guard (0...65535).contains(port) else { throw HTTPServerError(code: .invalidAddress, reason: "port \(port)") }
-        let daemon = try Daemon(core: core, host: host == "localhost" ? "127.0.0.1" : host, port: UInt16(port))
+        let daemon = try Serving.start(core: core, host: host == "localhost" ? "127.0.0.1" : host, port: UInt16(port))
         self.daemon = daemon
         if let limit = core.configuration.requestHeadTimeout {
             // Sweeps every quarter of the deadline, at least every 50 ms and at most every minute.
@@ -133,15 +140,71 @@ public actor HTTPServer {
     }
 }
 
-/// Owns the libmicrohttpd daemon; `deinit` stops it if ``stop()`` was not called.
+/// The daemons serving: one with libmicrohttpd's own threads, or one per event loop.
+enum Serving: Sendable {
+    case threads(Daemon)
+    case loops([(daemon: Daemon, loop: EventLoop)])
+
+    /// Starts the daemons ``HTTPServerConfiguration/eventLoops`` asks for on `host:port`.
+    static func start(core: ServerCore, host: String, port: UInt16) throws -> Serving {
+        let count = core.configuration.eventLoops
+        guard count > 0 else { return .threads(try Daemon(core: core, host: host, port: port)) }
+        var started: [(daemon: Daemon, loop: EventLoop)] = []
+        do {
+            for index in 0..<count {
+                // The first binds the port asked for (a free one for 0); the others bind the same one.
+                let daemon = try Daemon(core: core, host: host, port: started.first?.daemon.port ?? port, polledBy: count)
+                let loop = try EventLoop()
+                started.append((daemon, loop))
+                loop.start(name: "baton.http.loop\(index)", setUp: { daemon.attach(to: loop, core: core) })
+            }
+        } catch {
+            Serving.loops(started).stop()
+            throw error
+        }
+        return .loops(started)
+    }
+
+    var port: UInt16 {
+        switch self {
+        case .threads(let daemon): return daemon.port
+        case .loops(let loops): return loops[0].daemon.port
+        }
+    }
+
+    /// Stops accepting new connections; existing ones continue.
+    func quiesce() {
+        switch self {
+        case .threads(let daemon): daemon.quiesce()
+        case .loops(let loops): for (daemon, loop) in loops { loop.execute { daemon.quiesce() } }
+        }
+    }
+
+    /// Closes every connection and ends the threads.
+    func stop() {
+        switch self {
+        case .threads(let daemon): daemon.stop()
+        case .loops(let loops):
+            for (daemon, loop) in loops {
+                loop.execute { daemon.stop() }
+                loop.stop()
+            }
+        }
+    }
+}
+
+/// Owns a libmicrohttpd daemon; `deinit` stops it if ``stop()`` was not called.
 final class Daemon: @unchecked Sendable {
-    // Safe to share: `pointer` is only handed to libmicrohttpd's thread-safe calls
-    // (quiesce, stop), and `stop()` runs once, serialized by the owning actor.
+    // Safe to share: with libmicrohttpd's own threads, `pointer` is only handed to its thread-safe calls (quiesce,
+    // stop) and `stop()` runs once, serialized by the owning actor; a daemon polled by an event loop is only used on
+    // that loop's thread.
     private var pointer: OpaquePointer?
     private let retainedCore: Unmanaged<ServerCore>
     let port: UInt16
 
-    init(core: ServerCore, host: String, port: UInt16) throws {
+    /// Starts a daemon on `host:port`: with libmicrohttpd's own threads, or, when `loops` is given, one of that
+    /// many daemons sharing the port, each polled by an ``EventLoop`` (``attach(to:core:)``).
+    init(core: ServerCore, host: String, port: UInt16, polledBy loops: Int? = nil) throws {
         retainedCore = Unmanaged.passRetained(core)
         let context = retainedCore.toOpaque()
         let configuration = core.configuration
@@ -152,11 +215,13 @@ final class Daemon: @unchecked Sendable {
                 batonRequestCompleted, context,
                 batonConnectionNotified,
                 UInt32(clamping: configuration.connectionsPerAddress),
-                UInt32(clamping: configuration.connectionLimit),
+                UInt32(clamping: max(1, configuration.connectionLimit / (loops ?? 1))),
                 UInt32(clamping: configuration.connectionTimeout),
                 configuration.maxHeaderSize + 8 * 1024,
                 UInt32(clamping: configuration.pollingThreads),
-                1024)
+                1024,
+                loops == nil ? 0 : 1,
+                loops.map { $0 > 1 ? 1 : 0 } ?? 0)
         }
         guard let started else {
             retainedCore.release()
@@ -164,6 +229,31 @@ final class Daemon: @unchecked Sendable {
         }
         pointer = started
         self.port = CMicroHTTPD_bound_port(started)
+    }
+
+    /// Has `loop` poll this daemon (call it on the loop's thread): its epoll descriptor is watched, libmicrohttpd
+    /// runs when it is ready or a connection's timeout is due, and requests started on the loop meet their
+    /// deadline there (``LoopDeadlines``).
+    func attach(to loop: EventLoop, core: ServerCore) {
+        guard let pointer else { return }
+        let descriptor = CMicroHTTPD_epoll_fd(pointer)
+        var ranThisRound = false
+        loop.watch(descriptor) { [self] _, _ in
+            if let pointer = self.pointer { _ = MHD_run(pointer) }
+            ranThisRound = true
+        }
+        let deadlines = LoopDeadlines.forCurrentLoop()
+        loop.sleepLimit = { [self] in
+            let limit = deadlines?.sleepLimit(cap: 1000) ?? 1000
+            return self.pointer.map { CMicroHTTPD_timeout_ms($0, limit) } ?? limit
+        }
+        loop.atEndOfRound { [self] in
+            deadlines?.answerOverdue()
+            // A round woken by something else (a database's results, which resumed connections) or by a timeout:
+            // libmicrohttpd sends the answers and closes timed-out connections now, without another round.
+            if !ranThisRound, let pointer = self.pointer { _ = MHD_run(pointer) }
+            ranThisRound = false
+        }
     }
 
     /// Stops accepting new connections; existing ones continue.

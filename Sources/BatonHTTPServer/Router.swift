@@ -72,15 +72,10 @@ public struct Router: Sendable {
         case .success(let route):
             guard let blocking = route.blocking else { return .later { await respond(to: request, logger: logger) } }
             do {
-                switch try blocking(request) {
-                case .now(let response): return .now(response)
-                case .later(let work):
-                    return .later {
-                        do {
-                            return try await work()
-                        } catch {
-                            return Router.response(for: error, request, logger)
-                        }
+                return try blocking(request).settled { outcome in
+                    switch outcome {
+                    case .success(let response): return response
+                    case .failure(let error): return Router.response(for: error, request, logger)
                     }
                 }
             } catch {

@@ -222,17 +222,7 @@ public final class BatonAPI: Sendable {
             } catch {
                 return .now(finish(route, since: start, .failure(error)))
             }
-            switch answer {
-            case .now(let value): return .now(finish(route, since: start, .success(value)))
-            case .later(let work):
-                return .later { [self] in
-                    do {
-                        return finish(route, since: start, .success(try await work()))
-                    } catch {
-                        return finish(route, since: start, .failure(error))
-                    }
-                }
-            }
+            return answer.settled { [self] outcome in finish(route, since: start, outcome) }
         }
     }
 

@@ -1,5 +1,6 @@
 import Foundation
 import FoundationNetworking
+import BatonConcurrency
 import BatonTools
 import TestSupport
 import Testing
@@ -33,6 +34,13 @@ func echoRouter() -> Router {
     return router
 }
 
+/// A configuration serving with libmicrohttpd's own threads (`loops` 0) or with that many event loops.
+func serving(loops: Int) -> HTTPServerConfiguration {
+    var configuration = HTTPServerConfiguration()
+    configuration.eventLoops = loops
+    return configuration
+}
+
 @Suite("HTTPServer over loopback")
 struct HTTPServerTests {
     @Test("port 0 binds a free port and two servers get different ports")
@@ -45,9 +53,9 @@ struct HTTPServerTests {
         #expect(await first.port == nil)
     }
 
-    @Test("GET with query, remote address")
-    func getWithQuery() async throws {
-        try await withServer(echoRouter()) { _, port in
+    @Test("GET with query, remote address", arguments: [0, 2])
+    func getWithQuery(loops: Int) async throws {
+        try await withServer(echoRouter(), configuration: serving(loops: loops)) { _, port in
             let (status, response, body) = try await fetch(port, "/hello?name=J%C3%BCrgen+x&name=second")
             #expect(status == 200)
             #expect(response.value(forHTTPHeaderField: "Content-Type") == "text/plain; charset=utf-8")
@@ -98,9 +106,9 @@ struct HTTPServerTests {
         }
     }
 
-    @Test("a body over the limit is 413, announced or chunked")
-    func bodyLimit() async throws {
-        var configuration = HTTPServerConfiguration()
+    @Test("a body over the limit is 413, announced or chunked", arguments: [0, 2])
+    func bodyLimit(loops: Int) async throws {
+        var configuration = serving(loops: loops)
         configuration.maxBodySize = 1024
         try await withServer(echoRouter(), configuration: configuration) { _, port in
             let (ok, _, okBody) = try await fetch(port, "/echo", method: "POST", body: Data(repeating: 65, count: 1024))
@@ -128,9 +136,9 @@ struct HTTPServerTests {
         #expect(configuration.connectionLimit == 1_024)
     }
 
-    @Test("keep-alive: several requests on one connection")
-    func keepAlive() async throws {
-        try await withServer(echoRouter()) { _, port in
+    @Test("keep-alive: several requests on one connection", arguments: [0, 2])
+    func keepAlive(loops: Int) async throws {
+        try await withServer(echoRouter(), configuration: serving(loops: loops)) { _, port in
             let bodies = try await offPool { () -> [String?] in
                 let socket = try RawHTTPConnection.open(port: port)
                 var bodies: [String?] = []
@@ -161,9 +169,9 @@ struct HTTPServerTests {
         }
     }
 
-    @Test("a slow client is cut off after the connection timeout")
-    func slowClient() async throws {
-        var configuration = HTTPServerConfiguration()
+    @Test("a slow client is cut off after the connection timeout", arguments: [0, 2])
+    func slowClient(loops: Int) async throws {
+        var configuration = serving(loops: loops)
         configuration.connectionTimeout = 1
         try await withServer(echoRouter(), configuration: configuration) { _, port in
             let closed = try await offPool { () -> Bool in
@@ -175,9 +183,10 @@ struct HTTPServerTests {
         }
     }
 
-    @Test("a client trickling its request head is cut off at the request-head deadline, whatever the idle timeout")
-    func requestHeadDeadline() async throws {
-        var configuration = HTTPServerConfiguration()
+    @Test("a client trickling its request head is cut off at the request-head deadline, whatever the idle timeout",
+          arguments: [0, 2])
+    func requestHeadDeadline(loops: Int) async throws {
+        var configuration = serving(loops: loops)
         configuration.connectionTimeout = 30
         configuration.requestHeadTimeout = .seconds(1)
         try await withServer(echoRouter(), configuration: configuration) { _, port in
@@ -208,8 +217,8 @@ struct HTTPServerTests {
         }
     }
 
-    @Test("a handler past its deadline is answered 503 timeout, and stop does not wait for it")
-    func handlerDeadline() async throws {
+    @Test("a handler past its deadline is answered 503 timeout, and stop does not wait for it", arguments: [0, 2])
+    func handlerDeadline(loops: Int) async throws {
         var router = Router()
         router.get("/stuck") { _ in
             // Ignores cancellation, like a statement waiting on a lock (off the cooperative pool).
@@ -218,16 +227,20 @@ struct HTTPServerTests {
             }
             return .text("late")
         }
-        var configuration = HTTPServerConfiguration()
+        // Work started on the event loop that never reports back: the loop's round answers it at the deadline.
+        router.on("GET", "/stuck-on-loop", blocking: { _ in .soon { _ in } }, { _ in .text("in-process") })
+        var configuration = serving(loops: loops)
         configuration.handlerTimeout = .milliseconds(300)
         let server = HTTPServer(router: router, configuration: configuration)
         let port = try await server.start(port: 0)
-        let start = ContinuousClock.now
-        let (status, response, body) = try await fetch(port, "/stuck")
-        #expect(status == 503)
-        #expect(body.contains("\"error\":\"timeout\""))
-        #expect(response.value(forHTTPHeaderField: "Retry-After") == "1")
-        #expect(ContinuousClock.now - start < .seconds(3))
+        for path in loops > 0 ? ["/stuck", "/stuck-on-loop"] : ["/stuck"] {
+            let start = ContinuousClock.now
+            let (status, response, body) = try await fetch(port, path)
+            #expect(status == 503, "\(path)")
+            #expect(body.contains("\"error\":\"timeout\""))
+            #expect(response.value(forHTTPHeaderField: "Retry-After") == "1")
+            #expect(ContinuousClock.now - start < .seconds(3))
+        }
         async let stuck = fetch(port, "/stuck")
         try await Task.sleep(for: .milliseconds(100))
         let stopping = ContinuousClock.now
@@ -236,28 +249,50 @@ struct HTTPServerTests {
         #expect(try await stuck.0 == 503)
     }
 
-    @Test("a blocking route answers on the server's thread, or hands the request to a task; in-process callers get the async handler")
-    func blockingRoutes() async throws {
+    @Test("a blocking route answers on the server's thread, hands the request to a task, or (on an event loop) starts work that answers in a later round; in-process callers get the async handler",
+          arguments: [0, 2])
+    func blockingRoutes(loops: Int) async throws {
         var router = Router()
-        // `now` answers on the polling thread; `later` hands on; errors thrown either way become responses.
+        // `now` answers on the polling thread; `later` hands on; `soon` reports back to the loop from another
+        // thread, with a response, async work, or a failure; errors thrown any way become responses.
         router.on("POST", "/mode", blocking: { request in
             let mode = String(decoding: request.body, as: UTF8.self)
+            let onLoop = { (outcome: Result<NowOrLater<HTTPResponse>, any Error>) -> NowOrLater<HTTPResponse> in
+                guard let loop = EventLoop.current else { return .now(.text("no event loop")) }
+                return .soon { deliver in
+                    DispatchQueue.global().asyncAfter(deadline: .now() + .milliseconds(20)) {
+                        loop.execute { deliver(EventLoop.current === loop ? outcome : .success(.now(.text("another thread")))) }
+                    }
+                }
+            }
             switch mode {
             case "now": return .now(.text("now on \(Thread.isMainThread ? "main" : "a server thread")"))
             case "later": return .later { .text("later on a task") }
             case "throw-now": throw HTTPError(409, code: "now_refused", reason: "refused at once")
+            case "soon": return onLoop(.success(.now(.text("soon on the loop"))))
+            case "soon-later": return onLoop(.success(.later { .text("later after the loop") }))
+            case "soon-throw": return onLoop(.failure(HTTPError(411, code: "loop_refused", reason: "refused on the loop")))
             default: return .later { throw HTTPError(410, code: "later_refused", reason: "refused on the task") }
             }
         }, { _ in .text("async handler") })
-        var configuration = HTTPServerConfiguration()
+        var configuration = serving(loops: loops)
         configuration.pollingThreads = 2
         try await withServer(router, configuration: configuration) { _, port in
-            for (mode, status, body) in [("now", 200, "now on a server thread"), ("later", 200, "later on a task"),
-                                         ("throw-now", 409, "now_refused"), ("throw-later", 410, "later_refused")] {
+            var cases = [("now", 200, "now on a server thread"), ("later", 200, "later on a task"),
+                         ("throw-now", 409, "now_refused"), ("throw-later", 410, "later_refused")]
+            if loops > 0 {
+                cases += [("soon", 200, "soon on the loop"), ("soon-later", 200, "later after the loop"),
+                          ("soon-throw", 411, "loop_refused")]
+            }
+            for (mode, status, body) in cases {
                 let (answer, _, text) = try await fetch(port, "/mode", method: "POST", body: Data(mode.utf8))
                 #expect(answer == status, "\(mode)")
                 #expect(text.contains(body), "\(mode): \(text)")
             }
+            // Work answered on another thread wakes the server at once (not at its next timeout).
+            let started = ContinuousClock.now
+            for _ in 0..<20 { _ = try await fetch(port, "/mode", method: "POST", body: Data("later".utf8)) }
+            #expect(ContinuousClock.now - started < .seconds(2), "20 answers from tasks took \(ContinuousClock.now - started)")
             // The other methods of the path and unknown paths answer as for any route.
             #expect(try await fetch(port, "/mode").0 == 405)
         }
@@ -265,9 +300,10 @@ struct HTTPServerTests {
         #expect(String(decoding: inProcess.body, as: UTF8.self) == "async handler")
     }
 
-    @Test("one address may hold only connections_per_address connections")
-    func perAddressLimit() async throws {
-        var configuration = HTTPServerConfiguration()
+    @Test("one address may hold only connections_per_address connections, however many event loops share the port",
+          arguments: [0, 2])
+    func perAddressLimit(loops: Int) async throws {
+        var configuration = serving(loops: loops)
         configuration.connectionsPerAddress = 2
         try await withServer(echoRouter(), configuration: configuration) { _, port in
             let (held, refused) = try await offPool { () -> (Int, Bool) in
@@ -309,8 +345,8 @@ struct HTTPServerTests {
         }
     }
 
-    @Test("stop lets an in-flight request finish, then refuses connections")
-    func gracefulStop() async throws {
+    @Test("stop lets an in-flight request finish, then refuses connections", arguments: [0, 2])
+    func gracefulStop(loops: Int) async throws {
         let (started, signal) = AsyncStream<Void>.makeStream()
         var router = Router()
         router.get("/slow") { _ in
@@ -318,7 +354,7 @@ struct HTTPServerTests {
             try await Task.sleep(for: .milliseconds(300))
             return .text("done")
         }
-        let server = HTTPServer(router: router)
+        let server = HTTPServer(router: router, configuration: serving(loops: loops))
         let port = try await server.start(port: 0)
         async let slow = fetch(port, "/slow")
         for await _ in started { break }
@@ -328,9 +364,9 @@ struct HTTPServerTests {
         #expect(throws: (any Error).self) { try RawHTTPConnection.open(port: port) }
     }
 
-    @Test("200 concurrent requests all answered")
-    func concurrency() async throws {
-        try await withServer(echoRouter()) { _, port in
+    @Test("200 concurrent requests all answered", arguments: [0, 2])
+    func concurrency(loops: Int) async throws {
+        try await withServer(echoRouter(), configuration: serving(loops: loops)) { _, port in
             let bodies = try await withThrowingTaskGroup(of: String.self) { group in
                 for index in 0..<200 {
                     group.addTask { try await fetch(port, "/hello?name=c\(index)").2 }
