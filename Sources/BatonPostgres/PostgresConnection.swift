@@ -57,6 +57,12 @@ public final class PostgresConnection: @unchecked Sendable {
     }
 
     private static func openConnection(url: String, statementTimeoutMilliseconds: Int?, queue: DispatchQueue, logger: Logger) throws -> PostgresConnection {
+        PostgresConnection(connection: try openHandle(url: url, statementTimeoutMilliseconds: statementTimeoutMilliseconds), queue: queue, logger: logger)
+    }
+
+    /// Opens a libpq connection (blocking) with Baton's defaults and the statement timeout; notices are dropped.
+    /// - Throws: ``PostgresError`` with code `connectionFailure`.
+    static func openHandle(url: String, statementTimeoutMilliseconds: Int?) throws -> OpaquePointer {
         // Defaults first: with expand_dbname, settings in the URL override earlier keywords, and keywords after
         // the URL override it.
         var keywords = ["connect_timeout", "fallback_application_name", "dbname"]
@@ -80,7 +86,7 @@ public final class PostgresConnection: @unchecked Sendable {
             throw PostgresError(.connectionFailure, reason: message)
         }
         PQsetNoticeProcessor(pointer, ignoreNotice, nil)
-        return PostgresConnection(connection: pointer, queue: queue, logger: logger)
+        return pointer
     }
 
     /// Whether the connection is known to be unusable (it will be discarded by the pool).
@@ -191,38 +197,21 @@ public final class PostgresConnection: @unchecked Sendable {
 
     /// Executes on `queue`: prepares the statement once per connection, then runs it with its parameters.
     private func run(_ query: PostgresQuery) throws -> PostgresResult {
-        let bindings = query.bindings
-        var types = [UInt32](), formats = [Int32](), lengths = [Int32](), values = [[UInt8]?]()
-        types.reserveCapacity(bindings.count)
-        formats.reserveCapacity(bindings.count)
-        lengths.reserveCapacity(bindings.count)
-        values.reserveCapacity(bindings.count)
-        for binding in bindings {
-            let bindingType = type(of: binding)
-            let value = binding.postgresValue()
-            // Text parameters travel as C strings: a NUL would end the value early, so a different value would be
-            // compared or stored than the caller gave.
-            if !bindingType.isBinary, value?.contains(0) == true {
-                throw PostgresError(.invalidParameter, reason: "a text parameter contains a NUL byte")
-            }
-            types.append(bindingType.postgresType)
-            formats.append(bindingType.isBinary ? 1 : 0)
-            lengths.append(Int32(value?.count ?? 0))
-            values.append(value)
-        }
+        let parameters = try BoundParameters(query.bindings)
         var name = statements[query.sql]
         if name == nil, statements.count < PostgresConnection.preparedStatementLimit {
             let newName = "baton_s\(statements.count)"
-            _ = try check(PQprepare(connection, newName, query.sql, Int32(bindings.count), types))
+            _ = try check(PQprepare(connection, newName, query.sql, parameters.count, parameters.types))
             statements[query.sql] = newName
             name = newName
         }
-        return try withParameterPointers(values) { pointers in
+        return try parameters.withPointers { pointers in
             let result: OpaquePointer?
             if let name {
-                result = PQexecPrepared(connection, name, Int32(bindings.count), pointers, lengths, formats, 0)
+                result = PQexecPrepared(connection, name, parameters.count, pointers, parameters.lengths, parameters.formats, 0)
             } else {
-                result = PQexecParams(connection, query.sql, Int32(bindings.count), types, pointers, lengths, formats, 0)
+                result = PQexecParams(connection, query.sql, parameters.count, parameters.types, pointers, parameters.lengths,
+                                      parameters.formats, 0)
             }
             return PostgresResult(handle: try check(result))
         }
@@ -241,6 +230,14 @@ public final class PostgresConnection: @unchecked Sendable {
         if status == PGRES_COMMAND_OK || status == PGRES_TUPLES_OK || status == PGRES_EMPTY_QUERY {
             return handle
         }
+        let error = Self.failure(of: result, on: connection)
+        if error.code == .connectionFailure || error.code == .readOnly { broken.withLock { $0 = true } }
+        throw error
+    }
+
+    /// The error a failed result carries (read before `PQclear`). `connectionFailure` when the connection is gone,
+    /// `readOnly` on a read-only server: either way the connection must not be used again.
+    static func failure(of result: OpaquePointer, on connection: OpaquePointer) -> PostgresError {
         let field = { (code: UInt8) -> String? in
             PQresultErrorField(result, Int32(code)).map { String(cString: $0) }
         }
@@ -257,14 +254,11 @@ public final class PostgresConnection: @unchecked Sendable {
         var code = sqlState.map(PostgresError.code(forSQLState:)) ?? .server
         // On a read-only server (a standby, or a primary demoted by a failover) the connection is never reused:
         // the pool replaces it, and a multi-host string with target_session_attrs=read-write finds the primary.
-        if PQstatus(connection) != CONNECTION_OK || code == .readOnly {
-            broken.withLock { $0 = true }
-            if code != .readOnly { code = .connectionFailure }
-        }
-        throw PostgresError(code, sqlState: sqlState, reason: reason, detail: detail.isEmpty ? nil : detail)
+        if PQstatus(connection) != CONNECTION_OK && code != .readOnly { code = .connectionFailure }
+        return PostgresError(code, sqlState: sqlState, reason: reason, detail: detail.isEmpty ? nil : detail)
     }
 
-    private static func lastError(_ connection: OpaquePointer) -> String {
+    static func lastError(_ connection: OpaquePointer) -> String {
         guard let message = PQerrorMessage(connection) else { return "unknown libpq error" }
         let text = String(cString: message).trimmingCharacters(in: .whitespacesAndNewlines)
         return text.isEmpty ? "unknown libpq error" : text
@@ -281,25 +275,53 @@ private func withCStringArray<R>(_ strings: [String], _ body: ([UnsafePointer<CC
     return body(duplicates.map { UnsafePointer($0) } + [nil])
 }
 
-/// Calls `body` with C pointers to each parameter value (NUL-terminated; nil for NULL).
-private func withParameterPointers<R>(_ values: [[UInt8]?], _ body: ([UnsafePointer<CChar>?]) throws -> R) rethrows -> R {
-    let total = values.reduce(0) { $0 + ($1?.count ?? 0) + 1 }
-    let buffer = UnsafeMutablePointer<UInt8>.allocate(capacity: max(total, 1))
-    defer { buffer.deallocate() }
-    var pointers = [UnsafePointer<CChar>?]()
-    pointers.reserveCapacity(values.count)
-    var offset = 0
-    for value in values {
-        guard let value else {
-            pointers.append(nil)
-            continue
+/// A statement's parameters as libpq takes them: types, formats, lengths and values.
+struct BoundParameters {
+    var types: [UInt32] = [], formats: [Int32] = [], lengths: [Int32] = []
+    var values: [[UInt8]?] = []
+    var count: Int32 { Int32(values.count) }
+
+    /// - Throws: ``PostgresError`` `invalidParameter` for a text value holding a NUL byte.
+    init(_ bindings: [any PostgresEncodable]) throws {
+        types.reserveCapacity(bindings.count)
+        formats.reserveCapacity(bindings.count)
+        lengths.reserveCapacity(bindings.count)
+        values.reserveCapacity(bindings.count)
+        for binding in bindings {
+            let bindingType = type(of: binding)
+            let value = binding.postgresValue()
+            // Text parameters travel as C strings: a NUL would end the value early, so a different value would be
+            // compared or stored than the caller gave.
+            if !bindingType.isBinary, value?.contains(0) == true {
+                throw PostgresError(.invalidParameter, reason: "a text parameter contains a NUL byte")
+            }
+            types.append(bindingType.postgresType)
+            formats.append(bindingType.isBinary ? 1 : 0)
+            lengths.append(Int32(value?.count ?? 0))
+            values.append(value)
         }
-        value.withUnsafeBufferPointer { source in
-            if let base = source.baseAddress { (buffer + offset).update(from: base, count: source.count) }
-        }
-        buffer[offset + value.count] = 0
-        pointers.append(UnsafeRawPointer(buffer + offset).assumingMemoryBound(to: CChar.self))
-        offset += value.count + 1
     }
-    return try body(pointers)
+
+    /// Calls `body` with C pointers to each value (NUL-terminated; nil for NULL).
+    func withPointers<R>(_ body: ([UnsafePointer<CChar>?]) throws -> R) rethrows -> R {
+        let total = values.reduce(0) { $0 + ($1?.count ?? 0) + 1 }
+        let buffer = UnsafeMutablePointer<UInt8>.allocate(capacity: max(total, 1))
+        defer { buffer.deallocate() }
+        var pointers = [UnsafePointer<CChar>?]()
+        pointers.reserveCapacity(values.count)
+        var offset = 0
+        for value in values {
+            guard let value else {
+                pointers.append(nil)
+                continue
+            }
+            value.withUnsafeBufferPointer { source in
+                if let base = source.baseAddress { (buffer + offset).update(from: base, count: source.count) }
+            }
+            buffer[offset + value.count] = 0
+            pointers.append(UnsafeRawPointer(buffer + offset).assumingMemoryBound(to: CChar.self))
+            offset += value.count + 1
+        }
+        return try body(pointers)
+    }
 }

@@ -1,3 +1,4 @@
+import BatonConcurrency
 import BatonLogging
 import Synchronization
 
@@ -44,6 +45,13 @@ public final class PostgresPool: Sendable {
     private let statementTimeoutMilliseconds: Int?
     private let logger: Logger
     private let state = Mutex(State())
+    /// Names this pool among all of the process's (an event loop keeps one pipeline per pool).
+    private let identity = PostgresPool.pools.wrappingAdd(1, ordering: .relaxed).newValue
+    private static let pools = Atomic<Int>(0)
+
+    private struct PipelineKey: Hashable {
+        let pool: Int
+    }
 
     /// Creates a pool; no connection is opened until the first use.
     /// - Parameters:
@@ -97,6 +105,17 @@ public final class PostgresPool: Sendable {
         connection.scheduleHealthCheck()
         defer { release(connection) }
         return try body(connection)
+    }
+
+    /// The pipeline connection (``PostgresPipeline``) of the calling thread's ``EventLoop`` to the pool's database,
+    /// with the pool's statement timeout: one per loop and pool, made on first use, connected in the background
+    /// (``PostgresPipeline/isReady``). Nil on a thread that runs no loop, or once the pool is closed. It is not
+    /// counted in ``maxConnections``.
+    package func pipelineOnCurrentLoop() -> PostgresPipeline? {
+        guard let loop = EventLoop.current, !state.withLock({ $0.closed }) else { return nil }
+        return loop.local(PipelineKey(pool: identity)) {
+            PostgresPipeline(loop: loop, url: url, statementTimeoutMilliseconds: statementTimeoutMilliseconds, logger: logger)
+        }
     }
 
     /// Runs `body` in a transaction on a lent connection: commit on return, rollback on throw.
