@@ -26,11 +26,10 @@ public final class BatonServer: Sendable {
     /// The body limit of the service's requests: 32 KiB (a token is at most 16 KiB).
     public static let maxBodySize = 32 * 1024
 
-    /// libmicrohttpd's threads: twice the cores, and no more than the pool's connections (at least two). Current
-    /// users' sign-ins run on them (verification, then one read through libpq, which blocks the thread while
-    /// PostgreSQL works), so a second thread per core keeps the core busy meanwhile; more threads than that
-    /// only contend for the same short locks (a thread preempted while holding one makes the others spin).
-    public static let pollingThreads = 2 * ProcessInfo.processInfo.activeProcessorCount
+    /// Event loops serving HTTP: one per core. Sign-ins start on them (verification, then their statements queued
+    /// on the loop's own pipeline connection, ``PostgresPipeline``), so a loop keeps many sign-ins in flight and
+    /// PostgreSQL answers them in batches, without a thread waking per request; the rest of the work goes to tasks.
+    public static let eventLoops = ProcessInfo.processInfo.activeProcessorCount
 
     /// The service's `statement_timeout` when `database.statement_timeout_ms` is not set: 5,000 ms, so a locked
     /// or stalled database answers 503 rather than holding requests. 0 in the configuration sends none.
@@ -68,8 +67,7 @@ public final class BatonServer: Sendable {
         configuration.handlerTimeout = .milliseconds(limits.requestTimeoutMilliseconds)
         configuration.requestHeadTimeout = .milliseconds(limits.requestHeadTimeoutMilliseconds)
         configuration.connectionsPerAddress = limits.connectionsPerIP
-        let poolSize = await engine.poolUsage()?.max
-        configuration.pollingThreads = max(2, min(pollingThreads, poolSize ?? pollingThreads))
+        configuration.eventLoops = eventLoops
         let server = HTTPServer(router: service.router(), configuration: configuration, logger: logger)
         do {
             let bound = try await server.start(host: host, port: port)

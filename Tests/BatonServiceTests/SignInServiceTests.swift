@@ -118,6 +118,40 @@ struct SignInServiceTests {
         }
     }
 
+    @Test("on an event loop, a migration's statements go through the loop's pipeline: a free record is rewritten there; a held one fails at once, writes nothing, and the async way finishes it")
+    func lockedRecordOnLoop() async throws {
+        try await ServiceFixture.run(.inProcess, people: 2) { f in
+            let (first, second) = (try f.token(f.people[0]), try f.token(f.people[1]))
+            let pool = try #require((f.engine.store as? LegacyStore)?.pool)
+            let loop = try EventLoop()
+            loop.start(name: "sign-in-test")
+            defer { loop.stop() }
+            let free = try await signInOnLoop(f.engine, first, loop: loop, pool: pool)
+            guard case .now(let done) = free else {
+                Issue.record("a free record was not rewritten on the loop")
+                return
+            }
+            #expect(done.outcome == .migrated)
+            #expect(try f.count("SELECT count(*) FROM baton.events WHERE kind = 'migrated'") == 1)
+            let holder = try await PostgresConnection.connect(url: f.url)
+            try await holder.executeScript(unsafeSQL: "BEGIN; SELECT 1 FROM users WHERE apple_sub = '\(f.people[1].oldSub)' FOR UPDATE")
+            let locked = try await signInOnLoop(f.engine, second, loop: loop, pool: pool)
+            guard case .later(let work) = locked else {
+                Issue.record("the loop's statement waited for the locked record")
+                try await holder.executeScript(unsafeSQL: "ROLLBACK")
+                return
+            }
+            #expect(try f.count("SELECT count(*) FROM users WHERE apple_sub = '\(f.people[1].oldSub)'") == 1)
+            #expect(try f.count("SELECT count(*) FROM baton.events WHERE kind = 'migrated'") == 1)
+            let finishing = Task { try await work() }
+            try await holder.executeScript(unsafeSQL: "ROLLBACK")
+            let result = try await finishing.value
+            #expect(result.outcome == .migrated)
+            #expect(try f.count("SELECT count(*) FROM baton.events WHERE kind = 'migrated'") == 2)
+            #expect(try f.count("SELECT count(*) FROM users WHERE apple_sub = '\(f.people[1].oldSub)'") == 0)
+        }
+    }
+
     @Test("an old-team token replayed after migration changes nothing", arguments: Mode.allCases)
     func replay(mode: Mode) async throws {
         try await ServiceFixture.run(mode, people: 2, acceptTransfer: false) { f in
@@ -395,4 +429,30 @@ struct SignInServiceTests {
             #expect(metrics.text.contains("baton_db_pool_connections{state=\"max\"} 4"))
         }
     }
+}
+
+/// Calls ``BatonEngine/signInWithoutWaiting(idToken:nonce:)`` on `loop`'s thread once `pool`'s pipeline there is
+/// connected, and follows the steps it starts on the loop to what they come to: a result (`.now`) or async work.
+private func signInOnLoop(_ engine: BatonEngine, _ token: String, loop: EventLoop, pool: PostgresPool) async throws -> NowOrLater<SignInResult> {
+    let outcome: Result<NowOrLater<SignInResult>, any Error> = await withCheckedContinuation { continuation in
+        @Sendable func follow(_ step: Result<NowOrLater<SignInResult>, any Error>) {
+            guard case .success(.soon(let start)) = step else { return continuation.resume(returning: step) }
+            start { follow($0) }
+        }
+        @Sendable func attempt(_ tries: Int) {
+            loop.execute {
+                guard pool.pipelineOnCurrentLoop()?.isReady == true || tries > 300 else {
+                    DispatchQueue.global().asyncAfter(deadline: .now() + .milliseconds(10)) { attempt(tries + 1) }
+                    return
+                }
+                let step = Result { try engine.signInWithoutWaiting(idToken: token, nonce: nil) }
+                guard case .success(.soon) = step else {
+                    return continuation.resume(returning: .failure(CancellationError()))
+                }
+                follow(step)
+            }
+        }
+        attempt(0)
+    }
+    return try outcome.get()
 }

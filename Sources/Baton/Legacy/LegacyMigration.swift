@@ -101,6 +101,21 @@ extension LegacyStore {
         return user
     }
 
+    /// ``migrateWithoutWaiting(transferSub:newSub:newEmail:isPrivateEmail:on:)`` queued on an event loop's pipeline
+    /// as a write of its own; `completion` runs on the loop's thread once the statement committed (or failed).
+    /// Returns false (and `completion` never runs) when the pipeline cannot take it now.
+    package func migrateWithoutWaiting(transferSub: String, newSub: String, newEmail: String?, isPrivateEmail: Bool?,
+                                       on pipeline: PostgresPipeline, _ completion: @escaping (Result<LegacyUser?, any Error>) -> Void) -> Bool {
+        let query = migrationQuery(from: .transfer(transferSub), newSub: newSub, newEmail: newEmail, isPrivateEmail: isPrivateEmail,
+                                   transferSub: transferSub, method: .signin, waitForLock: false)
+        return pipeline.send(query, write: true) { outcome in
+            completion(Result {
+                guard case .settled(.migrated(let user)) = try Self.migrationRow(try outcome.get(), newSub: newSub) else { return nil }
+                return user
+            })
+        }
+    }
+
     /// What the migration statement's row says: the outcome, or that the record must be read again.
     private enum MigrationRow {
         case settled(MigrationOutcome)

@@ -94,6 +94,15 @@ public struct LegacyStore: BatonStore {
         try Self.subjectMatch(try connection.queryBlocking(lookupQuery(subject: sub)), subject: sub)
     }
 
+    /// ``lookupForSignIn(subject:)`` queued on an event loop's pipeline; `completion` runs on the loop's thread.
+    /// Returns false (and `completion` never runs) when the pipeline cannot take it now.
+    package func lookupForSignIn(subject sub: String, on pipeline: PostgresPipeline,
+                                 _ completion: @escaping (Result<SubjectMatch?, any Error>) -> Void) -> Bool {
+        pipeline.send(lookupQuery(subject: sub)) { outcome in
+            completion(Result { try Self.subjectMatch(try outcome.get(), subject: sub) })
+        }
+    }
+
     private static func subjectMatch(_ rows: PostgresResult, subject sub: String) throws -> SubjectMatch? {
         guard let row = rows.first else { return nil }
         let state = try row.decode(String?.self, at: 2).flatMap(SubjectState.init(rawValue:))

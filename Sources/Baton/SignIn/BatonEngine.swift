@@ -171,28 +171,76 @@ public final class BatonEngine: Sendable {
         }
         let identity = VerifiedIdentity(sub: token.subject, transferSub: token.transferSubject, email: token.email,
                                         isPrivateEmail: token.isPrivateEmail)
-        let correlator = self.correlator
+        if let pipeline = store.pool.pipelineOnCurrentLoop(), pipeline.isReady {
+            return .soon { deliver in self.signInOnPipeline(identity, store, pipeline, everything, deliver) }
+        }
         do {
             let step = try store.pool.withConnectionBlocking { connection -> NowOrLater<SignInResult> in
-                if let match = try store.lookupForSignInBlocking(subject: identity.sub, on: connection) {
-                    guard correlator.isUnchanged(match, identity) else {
-                        return .later { try await self.database { try await correlator.current(match, identity) } }
-                    }
-                    return .now(SignInResult(outcome: .current, user: match.user, sub: identity.sub, transferSub: identity.transferSub))
+                switch afterLookup(try store.lookupForSignInBlocking(subject: identity.sub, on: connection), identity) {
+                case .answer(let answer): return answer
+                case .migrate(let transferSub):
+                    let user = try store.migrateWithoutWaiting(transferSub: transferSub, newSub: identity.sub, newEmail: identity.email,
+                                                               isPrivateEmail: identity.isPrivateEmail, on: connection)
+                    return afterMigration(user, identity, transferSub: transferSub)
                 }
-                guard let transferSub = identity.transferSub else {
-                    return .now(SignInResult(outcome: .new, user: nil, sub: identity.sub, transferSub: nil))
-                }
-                if let user = try store.migrateWithoutWaiting(transferSub: transferSub, newSub: identity.sub, newEmail: identity.email,
-                                                              isPrivateEmail: identity.isPrivateEmail, on: connection) {
-                    return .now(SignInResult(outcome: .migrated, user: user, sub: identity.sub, transferSub: transferSub))
-                }
-                return .later { try await self.database { try await correlator.migrate(identity, transferSub: transferSub) } }
             }
             return step ?? everything
         } catch is PostgresError {
             return everything
         }
+    }
+
+    /// ``signInWithoutWaiting(idToken:nonce:)``'s statements on the calling event loop's pipeline: the lookup, then
+    /// (a migration) the statement that locks the record `NOWAIT`, each answered in a later round of the loop, with
+    /// no thread waiting. A statement the pipeline cannot take, or that fails, sends the whole sign-in the async way.
+    private func signInOnPipeline(_ identity: VerifiedIdentity, _ store: LegacyStore, _ pipeline: PostgresPipeline,
+                                  _ everything: NowOrLater<SignInResult>, _ deliver: @escaping NowOrLater<SignInResult>.Delivery) {
+        let queued = store.lookupForSignIn(subject: identity.sub, on: pipeline) { [self] found in
+            guard case .success(let match) = found else { return deliver(.success(everything)) }
+            switch afterLookup(match, identity) {
+            case .answer(let answer): deliver(.success(answer))
+            case .migrate(let transferSub):
+                let queued = store.migrateWithoutWaiting(transferSub: transferSub, newSub: identity.sub, newEmail: identity.email,
+                                                         isPrivateEmail: identity.isPrivateEmail, on: pipeline) { [self] migrated in
+                    guard case .success(let user) = migrated else { return deliver(.success(everything)) }
+                    deliver(.success(afterMigration(user, identity, transferSub: transferSub)))
+                }
+                if !queued { deliver(.success(everything)) }
+            }
+        }
+        if !queued { deliver(.success(everything)) }
+    }
+
+    /// What a sign-in read on a server's thread comes to once its lookup is known.
+    private enum AfterLookup {
+        /// The answer: the sign-in is settled, or needs async work (a record to refresh).
+        case answer(NowOrLater<SignInResult>)
+        /// No record carries the subject: the migration statement for this transfer identifier runs next.
+        case migrate(transferSub: String)
+    }
+
+    /// A current user whose record needs no write, or a new user, is answered; a record to refresh goes the async
+    /// way; a token with a transfer identifier and no record yet migrates.
+    private func afterLookup(_ match: SubjectMatch?, _ identity: VerifiedIdentity) -> AfterLookup {
+        let correlator = self.correlator
+        if let match {
+            guard correlator.isUnchanged(match, identity) else {
+                return .answer(.later { try await self.database { try await correlator.current(match, identity) } })
+            }
+            return .answer(.now(SignInResult(outcome: .current, user: match.user, sub: identity.sub, transferSub: identity.transferSub)))
+        }
+        guard let transferSub = identity.transferSub else {
+            return .answer(.now(SignInResult(outcome: .new, user: nil, sub: identity.sub, transferSub: nil)))
+        }
+        return .migrate(transferSub: transferSub)
+    }
+
+    /// The record this thread's migration statement rewrote answers `migrated`; any other outcome (already migrated,
+    /// a conflict, no record, a locked row) is settled the async way.
+    private func afterMigration(_ user: LegacyUser?, _ identity: VerifiedIdentity, transferSub: String) -> NowOrLater<SignInResult> {
+        if let user { return .now(SignInResult(outcome: .migrated, user: user, sub: identity.sub, transferSub: transferSub)) }
+        let correlator = self.correlator
+        return .later { try await self.database { try await correlator.migrate(identity, transferSub: transferSub) } }
     }
 
     /// Consumes the nonce of `token` for `sub` (nothing when `token` is nil), then runs `body`; when `body`
