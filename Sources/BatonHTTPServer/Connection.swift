@@ -260,11 +260,12 @@ func batonAccessHandler(
     // daemon's own wake-up does not reach the loop's epoll when it comes from another thread).
     let deliver: @Sendable (HTTPResponse) -> Void = { response in
         guard context.answerOnce(response) else { return }
-        if let loop, EventLoop.current !== loop {
-            loop.execute { MHD_resume_connection(suspended.pointer) }
-        } else {
+        guard let loop else { return MHD_resume_connection(suspended.pointer) }
+        let resume: @Sendable () -> Void = {
             MHD_resume_connection(suspended.pointer)
+            LoopRequests.forCurrentLoop()?.resumed = true
         }
+        if EventLoop.current === loop { resume() } else { loop.execute(resume) }
     }
     switch answer {
     case .now: break
@@ -272,7 +273,7 @@ func batonAccessHandler(
     case .soon(let start):
         // Work on this thread's event loop: the loop's round answers it past its deadline.
         if let timeout = core.configuration.handlerTimeout {
-            LoopDeadlines.forCurrentLoop()?.add(ContinuousClock.now + timeout, context) {
+            LoopRequests.forCurrentLoop()?.add(ContinuousClock.now + timeout, context) {
                 core.logger.warning("request timed out", ["method": request.method, "path": request.path])
                 deliver(HTTPError.timeout(after: timeout).response)
             }
@@ -313,15 +314,18 @@ private func settle(_ outcome: Result<NowOrLater<HTTPResponse>, any Error>, _ de
     }
 }
 
-/// The deadlines of the requests an event loop's handlers started on it, oldest first (they share one timeout, so
-/// that is also the order they pass in): each round answers those past theirs with the timeout response.
-final class LoopDeadlines {
+/// What an event loop's daemon must do for the requests its handlers started: run libmicrohttpd again when one was
+/// resumed since it last ran, and answer those past their deadline. The deadlines are kept oldest first (they share
+/// one timeout, so that is also the order they pass in).
+final class LoopRequests {
+    /// A connection was resumed since libmicrohttpd last ran: it must run again this round to send the answer.
+    var resumed = false
     private var entries: [(deadline: ContinuousClock.Instant, context: RequestContext, answer: () -> Void)] = []
     private var head = 0
 
-    /// The calling event loop's deadlines, nil on any other thread.
-    static func forCurrentLoop() -> LoopDeadlines? {
-        EventLoop.current?.local(ObjectIdentifier(LoopDeadlines.self)) { LoopDeadlines() }
+    /// The calling event loop's, nil on any other thread.
+    static func forCurrentLoop() -> LoopRequests? {
+        EventLoop.current?.local(ObjectIdentifier(LoopRequests.self)) { LoopRequests() }
     }
 
     func add(_ deadline: ContinuousClock.Instant, _ context: RequestContext, answer: @escaping () -> Void) {

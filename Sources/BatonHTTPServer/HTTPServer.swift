@@ -232,26 +232,29 @@ final class Daemon: @unchecked Sendable {
     }
 
     /// Has `loop` poll this daemon (call it on the loop's thread): its epoll descriptor is watched, libmicrohttpd
-    /// runs when it is ready or a connection's timeout is due, and requests started on the loop meet their
-    /// deadline there (``LoopDeadlines``).
+    /// runs when it is ready, when a connection was resumed (``LoopRequests``) or a connection's timeout is due, and
+    /// requests started on the loop meet their deadline there.
     func attach(to loop: EventLoop, core: ServerCore) {
-        guard let pointer else { return }
+        guard let pointer, let requests = LoopRequests.forCurrentLoop() else { return }
         let descriptor = CMicroHTTPD_epoll_fd(pointer)
         var ranThisRound = false
-        loop.watch(descriptor) { [self] _, _ in
+        let run = { [self] in
+            requests.resumed = false
             if let pointer = self.pointer { _ = MHD_run(pointer) }
+        }
+        loop.watch(descriptor) { _, _ in
+            run()
             ranThisRound = true
         }
-        let deadlines = LoopDeadlines.forCurrentLoop()
         loop.sleepLimit = { [self] in
-            let limit = deadlines?.sleepLimit(cap: 1000) ?? 1000
+            let limit = requests.sleepLimit(cap: 1000)
             return self.pointer.map { CMicroHTTPD_timeout_ms($0, limit) } ?? limit
         }
-        loop.atEndOfRound { [self] in
-            deadlines?.answerOverdue()
-            // A round woken by something else (a database's results, which resumed connections) or by a timeout:
-            // libmicrohttpd sends the answers and closes timed-out connections now, without another round.
-            if !ranThisRound, let pointer = self.pointer { _ = MHD_run(pointer) }
+        loop.atEndOfRound {
+            requests.answerOverdue()
+            // Connections resumed this round (a database's results, a task's answer) are answered now, not when the
+            // daemon's own wake-up comes round; a round woken by a timeout lets libmicrohttpd close what timed out.
+            if requests.resumed || !ranThisRound { run() }
             ranThisRound = false
         }
     }

@@ -26,7 +26,7 @@ public final class BatonServer: Sendable {
     /// The body limit of the service's requests: 32 KiB (a token is at most 16 KiB).
     public static let maxBodySize = 32 * 1024
 
-    /// Event loops serving HTTP: one per core. Sign-ins start on them (verification, then their statements queued
+    /// Event loops serving HTTP unless `server.event_loops` says otherwise: one per core. Sign-ins start on them (verification, then their statements queued
     /// on the loop's own pipeline connection, ``PostgresPipeline``), so a loop keeps many sign-ins in flight and
     /// PostgreSQL answers them in batches, without a thread waking per request; the rest of the work goes to tasks.
     public static let eventLoops = ProcessInfo.processInfo.activeProcessorCount
@@ -67,7 +67,7 @@ public final class BatonServer: Sendable {
         configuration.handlerTimeout = .milliseconds(limits.requestTimeoutMilliseconds)
         configuration.requestHeadTimeout = .milliseconds(limits.requestHeadTimeoutMilliseconds)
         configuration.connectionsPerAddress = limits.connectionsPerIP
-        configuration.eventLoops = eventLoops
+        configuration.eventLoops = limits.eventLoops ?? eventLoops
         let server = HTTPServer(router: service.router(), configuration: configuration, logger: logger)
         do {
             let bound = try await server.start(host: host, port: port)

@@ -184,6 +184,7 @@ struct ConfigurationTests {
         ("request timeout zero", "server.request_timeout_ms", 0, .invalidValue),
         ("request head timeout too long", "server.request_head_timeout_ms", 600_001, .invalidValue),
         ("no connection per address", "server.connections_per_ip", 0, .invalidValue),
+        ("no event loop", "server.event_loops", 0, .invalidValue),
         ("require_nonce not a boolean", "require_nonce", "yes", .invalidValue),
         ("transfer client ID with team prefix", "apple.transfer.client_id", "AAAAAAAAAA.com.example.app", .invalidValue),
         ("transfer without client ID", "apple.transfer.client_id", nil, .missing),
@@ -289,6 +290,7 @@ struct ConfigurationTests {
         full.legacy.email = LegacyEmailTable(table: "public.auth_user", column: "email", keyColumn: "id", referenceColumn: "user_id")
         full.legacy.json = LegacyJSONCopy(column: "extra_data", subjectKeys: ["sub"], emailKeys: ["email"])
         full.legacy.emailPolicy = .relay
+        full.server.eventLoops = 2
         let encoder = JSONEncoder()
         encoder.dateEncodingStrategy = .iso8601
         let tree = try #require(try JSONSerialization.jsonObject(with: encoder.encode(full)) as? [String: Any])

@@ -134,18 +134,24 @@ public struct BatonConfiguration: Sendable, Equatable, Codable {
         public var requestHeadTimeoutMilliseconds: Int
         /// Connections one client address may hold at once. Default 32; 1...10,000.
         public var connectionsPerIP: Int
+        /// Event loops serving HTTP, each a thread with its own pipeline connection for sign-ins; nil (the
+        /// default): one per core. 1...64.
+        public var eventLoops: Int?
 
         /// Creates the section with its defaults.
-        public init(requestTimeoutMilliseconds: Int = 10_000, requestHeadTimeoutMilliseconds: Int = 10_000, connectionsPerIP: Int = 32) {
+        public init(requestTimeoutMilliseconds: Int = 10_000, requestHeadTimeoutMilliseconds: Int = 10_000, connectionsPerIP: Int = 32,
+                    eventLoops: Int? = nil) {
             self.requestTimeoutMilliseconds = requestTimeoutMilliseconds
             self.requestHeadTimeoutMilliseconds = requestHeadTimeoutMilliseconds
             self.connectionsPerIP = connectionsPerIP
+            self.eventLoops = eventLoops
         }
 
         enum CodingKeys: String, CodingKey {
             case requestTimeoutMilliseconds = "request_timeout_ms"
             case requestHeadTimeoutMilliseconds = "request_head_timeout_ms"
             case connectionsPerIP = "connections_per_ip"
+            case eventLoops = "event_loops"
         }
     }
 

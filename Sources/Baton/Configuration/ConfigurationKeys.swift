@@ -79,7 +79,7 @@ extension BatonConfiguration {
         Key("database.url", .string, .required,
             "any libpq connection string, checked by libpq: a URI (`postgresql://user@host/db`, `postgresql:///db?host=/socket/dir`), several hosts for failover (`postgresql://u@db1:5432,db2:5432/app?target_session_attrs=read-write`), key/value (`host=db1,db2 port=5432,5432 dbname=app target_session_attrs=read-write`) or `service=NAME`; may hold a password, printed only redacted"),
         Key("database.pool_size", .integer, .value(8, "`8`"),
-            "connections per process, 1–1000; `baton serve` also opens one pipeline connection per core, for sign-ins"),
+            "connections per process, 1–1000; `baton serve` also opens one pipeline connection per event loop (`server.event_loops`), for sign-ins"),
         Key("database.statement_timeout_ms", .integer, .absent("`5000` for `baton serve`, none for the jobs"),
             "longest a statement may run or wait for a lock, 0–3600000, on every connection including replacements; past it the request gets a 503 instead of hanging; sent as `-c statement_timeout` after the string's own `options`; `0` sends none (behind PgBouncer: see [scaling.md](scaling.md#pgbouncer))"),
         Key("apple.base_url", .string, .value(.string(Apple.defaultBaseURL.absoluteString), "`https://appleid.apple.com`"),
@@ -150,6 +150,8 @@ extension BatonConfiguration {
             "`baton serve`: a client must send a whole request (head and body) within it, however slowly it trickles bytes, else the connection is closed; 100–600000"),
         Key("server.connections_per_ip", .integer, .value(32, "`32`"),
             "`baton serve`: connections one client address may hold at once; 1–10000"),
+        Key("server.event_loops", .integer, .absent("one per core"),
+            "`baton serve`: threads serving HTTP, each an event loop with its own libmicrohttpd daemon on the port and its own pipeline connection to the database, where sign-ins run; 1–64"),
         Key("report_refresh_seconds", .integer, .value(300, "`300`"),
             "how often the `GET /report` page reloads itself (a meta refresh, no script); `0` for never, otherwise 10–86,400"),
     ]

@@ -161,7 +161,7 @@ extension BatonConfiguration {
         let sections = Set(keys.map { $0.path.split(separator: ".").dropLast().joined(separator: ".") }).filter { !$0.isEmpty }
         for section in sections.sorted() where value(at: section, in: tree) == nil {
             let members = keys.filter { $0.path.hasPrefix(section + ".") }
-            if members.allSatisfy({ if case .value = $0.defaultValue { true } else { false } }) {
+            if members.allSatisfy({ if case .required = $0.defaultValue { false } else { true } }) {
                 try set(.object(JSONObject()), at: section, in: &tree)
             }
         }

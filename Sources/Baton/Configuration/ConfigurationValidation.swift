@@ -52,6 +52,9 @@ extension BatonConfiguration {
         guard (1...10_000).contains(server.connectionsPerIP) else {
             throw ConfigurationError(.invalidValue, key: "server.connections_per_ip", reason: "must be from 1 to 10000")
         }
+        if let loops = server.eventLoops, !(1...64).contains(loops) {
+            throw ConfigurationError(.invalidValue, key: "server.event_loops", reason: "must be from 1 to 64")
+        }
         if let transfer = apple.transfer {
             try Self.checkClientID(transfer.clientID, key: "apple.transfer.client_id")
             if let sender = transfer.sender { try Self.checkCredentials(sender, key: "apple.transfer.sender") }

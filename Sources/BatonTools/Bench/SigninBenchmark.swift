@@ -94,16 +94,18 @@ func runSigninBenchmark(_ arguments: Arguments) async throws -> Int32 {
     }
 
     _ = await load(warmupBodies, total: 2_000)
-    let migratedCPU = child.cpuSeconds()
+    let (migratedCPU, migratedDatabaseCPU) = (child.cpuSeconds(), postgresCPUSeconds())
     let (migratedReport, migratedLatencies) = await load(migrationBodies, total: migrations)
     let migratedCPUMicroseconds = (child.cpuSeconds() - migratedCPU) / Double(migrations) * 1e6
+    let migratedDatabaseMicroseconds = (postgresCPUSeconds() - migratedDatabaseCPU) / Double(migrations) * 1e6
     let migratedCount = try await pool.query("SELECT count(*) FROM baton.events WHERE kind = 'migrated'")[0].decode(Int.self, at: 0)
     guard migratedReport.statuses == [200: migrations], migratedReport.failures == 0, migratedCount == migrations else {
         throw CommandFailure.failed("bench signin: migrated phase went wrong: statuses \(migratedReport.statuses), failures \(migratedReport.failures), \(migratedCount) events")
     }
-    let currentCPU = child.cpuSeconds()
+    let (currentCPU, currentDatabaseCPU) = (child.cpuSeconds(), postgresCPUSeconds())
     let (currentReport, currentLatencies) = await load(migrationBodies, total: currentRequests)
     let currentCPUMicroseconds = (child.cpuSeconds() - currentCPU) / Double(currentRequests) * 1e6
+    let currentDatabaseMicroseconds = (postgresCPUSeconds() - currentDatabaseCPU) / Double(currentRequests) * 1e6
     guard currentReport.statuses == [200: currentRequests], currentReport.failures == 0 else {
         throw CommandFailure.failed("bench signin: current phase went wrong: statuses \(currentReport.statuses), failures \(currentReport.failures)")
     }
@@ -169,12 +171,12 @@ func runSigninBenchmark(_ arguments: Arguments) async throws -> Int32 {
     try await dropBenchDatabase(serverURL: serverURL, databaseURL: databaseURL)
 
     let migratedP99 = percentile(migratedLatencies, 0.99), currentP99 = percentile(currentLatencies, 0.99)
-    say(String(format: "migrated: %.0f/s, p50 %.2f ms, p99 %.2f ms, server CPU %.1f µs each (%d sign-ins); pgbench same SQL %.0f tps (%.0f%%)",
-                 migratedReport.perSecond, percentile(migratedLatencies, 0.5), migratedP99, migratedCPUMicroseconds, migrations, pgbenchMigrated,
-                 migratedReport.perSecond / pgbenchMigrated * 100))
-    say(String(format: "current:  %.0f/s, p50 %.2f ms, p99 %.2f ms, server CPU %.1f µs each (%d sign-ins); pgbench same SQL %.0f tps (%.0f%%)",
-                 currentReport.perSecond, percentile(currentLatencies, 0.5), currentP99, currentCPUMicroseconds, currentRequests, pgbenchCurrent,
-                 currentReport.perSecond / pgbenchCurrent * 100))
+    say(String(format: "migrated: %.0f/s, p50 %.2f ms, p99 %.2f ms, CPU each: server %.1f µs, PostgreSQL %.1f µs (%d sign-ins); pgbench same SQL %.0f tps (%.0f%%)",
+                 migratedReport.perSecond, percentile(migratedLatencies, 0.5), migratedP99, migratedCPUMicroseconds, migratedDatabaseMicroseconds,
+                 migrations, pgbenchMigrated, migratedReport.perSecond / pgbenchMigrated * 100))
+    say(String(format: "current:  %.0f/s, p50 %.2f ms, p99 %.2f ms, CPU each: server %.1f µs, PostgreSQL %.1f µs (%d sign-ins); pgbench same SQL %.0f tps (%.0f%%)",
+                 currentReport.perSecond, percentile(currentLatencies, 0.5), currentP99, currentCPUMicroseconds, currentDatabaseMicroseconds,
+                 currentRequests, pgbenchCurrent, currentReport.perSecond / pgbenchCurrent * 100))
     for run in wrkRuns {
         say(String(format: "wrk -c %d: %.0f/s = %.2f of pgbench's %.0f tps on the same SELECT", run.connections, run.perSecond,
                    run.perSecond / pgbenchCurrent, pgbenchCurrent))
@@ -190,6 +192,8 @@ func runSigninBenchmark(_ arguments: Arguments) async throws -> Int32 {
         "rss_mb": .number(Double(rssMB)),
         "migrated_server_cpu_us": .number((migratedCPUMicroseconds * 10).rounded() / 10),
         "current_server_cpu_us": .number((currentCPUMicroseconds * 10).rounded() / 10),
+        "migrated_postgres_cpu_us": .number((migratedDatabaseMicroseconds * 10).rounded() / 10),
+        "current_postgres_cpu_us": .number((currentDatabaseMicroseconds * 10).rounded() / 10),
     ]
     func rounded(_ value: Double, _ digits: Double = 100) -> JSONValue { .number((value * digits).rounded() / digits) }
     for run in wrkRuns {
