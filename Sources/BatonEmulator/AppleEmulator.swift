@@ -176,9 +176,14 @@ public final class AppleEmulator: Sendable {
     public func resetStats() { emulator.faults.resetStats() }
 
     /// Signs in as a device would: `user` is a person's ID or any team-scoped identifier of theirs.
+    ///
+    /// With `issueCode` false no authorization code is made or kept (``Authorization/code`` is empty): for a
+    /// device that only presents the identity token, such as the rehearsal's, whose million devices would
+    /// otherwise leave a million unused codes (each holding its token) in the emulator's state. The token is the
+    /// same but for `c_hash`, which only a token issued with a code carries. Default true.
     /// - Throws: ``EmulatorError`` `unknown_app`, `unknown_user`.
-    public func authorize(clientID: String, user: String, nonce: String? = nil) throws(EmulatorError) -> Authorization {
-        try emulator.authorize(clientID: clientID, user: user, nonce: nonce)
+    public func authorize(clientID: String, user: String, nonce: String? = nil, issueCode: Bool = true) throws(EmulatorError) -> Authorization {
+        try emulator.authorize(clientID: clientID, user: user, nonce: nonce, issueCode: issueCode)
     }
 
     /// What `getCredentialState(forUserID:)` answers on a device.

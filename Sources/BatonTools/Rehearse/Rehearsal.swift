@@ -28,6 +28,8 @@ struct RehearsalOptions: Sendable {
 /// with the in-process emulator, Baton's service and the bulk jobs (the pieces `baton demo` runs).
 struct Rehearsal {
     let options: RehearsalOptions
+    /// Where each phase's end goes (`rehearse phase=NAME seconds=S`, on standard error with the progress lines).
+    let phases = PhaseClock()
 
     /// Runs it; the cluster is removed on every path.
     /// - Throws: ``CommandFailure`` (`usage` for a configuration the source does not match).
@@ -89,6 +91,7 @@ struct Rehearsal {
 
     private func copyAndRun(cluster: ThrowawayCluster, pool: PostgresPool, legacy: BatonConfiguration.LegacyIdentifiers) async throws -> RehearsalResult {
         try await copyTables(cluster: cluster, pool: pool, legacy: legacy)
+        phases.end("copy")
         _ = try await BatonSchema.migrator().migrate(pool)
         // A throwaway copy: Baton's tables skip the write-ahead log.
         for table in ["transfers", "events", "subjects", "nonces"] {
@@ -101,6 +104,7 @@ struct Rehearsal {
         }
         let selected = try await store.appleRowCount()
         var problems = try await store.findProblems()
+        phases.end("checks")
         var counts: (bySignIn: Int, byExchange: Int, failedDevices: [String: Int]) = (0, 0, [:])
         var report = ""
         if try await store.setAsideProblemRowsOfCopy() {
@@ -148,6 +152,7 @@ struct Rehearsal {
         try await pool.execute("ANALYZE baton.transfers")
         let users = try await pool.query("SELECT old_sub, transfer_sub FROM baton.transfers ORDER BY old_sub NULLS LAST, transfer_sub")
             .map { (oldSub: try $0.decode(String?.self, at: 0), transferSub: try $0.decode(String?.self, at: 1)) }
+        phases.end("seed")
         guard !users.isEmpty else { return ((0, 0, [:]), "", rejected) }
 
         var http = HTTPServerConfiguration()
@@ -205,6 +210,7 @@ struct Rehearsal {
                                                 toTeamID: teamB.teamID).map(\.userIdentifier)
         }
 
+        phases.end("emulator users")
         // The sender's transfer identifiers, then the acceptance.
         let senderQueue = TransferQueue(pool: pool, kind: .transferIdentifiers)
         let needing = try await senderQueue.pendingCount()
@@ -214,6 +220,7 @@ struct Rehearsal {
             _ = try await job(senderQueue, .transferIdentifiers(targetTeamID: teamB.teamID),
                               client: appleClient(emulator, team: teamA, clientID: clientID, http: http), total: needing, acceptedAt: nil)
         }
+        phases.end("transfer-ids")
         try emulator.initiateTransfer(clientID: clientID, toTeamID: teamB.teamID)
         let acceptedAt = try emulator.acceptTransfer(clientID: clientID)
 
@@ -231,12 +238,15 @@ struct Rehearsal {
         // In a random order; the second device of a user goes right after the first, so both are in flight at once.
         let devices = signers.shuffled().enumerated().flatMap { $0.offset % 20 == 0 ? [$0.element, $0.element] : [$0.element] }
         let service = try loopback(URL(string: "http://127.0.0.1:\(server.port)")!)
-        let apple = try loopback(emulator.baseURL)
-        let failedDevices = await RehearsalDevices(service: service, apple: apple, clientID: clientID, concurrency: options.concurrency)
+        // Apple's side of each device in-process, without an authorization code: the devices only present the token.
+        let authorize: @Sendable (String) throws -> String = { user in
+            try emulator.authorize(clientID: clientID, user: user, issueCode: false).idToken
+        }
+        let failedDevices = await RehearsalDevices(service: service, authorize: authorize, concurrency: options.concurrency)
             .run(devices.map { (handles[$0], users[$0].oldSub != nil) })
         service.close()
-        apple.close()
         await server.stop()
+        phases.end("devices")
 
         // The exchange for the rest, then the report.
         let exchangeQueue = TransferQueue(pool: pool, kind: .exchange)
@@ -247,11 +257,13 @@ struct Rehearsal {
             _ = try await job(exchangeQueue, .exchange(applier: store), client: appleClient(emulator, team: teamB, clientID: clientID, http: http),
                               total: pending, acceptedAt: acceptedAt)
         }
+        phases.end("exchange")
         let row = try await pool.query("""
             SELECT count(*) FILTER (WHERE method = 'signin'), count(*) FILTER (WHERE method = 'exchange')
             FROM baton.transfers WHERE state = 'migrated'
             """)[0]
         let report = try await ReportBuilder(pool: pool, legacy: options.configuration.legacy, acceptedAt: acceptedAt, now: emulator.now, limit: 0).build()
+        phases.end("report")
         return ((try row.decode(Int.self, at: 0), try row.decode(Int.self, at: 1), failedDevices), report.renderTable(listLimit: 0))
     }
 
@@ -277,5 +289,27 @@ struct Rehearsal {
             throw CommandFailure.failed("baton rehearse: \(url) is not a loopback address")
         }
         return client
+    }
+}
+
+/// Times the rehearsal's phases: each ``end(_:)`` writes the seconds since the previous one (or since the clock was
+/// made) to standard error, beside the jobs' progress lines, so a slow phase is seen without a profiler.
+final class PhaseClock: Sendable {
+    private let last = Mutex(ContinuousClock.now)
+    private let write: @Sendable (String) -> Void
+
+    init(write: @escaping @Sendable (String) -> Void = { FileHandle.standardError.write(Data($0.utf8)) }) {
+        self.write = write
+    }
+
+    /// Writes `rehearse phase=NAME seconds=S` for the time since the last phase ended.
+    func end(_ name: String) {
+        let now = ContinuousClock.now
+        let elapsed = last.withLock { last in
+            defer { last = now }
+            return now - last
+        }
+        let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+        write("rehearse phase=\(name) seconds=\(String(format: "%.1f", seconds))\n")
     }
 }
