@@ -3,8 +3,8 @@ import BatonJOSE
 import Foundation
 
 /// The rehearsal's devices: what the app does on a device after the transfer, as `baton demo`'s devices do.
-/// A device of a user Baton knows by the sender's subject first asks Baton for the credential state
-/// (`GET /v1/credential-state` over ``LoopbackHTTP``: `transferred` expected); then it re-authorizes silently
+/// A web or Android client of a user Baton knows by the sender's subject first asks Baton for the credential state
+/// (`GET /v1/credential-state` over ``LoopbackHTTP``: `transferred` expected); then each device re-authorizes silently
 /// with Apple (`authorize`: the in-process emulator signs a token with the new `sub` and `transfer_sub`) and
 /// signs in to Baton (`POST /v1/signin` over ``LoopbackHTTP``: `migrated` expected, `current` for a second
 /// device of a user already migrated).
@@ -20,8 +20,8 @@ struct RehearsalDevices: Sendable {
     /// Devices in flight at once.
     let concurrency: Int
 
-    /// Runs one device per entry (`user` is an identifier the emulator knows; `asksCredentialState` whether Baton
-    /// knows it too), `concurrency` at a time, writing a progress line every `logInterval` seconds; returns the
+    /// Runs one device per entry (`user` is an identifier the emulator knows; `asksCredentialState` whether the
+    /// device asks Baton for its credential state first: a web or Android client of a user Baton knows), `concurrency` at a time, writing a progress line every `logInterval` seconds; returns the
     /// devices that did not end in `migrated` or `current`, counted by the step and answer that stopped them
     /// (`signin unmatched`, `credential-state http 503`, `authorize no response`, …).
     func run(_ devices: [(user: String, asksCredentialState: Bool)], logInterval: Double = 10,
