@@ -217,10 +217,8 @@ struct Rehearsal {
         let senderQueue = TransferQueue(pool: pool, kind: .transferIdentifiers)
         let needing = try await senderQueue.pendingCount()
         if needing > 0 {
-            let http = try loopback(emulator.baseURL)
-            defer { http.close() }
             _ = try await job(senderQueue, .transferIdentifiers(targetTeamID: teamB.teamID),
-                              client: appleClient(emulator, team: teamA, clientID: clientID, http: http), total: needing, acceptedAt: nil)
+                              client: appleClient(emulator, team: teamA, clientID: clientID), total: needing, acceptedAt: nil)
         }
         phases.end("transfer-ids")
         try emulator.initiateTransfer(clientID: clientID, toTeamID: teamB.teamID)
@@ -256,9 +254,7 @@ struct Rehearsal {
         let exchangeQueue = TransferQueue(pool: pool, kind: .exchange)
         let pending = try await exchangeQueue.pendingCount()
         if pending > 0 {
-            let http = try loopback(emulator.baseURL)
-            defer { http.close() }
-            _ = try await job(exchangeQueue, .exchange(applier: store), client: appleClient(emulator, team: teamB, clientID: clientID, http: http),
+            _ = try await job(exchangeQueue, .exchange(applier: store), client: appleClient(emulator, team: teamB, clientID: clientID),
                               total: pending, acceptedAt: acceptedAt)
         }
         phases.end("exchange")
@@ -279,15 +275,15 @@ struct Rehearsal {
         return await run.run(total: total, isTerminal: false, logInterval: 10)
     }
 
-    /// An Apple client for `team` on the emulator's clock, over ``LoopbackHTTP`` (`http`).
-    private func appleClient(_ emulator: AppleEmulator, team: TeamCredentials, clientID: String, http: LoopbackHTTP) throws -> AppleClient {
+    /// An Apple client for `team` on the emulator's clock, answered by the in-process emulator (``InProcessAppleTransport``).
+    private func appleClient(_ emulator: AppleEmulator, team: TeamCredentials, clientID: String) throws -> AppleClient {
         let secret = try ClientSecret(teamID: team.teamID, keyID: team.keyID, clientID: clientID, pem: team.privateKeyPEM)
         return AppleClient(baseURL: emulator.baseURL, credentials: secret,
                            options: AppleClient.Options(retry: RetryPolicy(maxAttempts: 1), maxConnectionsPerHost: options.concurrency),
-                           transport: LoopbackAppleTransport(http: http), now: { emulator.now })
+                           transport: InProcessAppleTransport(emulator: emulator), now: { emulator.now })
     }
 
-    /// A ``LoopbackHTTP`` client of `url` with a connection per device or worker; the caller closes it.
+    /// A ``LoopbackHTTP`` client of `url` with a connection per device; the caller closes it.
     private func loopback(_ url: URL) throws -> LoopbackHTTP {
         guard let client = LoopbackHTTP(url: url, connections: options.concurrency) else {
             throw CommandFailure.failed("baton rehearse: \(url) is not a loopback address")
