@@ -255,7 +255,7 @@ struct Rehearsal {
         let pending = try await exchangeQueue.pendingCount()
         if pending > 0 {
             _ = try await job(exchangeQueue, .exchange(applier: store), client: appleClient(emulator, team: teamB, clientID: clientID),
-                              total: pending, acceptedAt: acceptedAt, workers: exchangeWorkers)
+                              total: pending, acceptedAt: acceptedAt)
         }
         phases.end("exchange")
         let row = try await pool.query("""
@@ -267,19 +267,10 @@ struct Rehearsal {
         return ((try row.decode(Int.self, at: 0), try row.decode(Int.self, at: 1), failedDevices), report.renderTable(listLimit: 0))
     }
 
-    /// Workers of the rehearsal's exchange: at most six per core. Its Apple calls are answered in-process at once, so
-    /// each worker spends its time in the migration statement, PostgreSQL's work on the same cores; more workers
-    /// than that only add lock and scheduling contention (at 100,000 users on 2 cores: 14.9 s with 12 workers, 18.3
-    /// to 21.7 s with 32). The sender's job keeps `--concurrency` workers: its answers are stored by group commit,
-    /// and more answers waiting make fuller statements (7.6 to 7.8 s with 32 workers, 12.0 s with 12).
-    var exchangeWorkers: Int { min(options.concurrency, max(4, 6 * ProcessInfo.processInfo.activeProcessorCount)) }
-
-    /// A bulk job with `workers` workers (the rehearsal's concurrency by default), unthrottled (the emulator has no
-    /// rate limit), progress to stderr.
-    private func job(_ queue: TransferQueue, _ work: BulkRun.Work, client: AppleClient, total: Int, acceptedAt: Date?,
-                     workers: Int? = nil) async throws -> BulkJobSummary {
+    /// A bulk job at the rehearsal's concurrency, unthrottled (the emulator has no rate limit), progress to stderr.
+    private func job(_ queue: TransferQueue, _ work: BulkRun.Work, client: AppleClient, total: Int, acceptedAt: Date?) async throws -> BulkJobSummary {
         let run = try BulkRun(queue: queue, work: work, client: client,
-                              options: BulkJobOptions(workers: workers ?? options.concurrency, rate: 100_000, maxConsecutiveFailures: 1_000),
+                              options: BulkJobOptions(workers: options.concurrency, rate: 100_000, maxConsecutiveFailures: 1_000),
                               window: TransferWindow(acceptedAt: acceptedAt))
         return await run.run(total: total, isTerminal: false, logInterval: 10)
     }
