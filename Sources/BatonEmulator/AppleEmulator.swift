@@ -49,14 +49,17 @@ import BatonLogging
 public final class AppleEmulator: Sendable {
     private let emulator: Emulator
     private let server: HTTPServer
+    /// The routes the server answers with, also for ``respond(to:)``.
+    private let router: Router
     /// The port the emulator listens on.
     public let port: Int
     /// `http://HOST:PORT`, the value for Baton's `apple.base_url`.
     public let baseURL: URL
 
-    private init(emulator: Emulator, server: HTTPServer, host: String, port: Int) {
+    private init(emulator: Emulator, server: HTTPServer, router: Router, host: String, port: Int) {
         self.emulator = emulator
         self.server = server
+        self.router = router
         self.port = port
         self.baseURL = URL(string: "http://\(host.contains(":") ? "[\(host)]" : host):\(port)")!
     }
@@ -75,10 +78,19 @@ public final class AppleEmulator: Sendable {
         logger: Logger = .disabled()
     ) async throws -> AppleEmulator {
         let emulator = try await offPool { () throws(EmulatorError) in try Emulator(statePath: statePath, logger: logger) }
-        let server = HTTPServer(router: emulator.router(), configuration: configuration, logger: logger)
+        let router = emulator.router()
+        let server = HTTPServer(router: router, configuration: configuration, logger: logger)
         let bound = try await server.start(host: host, port: port)
         try await emulator.flush()
-        return AppleEmulator(emulator: emulator, server: server, host: host, port: bound)
+        return AppleEmulator(emulator: emulator, server: server, router: router, host: host, port: bound)
+    }
+
+    /// Answers `request` with the routes the server answers with (Apple's endpoints with their faults and
+    /// statistics, the device and control endpoints), without a socket: for a client in the same process whose
+    /// traffic to Apple is not what it rehearses (`baton rehearse`'s jobs, two million requests at a million users).
+    /// The request is read as the server reads it: method, path, query, headers and body.
+    public func respond(to request: HTTPRequest) async -> HTTPResponse {
+        await router.respond(to: request)
     }
 
     /// Stops the server (letting in-flight requests finish) and writes the state file.
@@ -176,9 +188,14 @@ public final class AppleEmulator: Sendable {
     public func resetStats() { emulator.faults.resetStats() }
 
     /// Signs in as a device would: `user` is a person's ID or any team-scoped identifier of theirs.
+    ///
+    /// With `issueCode` false no authorization code is made or kept (``Authorization/code`` is empty): for a
+    /// device that only presents the identity token, such as the rehearsal's, whose million devices would
+    /// otherwise leave a million unused codes (each holding its token) in the emulator's state. The token is the
+    /// same but for `c_hash`, which only a token issued with a code carries. Default true.
     /// - Throws: ``EmulatorError`` `unknown_app`, `unknown_user`.
-    public func authorize(clientID: String, user: String, nonce: String? = nil) throws(EmulatorError) -> Authorization {
-        try emulator.authorize(clientID: clientID, user: user, nonce: nonce)
+    public func authorize(clientID: String, user: String, nonce: String? = nil, issueCode: Bool = true) throws(EmulatorError) -> Authorization {
+        try emulator.authorize(clientID: clientID, user: user, nonce: nonce, issueCode: issueCode)
     }
 
     /// What `getCredentialState(forUserID:)` answers on a device.

@@ -234,6 +234,41 @@ struct LegacySeederTests {
         }
     }
 
+    @Test("answers stored at once go in shared statements: each caller learns whether its own row was written; a failed statement writes nothing and the next works")
+    func groupCommitOfTransferIdentifiers() async throws {
+        try await StoreFixture.run("groupcommit", poolSize: 2) { database in
+            try await database.pool.execute("""
+                INSERT INTO baton.transfers (old_sub) SELECT 'o.' || i FROM generate_series(0, 59) AS i;
+                """)
+            let queue = TransferQueue(pool: database.pool, kind: .transferIdentifiers, owner: "a")
+            let items = try await queue.claim(limit: 60)
+            #expect(items.count == 60)
+            // Ten rows finished meanwhile by someone else (a transfer identifier already stored): not written again.
+            let finished = Set(items.prefix(10).map(\.id))
+            try await database.pool.execute("UPDATE baton.transfers SET transfer_sub = 'other.' || id WHERE id = ANY(\(arrayLiteral(finished.map(String.init)))::bigint[])")
+            let results = try await withThrowingTaskGroup(of: (Int64, Bool).self) { group in
+                for item in items { group.addTask { (item.id, try await queue.storeTransferIdentifier(item, transferSub: "t.\(item.id)")) } }
+                return try await group.reduce(into: [Int64: Bool]()) { $0[$1.0] = $1.1 }
+            }
+            #expect(results.count == 60)
+            #expect(results.filter { $0.value }.count == 50)
+            #expect(results.allSatisfy { $0.value == !finished.contains($0.key) })
+            #expect(try database.count("SELECT count(*) FROM baton.transfers WHERE transfer_sub = 't.' || id AND attempts = 1 AND lease_owner IS NULL") == 50)
+            #expect(try database.count("SELECT count(*) FROM baton.transfers WHERE transfer_sub = 'other.' || id AND attempts = 0") == 10)
+            // A statement that fails (this transfer identifier belongs to another row) throws to its caller and writes nothing.
+            try await database.pool.execute("INSERT INTO baton.transfers (old_sub) VALUES ('o.late')")
+            let late = try await queue.claim(limit: 1)
+            #expect(late.count == 1)
+            await #expect(throws: PostgresError.self) {
+                _ = try await queue.storeTransferIdentifier(late[0], transferSub: "t.\(items[20].id)")
+            }
+            #expect(try database.count("SELECT count(*) FROM baton.transfers WHERE old_sub = 'o.late' AND transfer_sub IS NULL AND attempts = 0") == 1)
+            // The writer goes on after a failure.
+            #expect(try await queue.storeTransferIdentifier(late[0], transferSub: "t.late") == true)
+            #expect(try database.count("SELECT count(*) FROM baton.transfers WHERE old_sub = 'o.late' AND transfer_sub = 't.late'") == 1)
+        }
+    }
+
     @Test("claims never overlap, a failed attempt is deferred then failed after its last attempt, and retry-failed resets it")
     func queueLifecycle() async throws {
         try await StoreFixture.run("queue", poolSize: 2) { database in

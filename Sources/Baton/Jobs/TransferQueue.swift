@@ -1,5 +1,6 @@
 import Foundation
 import BatonPostgres
+import Synchronization
 
 /// The lease-based work queue of the bulk jobs, over `baton.transfers`, coordinated only through PostgreSQL.
 ///
@@ -49,6 +50,8 @@ public struct TransferQueue: Sendable {
     public let maxAttempts: Int
     /// The first retry's delay, in seconds; doubled per attempt up to 300.
     public let retryBaseSeconds: Double
+    /// Writes the sender job's answers a batch at a time (shared by copies of this queue).
+    private let writer: TransferIdentifierWriter
 
     /// Creates a queue.
     public init(pool: PostgresPool, kind: Kind, owner: String = TransferQueue.defaultOwner(), leaseSeconds: Int = 60, maxAttempts: Int = 5, retryBaseSeconds: Double = 5) {
@@ -58,6 +61,7 @@ public struct TransferQueue: Sendable {
         self.leaseSeconds = max(1, leaseSeconds)
         self.maxAttempts = max(1, maxAttempts)
         self.retryBaseSeconds = max(0, retryBaseSeconds)
+        writer = TransferIdentifierWriter(pool: pool)
     }
 
     /// `host:pid:random`.
@@ -106,12 +110,28 @@ public struct TransferQueue: Sendable {
 
     /// Stores the sender side's answer: the row's transfer identifier. Returns false when the row was no longer
     /// this owner's to finish (another worker finished it).
+    ///
+    /// Answers stored at the same time by this queue's workers go in one statement (group commit): the first
+    /// caller's statement takes every answer waiting, and the answers that arrive while it runs go in the next.
+    /// Each caller returns once its own row is written (or not), as with a statement of its own; a failed
+    /// statement throws its error to every caller whose answer it carried (nothing of it was written).
+    /// - Throws: ``Postgres/PostgresError``.
     public func storeTransferIdentifier(_ item: Item, transferSub: String) async throws -> Bool {
-        try await pool.execute("""
-            UPDATE baton.transfers SET transfer_sub = \(transferSub), attempts = attempts + 1, last_error = NULL,
+        try await writer.store(id: item.id, transferSub: transferSub)
+    }
+
+    /// The statement that stores `answers` (row id → transfer identifier; ids distinct), in id order; returns the
+    /// ids of the rows it wrote: those still pending without a transfer identifier.
+    static func storeQuery(_ answers: [(id: Int64, transferSub: String)]) -> PostgresQuery {
+        let sorted = answers.sorted { $0.id < $1.id }
+        return """
+            UPDATE baton.transfers AS t SET transfer_sub = a.transfer_sub, attempts = t.attempts + 1, last_error = NULL,
                 lease_owner = NULL, lease_expires_at = NULL, next_attempt_at = NULL, updated_at = now()
-            WHERE id = \(item.id) AND state = 'pending' AND transfer_sub IS NULL
-            """) == 1
+            FROM unnest(\(arrayLiteral(sorted.map { String($0.id) }))::bigint[], \(arrayLiteral(sorted.map(\.transferSub)))::text[])
+                AS a(id, transfer_sub)
+            WHERE t.id = a.id AND t.state = 'pending' AND t.transfer_sub IS NULL
+            RETURNING t.id
+            """
     }
 
     /// Records an attempt that failed for a reason that may pass: the row is due again after a backoff, or
@@ -169,5 +189,69 @@ public struct TransferQueue: Sendable {
             UPDATE baton.transfers SET state = 'pending', attempts = 0, next_attempt_at = NULL, updated_at = now()
             WHERE state = \(state) AND \(unsafeRaw: condition)
             """)
+    }
+}
+
+/// Group commit of the sender job's answers (``TransferQueue/storeTransferIdentifier(_:transferSub:)``): one
+/// statement at a time, each carrying every answer that was waiting when it started (at most ``maxBatch``).
+///
+/// A million-user `baton transfer-ids` stored each answer with a statement of its own; PostgreSQL's work per
+/// statement (the round trip, executor start and end, the CHECK constraints read again, the commit) was most of
+/// its CPU there. With 32 workers, answers arrive while a statement runs, so the batches size themselves to the
+/// load: one answer when the job runs at 10 requests a second, dozens when it is unthrottled.
+final class TransferIdentifierWriter: Sendable {
+    /// Answers per statement at most.
+    static let maxBatch = 500
+
+    private struct Waiting {
+        var id: Int64
+        var transferSub: String
+        var continuation: CheckedContinuation<Result<Bool, any Error>, Never>
+    }
+
+    private let pool: PostgresPool
+    /// Answers not yet in a statement, and whether a writer task is running.
+    private let state = Mutex<(waiting: [Waiting], writing: Bool)>(([], false))
+
+    init(pool: PostgresPool) {
+        self.pool = pool
+    }
+
+    /// Stores one answer; returns whether its row was written.
+    func store(id: Int64, transferSub: String) async throws -> Bool {
+        let result = await withCheckedContinuation { (continuation: CheckedContinuation<Result<Bool, any Error>, Never>) in
+            let start = state.withLock { state -> Bool in
+                state.waiting.append(Waiting(id: id, transferSub: transferSub, continuation: continuation))
+                guard !state.writing else { return false }
+                state.writing = true
+                return true
+            }
+            if start { Task { await self.writeWhileWaiting() } }
+        }
+        return try result.get()
+    }
+
+    /// Writes batches until none is waiting.
+    private func writeWhileWaiting() async {
+        while true {
+            let batch = state.withLock { state -> [Waiting] in
+                guard !state.waiting.isEmpty else {
+                    state.writing = false
+                    return []
+                }
+                let count = min(Self.maxBatch, state.waiting.count)
+                let batch = Array(state.waiting.prefix(count))
+                state.waiting.removeFirst(count)
+                return batch
+            }
+            guard !batch.isEmpty else { return }
+            do {
+                let rows = try await pool.query(TransferQueue.storeQuery(batch.map { ($0.id, $0.transferSub) }))
+                let written = Set(try rows.map { try $0.decode(Int64.self, at: 0) })
+                for answer in batch { answer.continuation.resume(returning: .success(written.contains(answer.id))) }
+            } catch {
+                for answer in batch { answer.continuation.resume(returning: .failure(error)) }
+            }
+        }
     }
 }

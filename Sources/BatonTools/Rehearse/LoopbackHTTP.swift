@@ -1,14 +1,15 @@
 import BatonAppleSignIn
 import BatonConcurrency
+import BatonEmulator
+import BatonHTTPServer
 import Foundation
 import Synchronization
 
-/// Keep-alive HTTP/1.1 to one loopback server, for the rehearsal's traffic between its own in-process pieces
-/// (the emulator and Baton's service): `connections` threads of its own, each with one ``RawHTTPConnection``,
-/// take the requests in turn. Threads of its own, not Dispatch's: the emulator and the service need Dispatch's
-/// threads to answer, and blocked readers there would starve them. A million-user rehearsal sends about two
-/// million requests, and URLSession's per-request work (curl handles, timers, queue hops) was most of the
-/// client's CPU. ``close()`` ends the threads.
+/// Keep-alive HTTP/1.1 to one loopback server, for the rehearsal's devices' requests to Baton's service:
+/// `connections` threads of its own, each with one ``RawHTTPConnection``, take the requests in turn. Threads of
+/// its own, not Dispatch's: the service needs Dispatch's threads to answer, and blocked readers there would
+/// starve it. A million-user rehearsal sends some 350,000 requests, and URLSession's per-request work (curl
+/// handles, timers, queue hops) was most of the client's CPU. ``close()`` ends the threads.
 final class LoopbackHTTP: Sendable {
     /// The request went out but no complete response came back.
     struct Failure: Error, CustomStringConvertible {
@@ -108,18 +109,22 @@ final class LoopbackHTTP: Sendable {
     }
 }
 
-/// ``AppleClient``'s transport for the rehearsal's in-process emulator, over ``LoopbackHTTP`` (the emulator's
-/// rate limit is lifted, so no `Retry-After` is ever read: response headers are not kept).
-struct LoopbackAppleTransport: AppleTransport {
-    let http: LoopbackHTTP
+/// ``AppleClient``'s transport for the rehearsal's jobs: each request is answered by the in-process emulator's
+/// routes (``AppleEmulator/respond(to:)``) without a socket. The client builds, signs and sends its requests and
+/// reads the answers exactly as over HTTP (form body, client secret, bearer token, Apple's JSON and error
+/// answers); what is left out is the emulator's HTTP server and the loopback connection, Apple's side of the wire,
+/// whose thread hand-offs and TCP stack were a large share of `transfer-ids` and `exchange` CPU.
+struct InProcessAppleTransport: AppleTransport {
+    let emulator: AppleEmulator
 
     func send(_ request: AppleHTTPRequest) async throws -> AppleHTTPResponse {
-        let path = request.url.path + (request.url.query.map { "?\($0)" } ?? "")
-        do {
-            let answer = try await http.send("POST", path, headers: request.headers.map { ($0.key, $0.value) }, body: Array(request.body))
-            return AppleHTTPResponse(status: answer.status, headers: [:], body: Data(answer.body))
-        } catch {
-            throw AppleTransportError.connectionFailed("\(error)")
-        }
+        var query: [String: String] = [:]
+        for item in URLComponents(url: request.url, resolvingAgainstBaseURL: false)?.queryItems ?? [] { query[item.name] = item.value ?? "" }
+        let answer = await emulator.respond(to: HTTPRequest(method: "POST", path: request.url.path, query: query,
+                                                            headers: HTTPHeaders(request.headers.map { ($0.key, $0.value) }),
+                                                            body: Array(request.body), remoteAddress: "127.0.0.1"))
+        var headers: [String: String] = [:]
+        for field in answer.headers.fields { headers[field.name] = field.value }
+        return AppleHTTPResponse(status: answer.status, headers: headers, body: Data(answer.body))
     }
 }

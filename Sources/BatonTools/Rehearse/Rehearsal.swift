@@ -28,6 +28,10 @@ struct RehearsalOptions: Sendable {
 /// with the in-process emulator, Baton's service and the bulk jobs (the pieces `baton demo` runs).
 struct Rehearsal {
     let options: RehearsalOptions
+    /// One device in this many asks Baton for the credential state first (a web or Android client).
+    static let credentialStateEvery = 10
+    /// Where each phase's end goes (`rehearse phase=NAME seconds=S`, on standard error with the progress lines).
+    let phases = PhaseClock()
 
     /// Runs it; the cluster is removed on every path.
     /// - Throws: ``CommandFailure`` (`usage` for a configuration the source does not match).
@@ -89,6 +93,7 @@ struct Rehearsal {
 
     private func copyAndRun(cluster: ThrowawayCluster, pool: PostgresPool, legacy: BatonConfiguration.LegacyIdentifiers) async throws -> RehearsalResult {
         try await copyTables(cluster: cluster, pool: pool, legacy: legacy)
+        phases.end("copy")
         _ = try await BatonSchema.migrator().migrate(pool)
         // A throwaway copy: Baton's tables skip the write-ahead log.
         for table in ["transfers", "events", "subjects", "nonces"] {
@@ -101,6 +106,7 @@ struct Rehearsal {
         }
         let selected = try await store.appleRowCount()
         var problems = try await store.findProblems()
+        phases.end("checks")
         var counts: (bySignIn: Int, byExchange: Int, failedDevices: [String: Int]) = (0, 0, [:])
         var report = ""
         if try await store.setAsideProblemRowsOfCopy() {
@@ -148,6 +154,7 @@ struct Rehearsal {
         try await pool.execute("ANALYZE baton.transfers")
         let users = try await pool.query("SELECT old_sub, transfer_sub FROM baton.transfers ORDER BY old_sub NULLS LAST, transfer_sub")
             .map { (oldSub: try $0.decode(String?.self, at: 0), transferSub: try $0.decode(String?.self, at: 1)) }
+        phases.end("seed")
         guard !users.isEmpty else { return ((0, 0, [:]), "", rejected) }
 
         var http = HTTPServerConfiguration()
@@ -205,15 +212,15 @@ struct Rehearsal {
                                                 toTeamID: teamB.teamID).map(\.userIdentifier)
         }
 
+        phases.end("emulator users")
         // The sender's transfer identifiers, then the acceptance.
         let senderQueue = TransferQueue(pool: pool, kind: .transferIdentifiers)
         let needing = try await senderQueue.pendingCount()
         if needing > 0 {
-            let http = try loopback(emulator.baseURL)
-            defer { http.close() }
             _ = try await job(senderQueue, .transferIdentifiers(targetTeamID: teamB.teamID),
-                              client: appleClient(emulator, team: teamA, clientID: clientID, http: http), total: needing, acceptedAt: nil)
+                              client: appleClient(emulator, team: teamA, clientID: clientID), total: needing, acceptedAt: nil)
         }
+        phases.end("transfer-ids")
         try emulator.initiateTransfer(clientID: clientID, toTeamID: teamB.teamID)
         let acceptedAt = try emulator.acceptTransfer(clientID: clientID)
 
@@ -231,27 +238,32 @@ struct Rehearsal {
         // In a random order; the second device of a user goes right after the first, so both are in flight at once.
         let devices = signers.shuffled().enumerated().flatMap { $0.offset % 20 == 0 ? [$0.element, $0.element] : [$0.element] }
         let service = try loopback(URL(string: "http://127.0.0.1:\(server.port)")!)
-        let apple = try loopback(emulator.baseURL)
-        let failedDevices = await RehearsalDevices(service: service, apple: apple, clientID: clientID, concurrency: options.concurrency)
-            .run(devices.map { (handles[$0], users[$0].oldSub != nil) })
+        // Apple's side of each device in-process, without an authorization code: the devices only present the token.
+        let authorize: @Sendable (String) throws -> String = { user in
+            try emulator.authorize(clientID: clientID, user: user, issueCode: false).idToken
+        }
+        // One device in ten is a web or Android client, which asks Baton for the credential state before it signs in;
+        // the others are iOS apps, which ask Apple on the device (`getCredentialState`), not Baton.
+        let failedDevices = await RehearsalDevices(service: service, authorize: authorize, concurrency: options.concurrency)
+            .run(devices.enumerated().map { (handles[$0.element], users[$0.element].oldSub != nil && $0.offset % Self.credentialStateEvery == 0) })
         service.close()
-        apple.close()
         await server.stop()
+        phases.end("devices")
 
         // The exchange for the rest, then the report.
         let exchangeQueue = TransferQueue(pool: pool, kind: .exchange)
         let pending = try await exchangeQueue.pendingCount()
         if pending > 0 {
-            let http = try loopback(emulator.baseURL)
-            defer { http.close() }
-            _ = try await job(exchangeQueue, .exchange(applier: store), client: appleClient(emulator, team: teamB, clientID: clientID, http: http),
+            _ = try await job(exchangeQueue, .exchange(applier: store), client: appleClient(emulator, team: teamB, clientID: clientID),
                               total: pending, acceptedAt: acceptedAt)
         }
+        phases.end("exchange")
         let row = try await pool.query("""
             SELECT count(*) FILTER (WHERE method = 'signin'), count(*) FILTER (WHERE method = 'exchange')
             FROM baton.transfers WHERE state = 'migrated'
             """)[0]
         let report = try await ReportBuilder(pool: pool, legacy: options.configuration.legacy, acceptedAt: acceptedAt, now: emulator.now, limit: 0).build()
+        phases.end("report")
         return ((try row.decode(Int.self, at: 0), try row.decode(Int.self, at: 1), failedDevices), report.renderTable(listLimit: 0))
     }
 
@@ -263,19 +275,41 @@ struct Rehearsal {
         return await run.run(total: total, isTerminal: false, logInterval: 10)
     }
 
-    /// An Apple client for `team` on the emulator's clock, over ``LoopbackHTTP`` (`http`).
-    private func appleClient(_ emulator: AppleEmulator, team: TeamCredentials, clientID: String, http: LoopbackHTTP) throws -> AppleClient {
+    /// An Apple client for `team` on the emulator's clock, answered by the in-process emulator (``InProcessAppleTransport``).
+    private func appleClient(_ emulator: AppleEmulator, team: TeamCredentials, clientID: String) throws -> AppleClient {
         let secret = try ClientSecret(teamID: team.teamID, keyID: team.keyID, clientID: clientID, pem: team.privateKeyPEM)
         return AppleClient(baseURL: emulator.baseURL, credentials: secret,
                            options: AppleClient.Options(retry: RetryPolicy(maxAttempts: 1), maxConnectionsPerHost: options.concurrency),
-                           transport: LoopbackAppleTransport(http: http), now: { emulator.now })
+                           transport: InProcessAppleTransport(emulator: emulator), now: { emulator.now })
     }
 
-    /// A ``LoopbackHTTP`` client of `url` with a connection per device or worker; the caller closes it.
+    /// A ``LoopbackHTTP`` client of `url` with a connection per device; the caller closes it.
     private func loopback(_ url: URL) throws -> LoopbackHTTP {
         guard let client = LoopbackHTTP(url: url, connections: options.concurrency) else {
             throw CommandFailure.failed("baton rehearse: \(url) is not a loopback address")
         }
         return client
+    }
+}
+
+/// Times the rehearsal's phases: each ``end(_:)`` writes the seconds since the previous one (or since the clock was
+/// made) to standard error, beside the jobs' progress lines, so a slow phase is seen without a profiler.
+final class PhaseClock: Sendable {
+    private let last = Mutex(ContinuousClock.now)
+    private let write: @Sendable (String) -> Void
+
+    init(write: @escaping @Sendable (String) -> Void = { FileHandle.standardError.write(Data($0.utf8)) }) {
+        self.write = write
+    }
+
+    /// Writes `rehearse phase=NAME seconds=S` for the time since the last phase ended.
+    func end(_ name: String) {
+        let now = ContinuousClock.now
+        let elapsed = last.withLock { last in
+            defer { last = now }
+            return now - last
+        }
+        let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+        write("rehearse phase=\(name) seconds=\(String(format: "%.1f", seconds))\n")
     }
 }

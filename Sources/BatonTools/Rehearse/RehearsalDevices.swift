@@ -1,23 +1,27 @@
+import BatonEmulator
 import BatonJOSE
 import Foundation
 
-/// The rehearsal's devices: what the app does on a device after the transfer, as `baton demo`'s devices do,
-/// over ``LoopbackHTTP``. A device of a user Baton knows by the sender's subject first asks Baton for the
-/// credential state (`transferred` expected); then it re-authorizes silently at the emulator
-/// (`POST /emulator/authorize`: a token with the new `sub` and `transfer_sub`) and signs in to Baton
-/// (`POST /v1/signin`: `migrated` expected, `current` for a second device of a user already migrated).
+/// The rehearsal's devices: what the app does on a device after the transfer, as `baton demo`'s devices do.
+/// A web or Android client of a user Baton knows by the sender's subject first asks Baton for the credential state
+/// (`GET /v1/credential-state` over ``LoopbackHTTP``: `transferred` expected); then each device re-authorizes silently
+/// with Apple (`authorize`: the in-process emulator signs a token with the new `sub` and `transfer_sub`) and
+/// signs in to Baton (`POST /v1/signin` over ``LoopbackHTTP``: `migrated` expected, `current` for a second
+/// device of a user already migrated).
+///
+/// The device's step at Apple is a call into the emulator, not an HTTP request: on a phone it is
+/// `ASAuthorizationController` talking to Apple, nothing of Baton's, and over loopback it cost a third of the
+/// devices' requests with their thread hand-offs. Baton's two requests go over HTTP as an app's would.
 struct RehearsalDevices: Sendable {
     /// Baton's service.
     let service: LoopbackHTTP
-    /// The emulator.
-    let apple: LoopbackHTTP
-    /// The transferred app's client ID.
-    let clientID: String
+    /// Apple's side of a device's sign-in: the identity token for `user` (an identifier the emulator knows).
+    let authorize: @Sendable (_ user: String) throws -> String
     /// Devices in flight at once.
     let concurrency: Int
 
-    /// Runs one device per entry (`user` is an identifier the emulator knows; `asksCredentialState` whether Baton
-    /// knows it too), `concurrency` at a time, writing a progress line every `logInterval` seconds; returns the
+    /// Runs one device per entry (`user` is an identifier the emulator knows; `asksCredentialState` whether the
+    /// device asks Baton for its credential state first: a web or Android client of a user Baton knows), `concurrency` at a time, writing a progress line every `logInterval` seconds; returns the
     /// devices that did not end in `migrated` or `current`, counted by the step and answer that stopped them
     /// (`signin unmatched`, `credential-state http 503`, `authorize no response`, …).
     func run(_ devices: [(user: String, asksCredentialState: Bool)], logInterval: Double = 10,
@@ -66,10 +70,12 @@ struct RehearsalDevices: Sendable {
                 guard state == "transferred" else { return state.hasPrefix(step) ? state : "\(step) \(state)" }
             }
             step = "authorize"
-            let authorization = try await apple.send("POST", "/emulator/authorize", headers: [("Content-Type", "application/json")],
-                                                     body: JSON.serializeBytes(.object(["client_id": .string(clientID), "user": .string(user)])))
-            let token = answer(step, authorization, "id_token")
-            guard authorization.status == 200, !token.hasPrefix(step) else { return token }
+            let token: String
+            do {
+                token = try authorize(user)
+            } catch {
+                return "\(step) \((error as? EmulatorError)?.code.rawValue ?? "failed")"
+            }
             step = "signin"
             let outcome = answer(step, try await service.send("POST", "/v1/signin", headers: [("Content-Type", "application/json")],
                                                               body: JSON.serializeBytes(.object(["id_token": .string(token)]))), "outcome")
