@@ -30,12 +30,15 @@ final class ServerCore: Sendable {
 
     func requestBegan() { active.wrappingAdd(1, ordering: .relaxed) }
     func requestEnded() { active.wrappingSubtract(1, ordering: .relaxed) }
-    func handlerBegan() { running.wrappingAdd(1, ordering: .acquiringAndReleasing) }
-    func handlerEnded() { running.wrappingSubtract(1, ordering: .acquiringAndReleasing) }
-    func beginStopping() { stopping.store(true, ordering: .releasing) }
-    var isStopping: Bool { stopping.load(ordering: .acquiring) }
+    // `running` and `stopping` are sequentially consistent: a handler counts itself, then checks `stopping`; `stop()`
+    // sets `stopping`, then reads the count. One of them sees the other, so no handler suspends a connection after
+    // `stop()` found none running (libmicrohttpd aborts when stopped with a suspended connection).
+    func handlerBegan() { running.wrappingAdd(1, ordering: .sequentiallyConsistent) }
+    func handlerEnded() { running.wrappingSubtract(1, ordering: .sequentiallyConsistent) }
+    func beginStopping() { stopping.store(true, ordering: .sequentiallyConsistent) }
+    var isStopping: Bool { stopping.load(ordering: .sequentiallyConsistent) }
     /// Both counts, each read atomically (``HTTPServer/stop()`` polls them until both reach zero).
-    func counts() -> (active: Int, running: Int) { (active.load(ordering: .acquiring), running.load(ordering: .acquiring)) }
+    func counts() -> (active: Int, running: Int) { (active.load(ordering: .acquiring), running.load(ordering: .sequentiallyConsistent)) }
 
     // MARK: Connections per address across daemons
 
@@ -251,6 +254,11 @@ func batonAccessHandler(
     let answer = core.router.respondWithoutWaiting(to: request, logger: core.logger)
     if case .now(let response) = answer { return queue(response, on: connection, core: core) }
     core.handlerBegan()
+    if core.isStopping {
+        // Too late to wait for an answer: the server is stopping (and may already have found no handler running).
+        core.handlerEnded()
+        return queue(HTTPError.shuttingDown.response, on: connection, core: core)
+    }
     context.markSuspended()
     MHD_suspend_connection(connection)
     let suspended = SuspendedConnection(pointer: connection)

@@ -46,6 +46,9 @@ public struct HTTPError: Error, Sendable, Equatable, CustomStringConvertible {
     }
     /// 500 `internal_error`, the answer for any unexpected failure.
     public static let internalError = HTTPError(500, code: "internal_error", reason: "internal server error")
+
+    /// 503 `shutting_down` with `Retry-After: 1`: a request that arrived while the server stops.
+    public static let shuttingDown = HTTPError(503, code: "shutting_down", reason: "the server is stopping", headers: ["Retry-After": "1"])
 }
 
 /// Writing JSON string literals, for the few bodies this module builds itself.
