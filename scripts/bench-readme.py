@@ -56,7 +56,15 @@ def rows(benchmarks):
                    number(signin.get(phase + "_per_s"), "/s"),
                    "pgbench, same SQL " + number(signin.get("pgbench_" + phase + "_tps"), " tps"),
                    ratio(signin.get(phase + "_per_s"), signin.get("pgbench_" + phase + "_tps")))
-        # The same current users' sign-ins driven by wrk, as users measure from outside.
+        # Migrations driven by wrk (each token once), then the same current users' sign-ins, as users measure from outside.
+        if "wrk_migrated_per_s" in signin:
+            key = "wrk_migrated_"
+            yield ("signin", f"sign-ins that migrate a user via `baton serve`, wrk -c 32 (p50 {number(signin.get(key + 'p50_ms'), ' ms')}, "
+                   f"p99 {number(signin.get(key + 'p99_ms'), ' ms')}, max {number(signin.get(key + 'max_ms'), ' ms')}, "
+                   f"server CPU {number(signin.get(key + 'server_cpu_us'), ' µs')} each)",
+                   number(signin.get(key + "per_s"), "/s"),
+                   "pgbench, same SQL " + number(signin.get("pgbench_migrated_tps"), " tps"),
+                   ratio(signin.get(key + "per_s"), signin.get("pgbench_migrated_tps")))
         for connections in (1, 8, 32, 64):
             key = f"wrk_c{connections}_"
             if key + "per_s" not in signin:

@@ -90,7 +90,7 @@ struct DbMigrateCommandTests {
         (["exchange"], ["workers", "rate", "dry-run", "config", "lease", "max-failures", "retry-failed"]),
         (["bench", "verify"], ["seconds"]),
         (["bench", "emulator"], ["concurrency", "requests", "tokens", "exchanges"]),
-        (["bench", "signin"], ["database-url", "users", "transfers", "migrations", "current-requests", "concurrency", "pgbench-seconds", "pool-size",
+        (["bench", "signin"], ["database-url", "users", "transfers", "migrations", "wrk-migrations", "current-requests", "concurrency", "pgbench-seconds", "pool-size",
                                  "schema", "wrk-seconds", "perf", "log-level"]),
         (["bench", "exchange"], ["database-url", "users", "backlog", "limit", "latency-ms", "workers", "sequential-seconds"]),
         (["report"], ["format", "out", "config", "limit", "unmasked", "now", "accepted-at"]),

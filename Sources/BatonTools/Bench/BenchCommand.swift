@@ -29,8 +29,10 @@ package let benchCommand = Command(
             options: [
                 .databaseURL("a server where it may create a database (default $BATON_TEST_DATABASE_URL, then $BATON_DATABASE_URL)"),
                 .integer("users", default: 1_000_000, in: 1_000...100_000_000, "legacy users"),
-                .integer("transfers", default: 100_000, in: 100...100_000_000, "pending transfers, at most --users"),
-                .integer("migrations", default: 20_000, in: 100...100_000_000, "sign-ins that migrate a user, at most --transfers"),
+                .integer("transfers", default: 200_000, in: 100...100_000_000, "pending transfers, at most --users"),
+                .integer("migrations", default: 20_000, in: 100...100_000_000, "sign-ins that migrate a user, from the own load generator"),
+                .integer("wrk-migrations", default: 40_000, in: 100...100_000_000,
+                         "tokens of users to migrate for wrk -c 32 (--wrk-seconds / 2; each sent once); with --migrations at most --transfers"),
                 .integer("current-requests", default: 100_000, in: 100...100_000_000, "sign-ins of current users"),
                 .integer("concurrency", default: 32, in: 1...1024, "keep-alive connections"),
                 .integer("pgbench-seconds", default: 10, in: 1...600, "seconds of each pgbench run"),

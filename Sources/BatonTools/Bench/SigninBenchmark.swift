@@ -11,13 +11,16 @@ import BatonPostgres
 /// ceiling on the same SQL measured by pgbench in the same run.
 ///
 /// 1. A fresh database on the given server with Baton's schema, `--users` legacy users (default 1,000,000)
-///    and `--transfers` pending transfers (default 100,000), loaded by `generate_series` SQL; the first
-///    `--migrations` of them (default 20,000) are people of an in-process Apple emulator, whose tokens are
-///    signed with the emulator's keys.
+///    and `--transfers` pending transfers (default 200,000), loaded by `generate_series` SQL; the first
+///    `--migrations` + `--wrk-migrations` of them (default 20,000 + 40,000) are people of an in-process Apple
+///    emulator, whose tokens are signed with the emulator's keys; pgbench migrates from the rest.
 /// 2. `baton serve` as a child process (`--pool-size`, default 8), Apple's keys from the emulator.
 /// 3. Keep-alive HTTP load, concurrency `--concurrency` (default 32): every migration token once
 ///    (`migrated`: a lookup, then the migration statement), then `--current-requests` sign-ins of the now current users (`current`); latency per
-///    request from the load generator's send and receive times.
+///    request from the load generator's send and receive times. Between them, wrk with 32 connections for
+///    `--wrk-seconds` / 2 sends the `--wrk-migrations` tokens, each at most once (`wrk_migrated`): the rate, the
+///    tails and the CPU of migrations measured from outside, as the current sign-ins are; every answer it counted
+///    must have migrated a user.
 /// 4. The current users' sign-ins again, driven from outside by `wrk` (`--wrk-seconds` each, default 10) at 1, 8,
 ///    32 and 64 connections: requests/s, p50, p99 and max from wrk itself. With `--perf FILE`, `perf record`
 ///    samples `baton serve` during the 32-connection run and the samples are printed by group (OpenSSL, JSON,
@@ -39,8 +42,12 @@ func runSigninBenchmark(_ arguments: Arguments) async throws -> Int32 {
         throw CommandFailure.usage("needs --database-url (a server where it may create a database); or run it under 'scripts/pg.sh run'")
     }
     let users = arguments.integer("users")
-    let transfers = try arguments.integer("transfers", default: 100_000, in: 100...users)
-    let migrations = try arguments.integer("migrations", default: 20_000, in: 100...transfers)
+    let transfers = try arguments.integer("transfers", default: 200_000, in: 100...users)
+    let migrations = arguments.integer("migrations")
+    let wrkMigrations = arguments.integer("wrk-migrations")
+    guard migrations + wrkMigrations <= transfers else {
+        throw CommandFailure.usage("--migrations + --wrk-migrations (\(migrations + wrkMigrations)) must be at most --transfers (\(transfers))")
+    }
     let currentRequests = arguments.integer("current-requests")
     let concurrency = arguments.integer("concurrency")
     let pgbenchSeconds = arguments.integer("pgbench-seconds")
@@ -59,7 +66,8 @@ func runSigninBenchmark(_ arguments: Arguments) async throws -> Int32 {
     let sender = try emulator.createTeam()
     let recipient = try emulator.createTeam()
     try emulator.createApp(clientID: clientID, teamID: sender.teamID)
-    let people = try emulator.createUsers(clientID: clientID, count: migrations + 256, privateEmail: true)
+    let migrating = migrations + wrkMigrations
+    let people = try emulator.createUsers(clientID: clientID, count: migrating + 256, privateEmail: true)
     try emulator.initiateTransfer(clientID: clientID, toTeamID: recipient.teamID)
     let transferIDs = try emulator.transferIdentifiers(clientID: clientID)
 
@@ -68,7 +76,7 @@ func runSigninBenchmark(_ arguments: Arguments) async throws -> Int32 {
     let pool = PostgresPool(url: databaseURL, maxConnections: 2)
     let loadStart = ContinuousClock.now
     try await loadBenchData(pool: pool, schema: schema, users: users, transfers: transfers,
-                            people: people.prefix(migrations).map { ($0.userIdentifier, transferIDs[$0.userIdentifier]!, $0.email) })
+                            people: people.prefix(migrating).map { ($0.userIdentifier, transferIDs[$0.userIdentifier]!, $0.email) })
     say("loaded \(users) legacy users and \(transfers) pending transfers in \(seconds(since: loadStart)) s")
     try emulator.acceptTransfer(clientID: clientID)
 
@@ -76,6 +84,7 @@ func runSigninBenchmark(_ arguments: Arguments) async throws -> Int32 {
     let tokenStart = ContinuousClock.now
     let tokens = try await signTokens(emulator: emulator, clientID: clientID, people: people.map(\.id))
     let migrationBodies = tokens.prefix(migrations).map { Array("{\"id_token\":\"\($0)\"}".utf8) }
+    let wrkMigrationBodies = tokens[migrations..<migrating].map { Array("{\"id_token\":\"\($0)\"}".utf8) }
     let warmupBodies = tokens.suffix(256).map { Array("{\"id_token\":\"\($0)\"}".utf8) }
     say("signed \(tokens.count) identity tokens in \(seconds(since: tokenStart)) s")
 
@@ -98,10 +107,31 @@ func runSigninBenchmark(_ arguments: Arguments) async throws -> Int32 {
     let (migratedReport, migratedLatencies) = await load(migrationBodies, total: migrations)
     let migratedCPUMicroseconds = (child.cpuSeconds() - migratedCPU) / Double(migrations) * 1e6
     let migratedDatabaseMicroseconds = (postgresCPUSeconds() - migratedDatabaseCPU) / Double(migrations) * 1e6
-    let migratedCount = try await pool.query("SELECT count(*) FROM baton.events WHERE kind = 'migrated'")[0].decode(Int.self, at: 0)
+    let migratedCount = try await migratedEvents(pool)
     guard migratedReport.statuses == [200: migrations], migratedReport.failures == 0, migratedCount == migrations else {
         throw CommandFailure.failed("bench signin: migrated phase went wrong: statuses \(migratedReport.statuses), failures \(migratedReport.failures), \(migratedCount) events")
     }
+
+    // 3b. Migrations driven from outside by wrk, each token at most once.
+    let wrkMigrationsPath = try writeBodies(wrkMigrationBodies)
+    defer { try? FileManager.default.removeItem(atPath: wrkMigrationsPath) }
+    let wrkMigrating = WrkLoad(port: child.port, path: "/v1/signin", bodiesFile: wrkMigrationsPath, seconds: max(2, wrkSeconds / 2), eachOnce: true)
+    let wrkMigratedLoad = uptimeLoad()
+    let wrkMigratedCPU = child.cpuSeconds()
+    var wrkMigrated = try await offPool { try wrkMigrating.run(connections: 32) }
+    wrkMigrated.serverCPUMicroseconds = (child.cpuSeconds() - wrkMigratedCPU) / Double(max(1, wrkMigrated.requests)) * 1e6
+    // Every answer wrk counted migrated a user; wrk stops with up to one request a connection in flight, which the
+    // server may have finished too. A token sent twice would answer `current` and leave the count short.
+    let wrkMigratedCount = try await migratedEvents(pool) - migratedCount
+    guard wrkMigrated.errors == 0, wrkMigrated.requests > 0, wrkMigrated.requests <= wrkMigratedCount,
+          wrkMigratedCount <= wrkMigrated.requests + 32 else {
+        throw CommandFailure.failed("bench signin: wrk's migrations went wrong: \(wrkMigrated.requests) answers, \(wrkMigrated.errors) errors, "
+                                    + "\(wrkMigratedCount) users migrated (more answers than --wrk-migrations \(wrkMigrations) sends tokens twice)")
+    }
+    say(String(format: "wrk migrating -c 32: %.0f/s, p50 %.2f ms, p99 %.2f ms, max %.2f ms, CPU per sign-in: server %.1f µs, PostgreSQL %.1f µs, wrk %.1f µs (%d sign-ins; load %@)",
+               wrkMigrated.perSecond, wrkMigrated.p50, wrkMigrated.p99, wrkMigrated.max, wrkMigrated.serverCPUMicroseconds,
+               wrkMigrated.databaseCPUMicroseconds, wrkMigrated.clientCPUMicroseconds, wrkMigrated.requests, wrkMigratedLoad))
+
     let (currentCPU, currentDatabaseCPU) = (child.cpuSeconds(), postgresCPUSeconds())
     let (currentReport, currentLatencies) = await load(migrationBodies, total: currentRequests)
     let currentCPUMicroseconds = (child.cpuSeconds() - currentCPU) / Double(currentRequests) * 1e6
@@ -111,8 +141,7 @@ func runSigninBenchmark(_ arguments: Arguments) async throws -> Int32 {
     }
 
     // 4b. The same current users' sign-ins driven from outside by wrk, at each connection count.
-    let bodiesPath = FileManager.default.temporaryDirectory.appendingPathComponent("baton-bench-\(UUID().uuidString).jsonl").path
-    try migrationBodies.map { String(decoding: $0, as: UTF8.self) }.joined(separator: "\n").write(toFile: bodiesPath, atomically: true, encoding: .utf8)
+    let bodiesPath = try writeBodies(migrationBodies)
     defer { try? FileManager.default.removeItem(atPath: bodiesPath) }
     let wrk = WrkLoad(port: child.port, path: "/v1/signin", bodiesFile: bodiesPath, seconds: wrkSeconds)
     var wrkRuns: [WrkFigures] = []
@@ -149,7 +178,7 @@ func runSigninBenchmark(_ arguments: Arguments) async throws -> Int32 {
 
     // 5. pgbench on the same statements.
     let store = LegacyStore(pool: pool, legacy: try schema.legacy.identifiers())
-    let firstSynthetic = migrations + 1
+    let firstSynthetic = migrating + 1
     let migratedScript = """
         \\set i :i + 1
         \\set n \(firstSynthetic) + (:i - 1) * 8 + :client_id
@@ -166,6 +195,10 @@ func runSigninBenchmark(_ arguments: Arguments) async throws -> Int32 {
     say("pgbench script, migrated: " + migratedScript.replacingOccurrences(of: "\n", with: " "))
     say("pgbench script, current: " + currentScript.replacingOccurrences(of: "\n", with: " "))
     let pgbenchMigrated = try runPgbench(script: migratedScript, url: databaseURL, seconds: pgbenchSeconds)
+    // Past the last pending transfer, pgbench's transactions would migrate no one and count as fast ones.
+    guard pgbenchMigrated * Double(pgbenchSeconds) < Double(transfers - migrating) else {
+        throw CommandFailure.failed("bench signin: pgbench ran out of pending transfers (\(transfers - migrating) left for it): raise --transfers")
+    }
     let pgbenchCurrent = try runPgbench(script: currentScript, url: databaseURL, seconds: pgbenchSeconds)
     await pool.close()
     try await dropBenchDatabase(serverURL: serverURL, databaseURL: databaseURL)
@@ -177,6 +210,8 @@ func runSigninBenchmark(_ arguments: Arguments) async throws -> Int32 {
     say(String(format: "current:  %.0f/s, p50 %.2f ms, p99 %.2f ms, CPU each: server %.1f µs, PostgreSQL %.1f µs (%d sign-ins); pgbench same SQL %.0f tps (%.0f%%)",
                  currentReport.perSecond, percentile(currentLatencies, 0.5), currentP99, currentCPUMicroseconds, currentDatabaseMicroseconds,
                  currentRequests, pgbenchCurrent, currentReport.perSecond / pgbenchCurrent * 100))
+    say(String(format: "wrk migrating -c 32: %.0f/s = %.2f of pgbench's %.0f tps on the same SQL", wrkMigrated.perSecond,
+               wrkMigrated.perSecond / pgbenchMigrated, pgbenchMigrated))
     for run in wrkRuns {
         say(String(format: "wrk -c %d: %.0f/s = %.2f of pgbench's %.0f tps on the same SELECT", run.connections, run.perSecond,
                    run.perSecond / pgbenchCurrent, pgbenchCurrent))
@@ -196,20 +231,32 @@ func runSigninBenchmark(_ arguments: Arguments) async throws -> Int32 {
         "current_postgres_cpu_us": .number((currentDatabaseMicroseconds * 10).rounded() / 10),
     ]
     func rounded(_ value: Double, _ digits: Double = 100) -> JSONValue { .number((value * digits).rounded() / digits) }
-    for run in wrkRuns {
-        figures["wrk_c\(run.connections)_per_s"] = rounded(run.perSecond, 1)
-        figures["wrk_c\(run.connections)_p50_ms"] = rounded(run.p50)
-        figures["wrk_c\(run.connections)_p99_ms"] = rounded(run.p99)
-        figures["wrk_c\(run.connections)_max_ms"] = rounded(run.max)
-        figures["wrk_c\(run.connections)_server_cpu_us"] = rounded(run.serverCPUMicroseconds, 10)
-        figures["wrk_c\(run.connections)_postgres_cpu_us"] = rounded(run.databaseCPUMicroseconds, 10)
-        figures["wrk_c\(run.connections)_wrk_cpu_us"] = rounded(run.clientCPUMicroseconds, 10)
+    for (prefix, run) in [("wrk_migrated_", wrkMigrated)] + wrkRuns.map({ ("wrk_c\($0.connections)_", $0) }) {
+        figures[prefix + "per_s"] = rounded(run.perSecond, 1)
+        figures[prefix + "p50_ms"] = rounded(run.p50)
+        figures[prefix + "p99_ms"] = rounded(run.p99)
+        figures[prefix + "max_ms"] = rounded(run.max)
+        figures[prefix + "server_cpu_us"] = rounded(run.serverCPUMicroseconds, 10)
+        figures[prefix + "postgres_cpu_us"] = rounded(run.databaseCPUMicroseconds, 10)
+        figures[prefix + "wrk_cpu_us"] = rounded(run.clientCPUMicroseconds, 10)
     }
     // The target's maximum: the slowest answer of the 8- and 32-connection runs.
     figures["wrk_max_ms"] = rounded(wrkRuns.filter { [8, 32].contains($0.connections) }.map(\.max).max() ?? 0)
     for (group, percent) in profile { figures["perf_pct_" + group] = rounded(percent, 10) }
     say(JSON.serialize(.object(figures)))
     return 0
+}
+
+/// Users migrated so far (the `migrated` events).
+private func migratedEvents(_ pool: PostgresPool) async throws -> Int {
+    try await pool.query("SELECT count(*) FROM baton.events WHERE kind = 'migrated'")[0].decode(Int.self, at: 0)
+}
+
+/// Writes request bodies to a temporary file, one a line, for wrk; returns its path.
+private func writeBodies(_ bodies: [[UInt8]]) throws -> String {
+    let path = FileManager.default.temporaryDirectory.appendingPathComponent("baton-bench-\(UUID().uuidString).jsonl").path
+    try bodies.map { String(decoding: $0, as: UTF8.self) }.joined(separator: "\n").write(toFile: path, atomically: true, encoding: .utf8)
+    return path
 }
 
 /// uptime's load averages, `0.52 0.58 0.59`.

@@ -26,11 +26,15 @@ struct WrkFigures: Sendable {
 /// count. A Lua script builds every request once, before the run (formatting each in `request()` cost wrk about
 /// 3 µs of its 23 µs of CPU per request, taken from the two cores the server has), and prints wrk's own figures as
 /// one line (`wrk-figures …`) from its `done` hook, so nothing is read from wrk's human output.
+///
+/// With `eachOnce`, wrk's threads take disjoint bodies in file order (thread t of T sends bodies t, t + T, …), so
+/// no body is sent twice while the file lasts: a token that migrates a user migrates it under wrk's load.
 struct WrkLoad {
     let port: Int
     let path: String
     let bodiesFile: String
     let seconds: Int
+    var eachOnce = false
 
     /// The Lua script: requests built from the file's bodies, sent round-robin from a per-thread offset, and the
     /// figures at the end.
@@ -39,10 +43,16 @@ struct WrkLoad {
         local index = 0
         wrk.method = "POST"
         wrk.headers["Content-Type"] = "application/json"
+        local stride = 1
         function init(args)
             for line in io.lines(args[1]) do requests[#requests + 1] = wrk.format(nil, nil, nil, line) end
-            -- Threads start at different places so two threads do not send the same token at once.
-            index = ((tonumber(args[2]) or 0) + (offset or 0) * 7919) % #requests
+            if args[3] == "once" then
+                -- Disjoint bodies: thread t of T sends t, t + T, t + 2T, ...
+                index, stride = offset or 0, tonumber(args[4])
+            else
+                -- Threads start at different places so two threads do not send the same token at once.
+                index = ((tonumber(args[2]) or 0) + (offset or 0) * 7919) % #requests
+            end
         end
         local thread_number = 0
         function setup(thread)
@@ -50,8 +60,9 @@ struct WrkLoad {
             thread_number = thread_number + 1
         end
         function request()
-            index = index % #requests + 1
-            return requests[index]
+            local next = requests[index % #requests + 1]
+            index = index + stride
+            return next
         end
         function done(summary, latency, requests)
             local e = summary.errors
@@ -70,7 +81,8 @@ struct WrkLoad {
         let threads = max(1, min(connections, ProcessInfo.processInfo.activeProcessorCount))
         let offset = Int.random(in: 0..<1_000_000)  // each run starts elsewhere in the bodies
         let child = try SpawnedProcess(["/usr/bin/env", "wrk", "-t", String(threads), "-c", String(connections), "-d", "\(seconds)s",
-                                        "--timeout", "10s", "-s", scriptPath, "http://127.0.0.1:\(port)\(path)", "--", bodiesFile, String(offset)],
+                                        "--timeout", "10s", "-s", scriptPath, "http://127.0.0.1:\(port)\(path)", "--", bodiesFile, String(offset),
+                                        eachOnce ? "once" : "spread", String(threads)],
                                        stderrToStdout: true)
         // wrk's and PostgreSQL's CPU over the middle of the run (wrk builds its requests first, and prints at the end).
         let window = Swift.max(0.5, Double(seconds) - 1.5)
