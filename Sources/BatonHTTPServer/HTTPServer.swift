@@ -24,6 +24,9 @@ public struct HTTPServerConfiguration: Sendable {
     /// wake-up per request. ``connectionLimit`` is shared out between them; ``connectionsPerAddress`` counts across
     /// them. 0 (the default): libmicrohttpd's own threads (``pollingThreads``).
     package var eventLoops: Int = 0
+    /// Whether the ``eventLoops`` threads run under Linux's `SCHED_BATCH` policy (see
+    /// ``EventLoop/start(name:batchScheduling:setUp:tearDown:)``). Default false.
+    package var batchScheduledLoops = false
     /// How long ``HTTPServer/stop()`` waits for in-flight requests before closing connections. Default 10 s.
     public var shutdownTimeout: Duration = .seconds(10)
     /// The longest a handler may run: past it the client is answered 503 `timeout` and the handler's task is
@@ -156,7 +159,8 @@ enum Serving: Sendable {
                 let daemon = try Daemon(core: core, host: host, port: started.first?.daemon.port ?? port, polledBy: count)
                 let loop = try EventLoop()
                 started.append((daemon, loop))
-                loop.start(name: "baton.http.loop\(index)", setUp: { daemon.attach(to: loop, core: core) })
+                loop.start(name: "baton.http.loop\(index)", batchScheduling: core.configuration.batchScheduledLoops,
+                           setUp: { daemon.attach(to: loop, core: core) })
             }
         } catch {
             Serving.loops(started).stop()

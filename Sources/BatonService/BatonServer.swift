@@ -68,6 +68,7 @@ public final class BatonServer: Sendable {
         configuration.requestHeadTimeout = .milliseconds(limits.requestHeadTimeoutMilliseconds)
         configuration.connectionsPerAddress = limits.connectionsPerIP
         configuration.eventLoops = limits.eventLoops ?? eventLoops
+        configuration.batchScheduledLoops = limits.batchScheduling
         let server = HTTPServer(router: service.router(), configuration: configuration, logger: logger)
         do {
             let bound = try await server.start(host: host, port: port)

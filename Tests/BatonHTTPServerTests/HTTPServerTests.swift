@@ -300,6 +300,24 @@ struct HTTPServerTests {
         #expect(String(decoding: inProcess.body, as: UTF8.self) == "async handler")
     }
 
+    @Test("event loops run under SCHED_BATCH when batchScheduledLoops asks for it, and under the default policy otherwise",
+          arguments: [true, false])
+    func batchScheduledLoops(batch: Bool) async throws {
+        var router = Router()
+        // The policy of the thread that runs a blocking handler: the loop's own.
+        router.on("GET", "/policy", blocking: { _ in .now(.text("\(sched_getscheduler(0))")) }, { _ in .text("in process") })
+        var configuration = serving(loops: 2)
+        configuration.batchScheduledLoops = batch
+        try await withServer(router, configuration: configuration) { _, port in
+            // Several connections, so both loops answer (SO_REUSEPORT spreads connections over them).
+            for _ in 0..<8 {
+                let (status, _, body) = try await fetch(port, "/policy", headers: ["Connection": "close"])
+                #expect(status == 200)
+                #expect(body == String(batch ? EventLoop.batchPolicy : SCHED_OTHER), "policy \(body)")
+            }
+        }
+    }
+
     @Test("one address may hold only connections_per_address connections, however many event loops share the port",
           arguments: [0, 2])
     func perAddressLimit(loops: Int) async throws {

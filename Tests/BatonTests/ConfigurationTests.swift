@@ -56,6 +56,8 @@ struct ConfigurationTests {
         #expect(configuration.apple.transfer?.acceptedAt == nil)
         #expect(configuration.legacy.transferColumn == nil)
         #expect(configuration.adminToken == nil)
+        #expect(configuration.server.eventLoops == nil)
+        #expect(configuration.server.batchScheduling)
     }
 
     @Test("relative key paths in the file are resolved against its directory")
@@ -83,6 +85,7 @@ struct ConfigurationTests {
             "BATON_APPLE_TRANSFER_SENDER_PRIVATE_KEY_PATH": "relative/sender.p8",
             "BATON_LEGACY_TRANSFER_COLUMN": "transfer_sub",
             "BATON_LISTEN": "[::1]:0",
+            "BATON_SERVER_BATCH_SCHEDULING": "false",
         ])
         #expect(configuration.database.url == "postgresql://other@db2/app")
         #expect(configuration.database.poolSize == 3)
@@ -94,6 +97,7 @@ struct ConfigurationTests {
         #expect(configuration.legacy.transferColumn == "transfer_sub")
         #expect(configuration.listen == .init(host: "::1", port: 0))
         #expect(configuration.listen.description == "[::1]:0")
+        #expect(!configuration.server.batchScheduling)
     }
 
     @Test("an empty variable removes an optional key")
@@ -186,6 +190,7 @@ struct ConfigurationTests {
         ("no connection per address", "server.connections_per_ip", 0, .invalidValue),
         ("no event loop", "server.event_loops", 0, .invalidValue),
         ("require_nonce not a boolean", "require_nonce", "yes", .invalidValue),
+        ("batch_scheduling not a boolean", "server.batch_scheduling", 1, .invalidValue),
         ("transfer client ID with team prefix", "apple.transfer.client_id", "AAAAAAAAAA.com.example.app", .invalidValue),
         ("transfer without client ID", "apple.transfer.client_id", nil, .missing),
         ("accepted_at not a date", "apple.transfer.accepted_at", "1 November 2026", .invalidValue),

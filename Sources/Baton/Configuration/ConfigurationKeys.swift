@@ -152,6 +152,8 @@ extension BatonConfiguration {
             "`baton serve`: connections one client address may hold at once; 1–10000"),
         Key("server.event_loops", .integer, .absent("one per core"),
             "`baton serve`: threads serving HTTP, each an event loop with its own libmicrohttpd daemon on the port and its own pipeline connection to the database, where sign-ins run; 1–64"),
+        Key("server.batch_scheduling", .boolean, .value(true, "`true`"),
+            "`baton serve`: the event loops' threads run under Linux's `SCHED_BATCH` policy, so a loop woken by a client or by PostgreSQL does not preempt the task on its core; it batches more and the cores switch less (`false`: the default policy, for the lowest latency when the cores are contended)"),
         Key("report_refresh_seconds", .integer, .value(300, "`300`"),
             "how often the `GET /report` page reloads itself (a meta refresh, no script); `0` for never, otherwise 10–86,400"),
     ]
