@@ -104,10 +104,10 @@ func runSigninBenchmark(_ arguments: Arguments) async throws -> Int32 {
     }
 
     _ = await load(warmupBodies, total: 2_000)
-    let (migratedCPU, migratedDatabaseCPU) = (child.cpuSeconds(), postgresCPUSeconds())
+    let (migratedCPU, migratedDatabaseCPU) = (child.cpuSeconds(), postgresCPUByProcess())
     let (migratedReport, migratedLatencies) = await load(migrationBodies, total: migrations)
     let migratedCPUMicroseconds = (child.cpuSeconds() - migratedCPU) / Double(migrations) * 1e6
-    let migratedDatabaseMicroseconds = (postgresCPUSeconds() - migratedDatabaseCPU) / Double(migrations) * 1e6
+    let migratedDatabaseMicroseconds = postgresCPUSeconds(since: migratedDatabaseCPU) / Double(migrations) * 1e6
     let migratedCount = try await migratedEvents(pool)
     guard migratedReport.statuses == [200: migrations], migratedReport.failures == 0, migratedCount == migrations else {
         throw CommandFailure.failed("bench signin: migrated phase went wrong: statuses \(migratedReport.statuses), failures \(migratedReport.failures), \(migratedCount) events")
@@ -152,10 +152,10 @@ func runSigninBenchmark(_ arguments: Arguments) async throws -> Int32 {
         throw CommandFailure.failed("bench signin: pgbench ran out of pending transfers (\(transfers - migrating) left for it): raise --transfers")
     }
 
-    let (currentCPU, currentDatabaseCPU) = (child.cpuSeconds(), postgresCPUSeconds())
+    let (currentCPU, currentDatabaseCPU) = (child.cpuSeconds(), postgresCPUByProcess())
     let (currentReport, currentLatencies) = await load(migrationBodies, total: currentRequests)
     let currentCPUMicroseconds = (child.cpuSeconds() - currentCPU) / Double(currentRequests) * 1e6
-    let currentDatabaseMicroseconds = (postgresCPUSeconds() - currentDatabaseCPU) / Double(currentRequests) * 1e6
+    let currentDatabaseMicroseconds = postgresCPUSeconds(since: currentDatabaseCPU) / Double(currentRequests) * 1e6
     guard currentReport.statuses == [200: currentRequests], currentReport.failures == 0 else {
         throw CommandFailure.failed("bench signin: current phase went wrong: statuses \(currentReport.statuses), failures \(currentReport.failures)")
     }

@@ -87,9 +87,9 @@ struct WrkLoad {
         // wrk's and PostgreSQL's CPU over the middle of the run (wrk builds its requests first, and prints at the end).
         let window = Swift.max(0.5, Double(seconds) - 1.5)
         usleep(1_000_000)
-        let before = (client: processCPUSeconds(child.pid), database: postgresCPUSeconds(), at: ContinuousClock.now)
+        let before = (client: processCPUSeconds(child.pid), database: postgresCPUByProcess(), at: ContinuousClock.now)
         usleep(useconds_t(window * 1e6))
-        let after = (client: processCPUSeconds(child.pid), database: postgresCPUSeconds(), at: ContinuousClock.now)
+        let after = (client: processCPUSeconds(child.pid), database: postgresCPUSeconds(since: before.database), at: ContinuousClock.now)
         let text = String(decoding: child.readToEnd(), as: UTF8.self)
         let status = child.waitForExit()
         guard status == 0, let line = text.split(separator: "\n").first(where: { $0.hasPrefix("wrk-figures ") }) else {
@@ -111,7 +111,7 @@ struct WrkLoad {
                           p50: milliseconds("p50_us"), p99: milliseconds("p99_us"), max: milliseconds("max_us"),
                           requests: requests, errors: values["errors"] ?? 0,
                           clientCPUMicroseconds: (after.client - before.client) / windowRequests * 1e6,
-                          databaseCPUMicroseconds: (after.database - before.database) / windowRequests * 1e6)
+                          databaseCPUMicroseconds: after.database / windowRequests * 1e6)
     }
 }
 
@@ -125,13 +125,21 @@ func processCPUSeconds(_ pid: pid_t) -> Double {
     return (user + system) / Double(sysconf(Int32(_SC_CLK_TCK)))
 }
 
-/// The CPU time so far of every process of this machine named `postgres` (the server and its backends), in seconds.
-func postgresCPUSeconds() -> Double {
+/// The CPU time so far of each process of this machine named `postgres` (the server and its backends), in seconds.
+func postgresCPUByProcess() -> [pid_t: Double] {
     let entries = (try? FileManager.default.contentsOfDirectory(atPath: "/proc")) ?? []
-    return entries.compactMap(pid_t.init).reduce(0) { total, pid in
+    var seconds: [pid_t: Double] = [:]
+    for pid in entries.compactMap(pid_t.init) {
         let name = (try? String(contentsOfFile: "/proc/\(pid)/comm", encoding: .utf8)) ?? ""
-        return name.hasPrefix("postgres") ? total + processCPUSeconds(pid) : total
+        if name.hasPrefix("postgres") { seconds[pid] = processCPUSeconds(pid) }
     }
+    return seconds
+}
+
+/// PostgreSQL's CPU seconds since `before` (``postgresCPUByProcess()``): what each process alive now spent since.
+/// A backend that exited in between (pgbench's, say) is left out instead of taken away from the total.
+func postgresCPUSeconds(since before: [pid_t: Double]) -> Double {
+    postgresCPUByProcess().reduce(0) { total, process in total + max(0, process.value - (before[process.key] ?? 0)) }
 }
 
 /// A `perf record` of a running process for a while, and its samples grouped by where the CPU went: OpenSSL,
