@@ -1,3 +1,4 @@
+import BatonAppleSignIn
 import BatonEmulator
 import Baton
 import BatonConcurrency
@@ -149,6 +150,51 @@ struct SignInServiceTests {
             #expect(result.outcome == .migrated)
             #expect(try f.count("SELECT count(*) FROM baton.events WHERE kind = 'migrated'") == 2)
             #expect(try f.count("SELECT count(*) FROM users WHERE apple_sub = '\(f.people[1].oldSub)'") == 0)
+        }
+    }
+
+    @Test("on an event loop, a nonce is consumed on the pipeline before the sign-in's statements, once: a replay is refused and writes nothing, and a sign-in finished the async way does not consume it again")
+    func nonceOnLoop() async throws {
+        try await ServiceFixture.run(.inProcess, people: 2) { f in
+            let hashed = Digest.sha256Hex(Array("loop-nonce".utf8))
+            let expected = ExpectedNonce.native(raw: "loop-nonce")
+            let (first, second) = (try f.token(f.people[0], nonce: hashed), try f.token(f.people[1], nonce: hashed))
+            let pool = try #require((f.engine.store as? LegacyStore)?.pool)
+            let loop = try EventLoop()
+            loop.start(name: "nonce-test")
+            defer { loop.stop() }
+            let signedIn = try await signInOnLoop(f.engine, first, nonce: expected, loop: loop, pool: pool)
+            guard case .now(let done) = signedIn else {
+                Issue.record("a free record with a nonce was not rewritten on the loop")
+                return
+            }
+            #expect(done.outcome == .migrated)
+            #expect(try f.count("SELECT count(*) FROM baton.nonces WHERE sub = '\(done.sub)'") == 1)
+            // The same token again: refused on the pipeline, nothing else written.
+            do {
+                _ = try await signInOnLoop(f.engine, first, nonce: expected, loop: loop, pool: pool)
+                Issue.record("a replayed nonce was accepted")
+            } catch let error as BatonError {
+                #expect(error.code == .nonceReused)
+            }
+            #expect(try f.count("SELECT count(*) FROM baton.events") == 1)
+            #expect(try f.count("SELECT count(*) FROM baton.nonces") == 1)
+            // A held record: the nonce is consumed on the loop, the migration goes the async way and succeeds
+            // without consuming it again.
+            let holder = try await PostgresConnection.connect(url: f.url)
+            try await holder.executeScript(unsafeSQL: "BEGIN; SELECT 1 FROM users WHERE apple_sub = '\(f.people[1].oldSub)' FOR UPDATE")
+            let locked = try await signInOnLoop(f.engine, second, nonce: expected, loop: loop, pool: pool)
+            guard case .later(let work) = locked else {
+                Issue.record("the loop's statement waited for the locked record")
+                try await holder.executeScript(unsafeSQL: "ROLLBACK")
+                return
+            }
+            #expect(try f.count("SELECT count(*) FROM baton.nonces") == 2)
+            let finishing = Task { try await work() }
+            try await holder.executeScript(unsafeSQL: "ROLLBACK")
+            #expect(try await finishing.value.outcome == .migrated)
+            #expect(try f.count("SELECT count(*) FROM baton.events WHERE kind = 'migrated'") == 2)
+            #expect(try f.count("SELECT count(*) FROM baton.nonces") == 2)
         }
     }
 
@@ -433,7 +479,8 @@ struct SignInServiceTests {
 
 /// Calls ``BatonEngine/signInWithoutWaiting(idToken:nonce:)`` on `loop`'s thread once `pool`'s pipeline there is
 /// connected, and follows the steps it starts on the loop to what they come to: a result (`.now`) or async work.
-private func signInOnLoop(_ engine: BatonEngine, _ token: String, loop: EventLoop, pool: PostgresPool) async throws -> NowOrLater<SignInResult> {
+private func signInOnLoop(_ engine: BatonEngine, _ token: String, nonce: ExpectedNonce? = nil, loop: EventLoop,
+                          pool: PostgresPool) async throws -> NowOrLater<SignInResult> {
     let outcome: Result<NowOrLater<SignInResult>, any Error> = await withCheckedContinuation { continuation in
         @Sendable func follow(_ step: Result<NowOrLater<SignInResult>, any Error>) {
             guard case .success(.soon(let start)) = step else { return continuation.resume(returning: step) }
@@ -445,7 +492,7 @@ private func signInOnLoop(_ engine: BatonEngine, _ token: String, loop: EventLoo
                     DispatchQueue.global().asyncAfter(deadline: .now() + .milliseconds(10)) { attempt(tries + 1) }
                     return
                 }
-                let step = Result { try engine.signInWithoutWaiting(idToken: token, nonce: nil) }
+                let step = Result { try engine.signInWithoutWaiting(idToken: token, nonce: nonce) }
                 guard case .success(.soon) = step else {
                     return continuation.resume(returning: .failure(CancellationError()))
                 }

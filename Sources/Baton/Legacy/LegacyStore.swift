@@ -290,14 +290,33 @@ public struct LegacyStore: BatonStore {
     /// - Throws: ``PostgresError``.
     public func consumeNonce(_ nonce: String, subject sub: String, expiresAt: Date) async throws -> Bool {
         if nonceCount.next() % 1_000 == 0 {
-            try await pool.execute("DELETE FROM baton.nonces WHERE expires_at < now()")
+            try await pool.execute(Self.expiredNoncesDeletion)
         }
-        let rows = try await pool.query("""
-            INSERT INTO baton.nonces AS n (sub, nonce, expires_at) VALUES (\(sub), \(nonce), \(expiresAt))
-            ON CONFLICT (sub, nonce) DO UPDATE SET expires_at = EXCLUDED.expires_at WHERE n.expires_at < now()
-            RETURNING 1
-            """)
-        return rows.count == 1
+        return try await pool.query(nonceInsertQuery(nonce, subject: sub, expiresAt: expiresAt)).count == 1
+    }
+
+    /// ``consumeNonce(_:subject:expiresAt:)`` queued on an event loop's pipeline as a write of its own;
+    /// `completion` runs on the loop's thread once the statement committed (or failed, having written nothing).
+    /// Returns false (and `completion` never runs) when the pipeline cannot take it now.
+    package func consumeNonce(_ nonce: String, subject sub: String, expiresAt: Date, on pipeline: PostgresPipeline,
+                              _ completion: @escaping (Result<Bool, any Error>) -> Void) -> Bool {
+        if nonceCount.next() % 1_000 == 0 {
+            pipeline.send(Self.expiredNoncesDeletion, write: true) { _ in }
+        }
+        return pipeline.send(nonceInsertQuery(nonce, subject: sub, expiresAt: expiresAt), write: true) { outcome in
+            completion(Result { try outcome.get().count == 1 })
+        }
+    }
+
+    private static let expiredNoncesDeletion: PostgresQuery = "DELETE FROM baton.nonces WHERE expires_at < now()"
+
+    /// Records the nonce unless `sub` holds it unexpired; one row back when it was recorded.
+    private func nonceInsertQuery(_ nonce: String, subject sub: String, expiresAt: Date) -> PostgresQuery {
+        """
+        INSERT INTO baton.nonces AS n (sub, nonce, expires_at) VALUES (\(sub), \(nonce), \(expiresAt))
+        ON CONFLICT (sub, nonce) DO UPDATE SET expires_at = EXCLUDED.expires_at WHERE n.expires_at < now()
+        RETURNING 1
+        """
     }
 
     /// Deletes the nonce `sub` consumed, so a sign-in that failed before writing can be retried with it.

@@ -153,25 +153,34 @@ public final class BatonEngine: Sendable {
     /// Swift's cooperative pool. The common sign-ins finish here with no hop to another thread: a current user
     /// whose record needs no write and a new user (one read, which never waits for a row lock), and a migration
     /// whose record no one else holds (its statement locks the row `NOWAIT`, so it never waits for another
-    /// writer while the thread's other connections wait). The rest come back as the async work that finishes them:
-    /// a nonce to consume, a key set to fetch, no idle pool connection, a record to refresh, a migration that did
-    /// not rewrite the record here (already done, a conflict, no record) or could not (a locked row, an email
-    /// another row holds), a database error (the whole sign-in runs again, as ``signIn(idToken:nonce:)`` retries
-    /// one: the lookup is safe to run twice, and a failed statement wrote nothing).
+    /// writer while the thread's other connections wait). On an event loop these are steps on its pipeline, and
+    /// so is a nonce's consumption. The rest come back as the async work that finishes them: a nonce to consume
+    /// off a loop, a key set to fetch, no idle pool connection, a record to refresh, a migration that did not
+    /// rewrite the record here (already done, a conflict, no record) or could not (a locked row, an email another
+    /// row holds), a database error (the whole sign-in runs again, as ``signIn(idToken:nonce:)`` retries one: the
+    /// lookup is safe to run twice, and a failed statement wrote nothing).
     /// - Throws: ``BatonError`` `invalid_token` at once; the rest as ``signIn(idToken:nonce:)``, from the work.
     package func signInWithoutWaiting(idToken: String, nonce: ExpectedNonce?) throws -> NowOrLater<SignInResult> {
         let everything = NowOrLater<SignInResult>.later { try await self.signIn(idToken: idToken, nonce: nonce) }
-        guard nonce == nil, !requireNonce, let store = store as? LegacyStore else { return everything }
+        guard nonce != nil || !requireNonce, let store = store as? LegacyStore else { return everything }
         let token: AppleIDToken
         do {
-            guard let verified = try verifier.verifyWithoutWaiting(idToken, nonce: nil) else { return everything }
+            guard let verified = try verifier.verifyWithoutWaiting(idToken, nonce: nonce) else { return everything }
             token = verified
         } catch let error as VerificationError {
             throw BatonError.rejected(error)
         }
         let identity = VerifiedIdentity(sub: token.subject, transferSub: token.transferSubject, email: token.email,
                                         isPrivateEmail: token.isPrivateEmail)
-        if let pipeline = store.pool.pipelineOnCurrentLoop(), pipeline.isReady {
+        let pipeline = store.pool.pipelineOnCurrentLoop().flatMap { $0.isReady ? $0 : nil }
+        if nonce != nil, let claim = token.nonce {
+            guard let pipeline else { return everything }
+            let keepUntil = token.expiresAt.addingTimeInterval(verifier.leeway + BatonEngine.nonceRetentionMargin)
+            return .soon { deliver in
+                self.signInConsumingNonce(claim, until: keepUntil, identity, store, pipeline, everything, deliver)
+            }
+        }
+        if let pipeline {
             return .soon { deliver in self.signInOnPipeline(identity, store, pipeline, everything, deliver) }
         }
         do {
@@ -209,6 +218,45 @@ public final class BatonEngine: Sendable {
             }
         }
         if !queued { deliver(.success(everything)) }
+    }
+
+    /// A sign-in with a nonce on the loop's pipeline: the nonce's consumption (a write of its own, as
+    /// ``consumingNonce(of:subject:_:)`` does before anything else), then ``signInOnPipeline``. Once it is consumed,
+    /// what goes the async way correlates without consuming it again, and a sign-in that fails releases it.
+    private func signInConsumingNonce(_ claim: String, until keepUntil: Date, _ identity: VerifiedIdentity, _ store: LegacyStore,
+                                      _ pipeline: PostgresPipeline, _ everything: NowOrLater<SignInResult>,
+                                      _ deliver: @escaping NowOrLater<SignInResult>.Delivery) {
+        let queued = store.consumeNonce(claim, subject: identity.sub, expiresAt: keepUntil, on: pipeline) { [self] consumed in
+            switch consumed {
+            case .failure:
+                // The statement wrote nothing: the whole sign-in, its nonce included, goes the async way.
+                deliver(.success(everything))
+            case .success(false):
+                deliver(.failure(BatonError(.nonceReused, "this nonce was already used")))
+            case .success(true):
+                let correlator = self.correlator
+                let remainder = NowOrLater<SignInResult>.later { try await self.database { try await correlator.correlate(identity) } }
+                signInOnPipeline(identity, store, pipeline, remainder) { outcome in
+                    deliver(Self.releasingNonce(claim, subject: identity.sub, store, whenFails: outcome))
+                }
+            }
+        }
+        if !queued { deliver(.success(everything)) }
+    }
+
+    /// `outcome` of a sign-in whose nonce is consumed, releasing the nonce if it fails: async work that throws
+    /// releases it before rethrowing. (``signInOnPipeline`` answers with a result or async work, never an error.)
+    private static func releasingNonce(_ claim: String, subject sub: String, _ store: LegacyStore,
+                                       whenFails outcome: Result<NowOrLater<SignInResult>, any Error>) -> Result<NowOrLater<SignInResult>, any Error> {
+        guard case .success(.later(let work)) = outcome else { return outcome }
+        return .success(.later {
+            do {
+                return try await work()
+            } catch {
+                try? await store.releaseNonce(claim, subject: sub)
+                throw error
+            }
+        })
     }
 
     /// What a sign-in read on a server's thread comes to once its lookup is known.
