@@ -91,7 +91,7 @@ struct DbMigrateCommandTests {
         (["bench", "verify"], ["seconds"]),
         (["bench", "emulator"], ["concurrency", "requests", "tokens", "exchanges"]),
         (["bench", "signin"], ["database-url", "users", "transfers", "migrations", "wrk-migrations", "current-requests", "concurrency", "pgbench-seconds", "pool-size",
-                                 "schema", "wrk-seconds", "perf", "log-level"]),
+                                 "schema", "wrk-seconds", "perf", "log-level", "nonce"]),
         (["bench", "exchange"], ["database-url", "users", "backlog", "limit", "latency-ms", "workers", "sequential-seconds"]),
         (["report"], ["format", "out", "config", "limit", "unmasked", "now", "accepted-at"]),
         (["demo"], ["database-url", "users", "concurrency", "rate", "stragglers", "out", "keep-data"]),

@@ -310,8 +310,9 @@ public struct LegacyStore: BatonStore {
 
     private static let expiredNoncesDeletion: PostgresQuery = "DELETE FROM baton.nonces WHERE expires_at < now()"
 
-    /// Records the nonce unless `sub` holds it unexpired; one row back when it was recorded.
-    private func nonceInsertQuery(_ nonce: String, subject sub: String, expiresAt: Date) -> PostgresQuery {
+    /// The statement of ``consumeNonce(_:subject:expiresAt:)`` (also the SQL `baton bench signin --nonce` gives
+    /// pgbench): records the nonce unless `sub` holds it unexpired; one row back when it was recorded.
+    package func nonceInsertQuery(_ nonce: String, subject sub: String, expiresAt: Date) -> PostgresQuery {
         """
         INSERT INTO baton.nonces AS n (sub, nonce, expires_at) VALUES (\(sub), \(nonce), \(expiresAt))
         ON CONFLICT (sub, nonce) DO UPDATE SET expires_at = EXCLUDED.expires_at WHERE n.expires_at < now()

@@ -33,6 +33,7 @@ package let benchCommand = Command(
                 .integer("migrations", default: 20_000, in: 100...100_000_000, "sign-ins that migrate a user, from the own load generator"),
                 .integer("wrk-migrations", default: 40_000, in: 100...100_000_000,
                          "tokens of users to migrate for wrk -c 32 (--wrk-seconds / 2; each sent once); with --migrations at most --transfers"),
+                .flag("nonce", "wrk's migrating sign-ins carry a nonce (native flow), each consumed once; pgbench's migration\nthen starts with the nonce's INSERT"),
                 .integer("current-requests", default: 100_000, in: 100...100_000_000, "sign-ins of current users"),
                 .integer("concurrency", default: 32, in: 1...1024, "keep-alive connections"),
                 .integer("pgbench-seconds", default: 10, in: 1...600, "seconds of each pgbench run"),

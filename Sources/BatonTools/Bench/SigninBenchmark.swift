@@ -20,7 +20,8 @@ import BatonPostgres
 ///    request from the load generator's send and receive times. Between them, wrk with 32 connections for
 ///    `--wrk-seconds` / 2 sends the `--wrk-migrations` tokens, each at most once (`wrk_migrated`): the rate, the
 ///    tails and the CPU of migrations measured from outside, as the current sign-ins are; every answer it counted
-///    must have migrated a user.
+///    must have migrated a user. With `--nonce` those tokens carry a nonce (the native flow: the claim is the
+///    SHA-256 of the nonce the body sends), so each sign-in also consumes it.
 /// 4. The current users' sign-ins again, driven from outside by `wrk` (`--wrk-seconds` each, default 10) at 1, 8,
 ///    32 and 64 connections: requests/s, p50, p99 and max from wrk itself. With `--perf FILE`, `perf record`
 ///    samples `baton serve` during the 32-connection run and the samples are printed by group (OpenSSL, JSON,
@@ -46,6 +47,7 @@ func runSigninBenchmark(_ arguments: Arguments) async throws -> Int32 {
     let transfers = try arguments.integer("transfers", default: 200_000, in: 100...users)
     let migrations = arguments.integer("migrations")
     let wrkMigrations = arguments.integer("wrk-migrations")
+    let withNonce = arguments.flag("nonce")
     guard migrations + wrkMigrations <= transfers else {
         throw CommandFailure.usage("--migrations + --wrk-migrations (\(migrations + wrkMigrations)) must be at most --transfers (\(transfers))")
     }
@@ -83,9 +85,15 @@ func runSigninBenchmark(_ arguments: Arguments) async throws -> Int32 {
 
     // 3. Tokens, signed by the emulator (in parallel: RSA signing is the slow part).
     let tokenStart = ContinuousClock.now
-    let tokens = try await signTokens(emulator: emulator, clientID: clientID, people: people.map(\.id))
+    // wrk's migrating sign-ins (people migrations..<migrating) may carry a nonce: its SHA-256 in the token, itself in the body.
+    let wrkPeople = migrations..<migrating
+    let nonce: @Sendable (Int) -> String? = { index in withNonce && wrkPeople.contains(index) ? "bench-nonce-\(index)" : nil }
+    let tokens = try await signTokens(emulator: emulator, clientID: clientID, people: people.map(\.id),
+                                      nonceClaim: { nonce($0).map { Digest.sha256Hex(Array($0.utf8)) } })
     let migrationBodies = tokens.prefix(migrations).map { Array("{\"id_token\":\"\($0)\"}".utf8) }
-    let wrkMigrationBodies = tokens[migrations..<migrating].map { Array("{\"id_token\":\"\($0)\"}".utf8) }
+    let wrkMigrationBodies = (migrations..<migrating).map { index in
+        Array("{\"id_token\":\"\(tokens[index])\"\(nonce(index).map { ",\"nonce\":\"\($0)\"" } ?? "")}".utf8)
+    }
     let warmupBodies = tokens.suffix(256).map { Array("{\"id_token\":\"\($0)\"}".utf8) }
     say("signed \(tokens.count) identity tokens in \(seconds(since: tokenStart)) s")
 
@@ -137,10 +145,14 @@ func runSigninBenchmark(_ arguments: Arguments) async throws -> Int32 {
     // speed drifts over a minute; the service is idle meanwhile), on transfers no sign-in used.
     let store = LegacyStore(pool: pool, legacy: try schema.legacy.identifiers())
     let firstSynthetic = migrating + 1
+    // With --nonce, the nonce's consumption comes first, as in the service.
+    let nonceStatement = withNonce
+        ? pgbenchSQL(store.nonceInsertQuery("\u{1}nonce", subject: "\u{1}new", expiresAt: Date().addingTimeInterval(3_600))) + " ;\n"
+        : ""
     let migratedScript = """
         \\set i :i + 1
         \\set n \(firstSynthetic) + (:i - 1) * 8 + :client_id
-        \(pgbenchSQL(store.lookupQuery(subject: "\u{1}new"))) ;
+        \(nonceStatement)\(pgbenchSQL(store.lookupQuery(subject: "\u{1}new"))) ;
         \(pgbenchSQL(store.migrationQuery(from: .transfer("\u{1}transfer"), newSub: "\u{1}new", newEmail: "\u{1}email",
                                           isPrivateEmail: true, transferSub: "\u{1}transfer", method: .signin))) ;
 
@@ -208,13 +220,13 @@ func runSigninBenchmark(_ arguments: Arguments) async throws -> Int32 {
     try await dropBenchDatabase(serverURL: serverURL, databaseURL: databaseURL)
 
     let migratedP99 = percentile(migratedLatencies, 0.99), currentP99 = percentile(currentLatencies, 0.99)
-    say(String(format: "migrated: %.0f/s, p50 %.2f ms, p99 %.2f ms, CPU each: server %.1f µs, PostgreSQL %.1f µs (%d sign-ins); pgbench same SQL %.0f tps (%.0f%%)",
+    say(String(format: "migrated: %.0f/s, p50 %.2f ms, p99 %.2f ms, CPU each: server %.1f µs, PostgreSQL %.1f µs (%d sign-ins); pgbench %@ %.0f tps (%.0f%%)",
                  migratedReport.perSecond, percentile(migratedLatencies, 0.5), migratedP99, migratedCPUMicroseconds, migratedDatabaseMicroseconds,
-                 migrations, pgbenchMigrated, migratedReport.perSecond / pgbenchMigrated * 100))
+                 migrations, withNonce ? "with the nonce's INSERT (these tokens carry none)" : "same SQL", pgbenchMigrated, migratedReport.perSecond / pgbenchMigrated * 100))
     say(String(format: "current:  %.0f/s, p50 %.2f ms, p99 %.2f ms, CPU each: server %.1f µs, PostgreSQL %.1f µs (%d sign-ins); pgbench same SQL %.0f tps (%.0f%%)",
                  currentReport.perSecond, percentile(currentLatencies, 0.5), currentP99, currentCPUMicroseconds, currentDatabaseMicroseconds,
                  currentRequests, pgbenchCurrent, currentReport.perSecond / pgbenchCurrent * 100))
-    say(String(format: "wrk migrating -c 32: %.0f/s = %.2f of pgbench's %.0f tps on the same SQL", wrkMigrated.perSecond,
+    say(String(format: "wrk migrating -c 32%@: %.0f/s = %.2f of pgbench's %.0f tps on the same SQL", withNonce ? " with a nonce" : "", wrkMigrated.perSecond,
                wrkMigrated.perSecond / pgbenchMigrated, pgbenchMigrated))
     for run in wrkRuns {
         say(String(format: "wrk -c %d: %.0f/s = %.2f of pgbench's %.0f tps on the same SELECT", run.connections, run.perSecond,
@@ -235,6 +247,7 @@ func runSigninBenchmark(_ arguments: Arguments) async throws -> Int32 {
         "current_postgres_cpu_us": .number((currentDatabaseMicroseconds * 10).rounded() / 10),
     ]
     func rounded(_ value: Double, _ digits: Double = 100) -> JSONValue { .number((value * digits).rounded() / digits) }
+    figures["wrk_migrated_nonce"] = .bool(withNonce)
     for (prefix, run) in [("wrk_migrated_", wrkMigrated)] + wrkRuns.map({ ("wrk_c\($0.connections)_", $0) }) {
         figures[prefix + "per_s"] = rounded(run.perSecond, 1)
         figures[prefix + "p50_ms"] = rounded(run.p50)
@@ -396,14 +409,18 @@ private func loadBenchData(pool: PostgresPool, schema: BenchSchema, users: Int, 
     }
 }
 
-/// Signs one identity token per person on the emulator, spread over the cores.
-private func signTokens(emulator: AppleEmulator, clientID: String, people: [String]) async throws -> [String] {
+/// Signs one identity token per person on the emulator, spread over the cores; person i's carries `nonceClaim(i)`.
+private func signTokens(emulator: AppleEmulator, clientID: String, people: [String],
+                        nonceClaim: @escaping @Sendable (Int) -> String?) async throws -> [String] {
     let workers = max(1, ProcessInfo.processInfo.activeProcessorCount)
     let chunk = (people.count + workers - 1) / workers
     return try await withThrowingTaskGroup(of: (Int, [String]).self) { group in
         for worker in 0..<workers {
-            let slice = Array(people[min(people.count, worker * chunk)..<min(people.count, (worker + 1) * chunk)])
-            group.addTask { (worker, try slice.map { try emulator.authorize(clientID: clientID, user: $0).idToken }) }
+            let range = min(people.count, worker * chunk)..<min(people.count, (worker + 1) * chunk)
+            let slice = Array(people[range])
+            group.addTask {
+                (worker, try zip(range, slice).map { try emulator.authorize(clientID: clientID, user: $1, nonce: nonceClaim($0)).idToken })
+            }
         }
         var parts = [Int: [String]]()
         for try await (worker, tokens) in group { parts[worker] = tokens }
@@ -422,6 +439,7 @@ private func pgbenchSQL(_ query: PostgresQuery) -> String {
         case "\u{1}old": expression = "('legacy.' || :n)"
         case "\u{1}transfer": expression = "('transfer.' || :n)"
         case "\u{1}email": expression = "('n' || :n || '@privaterelay.appleid.com')"
+        case "\u{1}nonce": expression = "('nonce.' || :n)"
         case "t": expression = "true"
         case let text?: expression = "'\(text)'"
         case nil: expression = "NULL"
