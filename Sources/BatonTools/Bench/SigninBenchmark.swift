@@ -44,10 +44,11 @@ func runSigninBenchmark(_ arguments: Arguments) async throws -> Int32 {
         throw CommandFailure.usage("needs --database-url (a server where it may create a database); or run it under 'scripts/pg.sh run'")
     }
     let users = arguments.integer("users")
-    let transfers = try arguments.integer("transfers", default: 200_000, in: 100...users)
+    let transfers = arguments.integer("transfers")
     let migrations = arguments.integer("migrations")
     let wrkMigrations = arguments.integer("wrk-migrations")
     let withNonce = arguments.flag("nonce")
+    guard transfers <= users else { throw CommandFailure.usage("--transfers (\(transfers)) must be at most --users (\(users))") }
     guard migrations + wrkMigrations <= transfers else {
         throw CommandFailure.usage("--migrations + --wrk-migrations (\(migrations + wrkMigrations)) must be at most --transfers (\(transfers))")
     }
@@ -90,11 +91,9 @@ func runSigninBenchmark(_ arguments: Arguments) async throws -> Int32 {
     let nonce: @Sendable (Int) -> String? = { index in withNonce && wrkPeople.contains(index) ? "bench-nonce-\(index)" : nil }
     let tokens = try await signTokens(emulator: emulator, clientID: clientID, people: people.map(\.id),
                                       nonceClaim: { nonce($0).map { Digest.sha256Hex(Array($0.utf8)) } })
-    let migrationBodies = tokens.prefix(migrations).map { Array("{\"id_token\":\"\($0)\"}".utf8) }
-    let wrkMigrationBodies = (migrations..<migrating).map { index in
-        Array("{\"id_token\":\"\(tokens[index])\"\(nonce(index).map { ",\"nonce\":\"\($0)\"" } ?? "")}".utf8)
-    }
-    let warmupBodies = tokens.suffix(256).map { Array("{\"id_token\":\"\($0)\"}".utf8) }
+    let migrationBodies = tokens.prefix(migrations).map { signInBody($0) }
+    let wrkMigrationBodies = wrkPeople.map { signInBody(tokens[$0], nonce: nonce($0)) }
+    let warmupBodies = tokens.suffix(256).map { signInBody($0) }
     say("signed \(tokens.count) identity tokens in \(seconds(since: tokenStart)) s")
 
     // 4. The service, as a child process.
@@ -127,13 +126,14 @@ func runSigninBenchmark(_ arguments: Arguments) async throws -> Int32 {
     let wrkMigrating = WrkLoad(port: child.port, path: "/v1/signin", bodiesFile: wrkMigrationsPath, seconds: max(2, wrkSeconds / 2), eachOnce: true)
     let wrkMigratedLoad = uptimeLoad()
     let wrkMigratedCPU = child.cpuSeconds()
-    var wrkMigrated = try await offPool { try wrkMigrating.run(connections: 32) }
+    let wrkMigratingConnections = 32
+    var wrkMigrated = try await offPool { try wrkMigrating.run(connections: wrkMigratingConnections) }
     wrkMigrated.serverCPUMicroseconds = (child.cpuSeconds() - wrkMigratedCPU) / Double(max(1, wrkMigrated.requests)) * 1e6
     // Every answer wrk counted migrated a user; wrk stops with up to one request a connection in flight, which the
     // server may have finished too. A token sent twice would answer `current` and leave the count short.
     let wrkMigratedCount = try await migratedEvents(pool) - migratedCount
     guard wrkMigrated.errors == 0, wrkMigrated.requests > 0, wrkMigrated.requests <= wrkMigratedCount,
-          wrkMigratedCount <= wrkMigrated.requests + 32 else {
+          wrkMigratedCount <= wrkMigrated.requests + wrkMigratingConnections else {
         throw CommandFailure.failed("bench signin: wrk's migrations went wrong: \(wrkMigrated.requests) answers, \(wrkMigrated.errors) errors, "
                                     + "\(wrkMigratedCount) users migrated (more answers than --wrk-migrations \(wrkMigrations) sends tokens twice)")
     }
@@ -262,6 +262,11 @@ func runSigninBenchmark(_ arguments: Arguments) async throws -> Int32 {
     for (group, percent) in profile { figures["perf_pct_" + group] = rounded(percent, 10) }
     say(JSON.serialize(.object(figures)))
     return 0
+}
+
+/// The body of `POST /v1/signin` for `token`, with `nonce` when given.
+private func signInBody(_ token: String, nonce: String? = nil) -> [UInt8] {
+    Array("{\"id_token\":\"\(token)\"\(nonce.map { ",\"nonce\":\"\($0)\"" } ?? "")}".utf8)
 }
 
 /// Users migrated so far (the `migrated` events).
