@@ -28,6 +28,13 @@ public struct BatonError: Error, Sendable, Equatable, CustomStringConvertible {
         case keysUnavailable = "keys_unavailable"
         /// The legacy table does not match the configuration (start-up).
         case invalidLegacyTable = "invalid_legacy_table"
+        /// The database answered something other than what was asked (a record of another subject): nothing is
+        /// answered from it. A transaction-mode pooler in front of PostgreSQL without `database.pooler` is the
+        /// likely cause.
+        case inconsistentDatabaseAnswer = "inconsistent_database_answer"
+        /// The call needs a part of the configuration that is missing (re-linking without
+        /// `apple.legacy_client_ids`, a report without a source): the operator's to fix, not the caller's.
+        case notConfigured = "not_configured"
     }
 
     /// The stable code.
@@ -48,6 +55,17 @@ public struct BatonError: Error, Sendable, Equatable, CustomStringConvertible {
     static func rejected(_ error: VerificationError) -> BatonError {
         if error.code == .keysUnavailable { return BatonError(.keysUnavailable, "Apple's key set cannot be fetched") }
         return BatonError(.invalidToken, error.code.rawValue)
+    }
+
+    /// Runs `body`, once more after a deadlock, a serialization failure, a read-only server or a connection lost
+    /// mid-statement (every store method is safe to run again: each is one statement or one transaction, and a second
+    /// run of a migration that committed finds it done). A pool timeout is not retried: the wait already happened.
+    static func retryingTransient<T>(_ body: () async throws -> T) async throws -> T {
+        do {
+            return try await body()
+        } catch let error as PostgresError where error.isTransient && error.code != .poolTimeout {
+            return try await body()
+        }
     }
 
     /// Maps a database failure that means "unreachable" or "try later" (read-only, deadlock, serialization

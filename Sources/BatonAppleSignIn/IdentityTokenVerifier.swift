@@ -74,6 +74,20 @@ public enum ExpectedNonce: Sendable, Equatable {
         case .web: self = .web(raw)
         }
     }
+
+    /// The nonce as the caller's session holds it (the raw value, whichever the flow).
+    public var value: String {
+        switch self {
+        case .native(let raw), .web(let raw): raw
+        }
+    }
+
+    /// Whether `value` has the form of a native flow's claim: 64 lower-case hexadecimal digits, a SHA-256. A web-flow
+    /// nonce of that form is refused, so a native token's claim, which anyone holding the token can read, cannot be
+    /// presented as a web flow's nonce.
+    static func looksHashed(_ value: String) -> Bool {
+        value.utf8.count == 64 && value.utf8.allSatisfy { (UInt8(ascii: "0")...UInt8(ascii: "9")).contains($0) || (UInt8(ascii: "a")...UInt8(ascii: "f")).contains($0) }
+    }
 }
 
 /// Verifies Sign in with Apple identity tokens strictly, in a fixed order.
@@ -238,7 +252,11 @@ public struct IdentityTokenVerifier: Sendable {
             let expected: String
             switch nonce {
             case .native(let raw): expected = Digest.sha256Hex(Array(raw.utf8))
-            case .web(let raw): expected = raw
+            case .web(let raw):
+                guard !ExpectedNonce.looksHashed(raw) else {
+                    throw VerificationError(.nonceMismatch, "a web-flow nonce may not be a SHA-256 in hex, a native claim's form")
+                }
+                expected = raw
             }
             guard ConstantTime.equals(value, expected) else { throw VerificationError(.nonceMismatch, "'nonce' does not match") }
         }

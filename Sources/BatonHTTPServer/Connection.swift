@@ -251,7 +251,8 @@ func batonAccessHandler(
     )
     core.readingEnded(connection)
     // Answered on this thread when the route can (no hop at all); otherwise the connection waits for the answer.
-    let answer = core.router.respondWithoutWaiting(to: request, logger: core.logger)
+    let loop = EventLoop.current
+    let answer = core.router.respondWithoutWaiting(to: request, context: HTTPRequestContext(loop: loop), logger: core.logger)
     if case .now(let response) = answer { return queue(response, on: connection, core: core) }
     core.handlerBegan()
     if core.isStopping {
@@ -262,7 +263,6 @@ func batonAccessHandler(
     context.markSuspended()
     MHD_suspend_connection(connection)
     let suspended = SuspendedConnection(pointer: connection)
-    let loop = EventLoop.current
     // The handler and its deadline race; whichever answers first resumes the connection, exactly once. An event
     // loop's daemon is resumed on the loop's thread, which then runs libmicrohttpd in the same round (the
     // daemon's own wake-up does not reach the loop's epoll when it comes from another thread).

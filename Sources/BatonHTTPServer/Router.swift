@@ -4,9 +4,25 @@ import BatonLogging
 /// An async request handler.
 public typealias HTTPHandler = @Sendable (HTTPRequest) async throws -> HTTPResponse
 
-/// A handler that runs on the server's own thread, which it may block (libpq, say; never Swift's cooperative
-/// pool runs it): it answers at once, or gives back the async work that answers (``NowOrLater``).
-package typealias HTTPBlockingHandler = @Sendable (HTTPRequest) throws -> NowOrLater<HTTPResponse>
+/// What a loop handler is given besides its request: where it runs.
+package struct HTTPRequestContext: Sendable {
+    /// The event loop whose thread received the request, nil on one of libmicrohttpd's own threads. Work a handler
+    /// starts on it (``NowOrLater/soon(_:)``: a statement on the loop's database pipeline, say) reports back on the
+    /// same thread.
+    package let loop: EventLoop?
+
+    /// A context on `loop`.
+    package init(loop: EventLoop?) {
+        self.loop = loop
+    }
+}
+
+/// A handler that runs on the thread that received the request: an event loop's, which serves many connections, or
+/// one of libmicrohttpd's. It must not block that thread, ever: no libpq call that can wait, no connect, no file
+/// read, no lock held across I/O. It answers at once with what it can compute (``NowOrLater/now(_:)``), starts work
+/// on `context.loop` that answers in a later round of the loop (``NowOrLater/soon(_:)``), or hands the request to a
+/// task (``NowOrLater/later(_:)``), where waiting is allowed.
+package typealias HTTPLoopHandler = @Sendable (HTTPRequest, HTTPRequestContext) throws -> NowOrLater<HTTPResponse>
 
 /// Routes requests by method and exact path.
 ///
@@ -19,8 +35,9 @@ public struct Router: Sendable {
 
     private struct Route {
         var handler: HTTPHandler
-        /// Answers on the server's thread when given; ``handler`` answers in-process callers (``respond(to:logger:)``).
-        var blocking: HTTPBlockingHandler?
+        /// Answers on the thread that received the request when given; ``handler`` answers in-process callers
+        /// (``respond(to:logger:)``).
+        var onLoop: HTTPLoopHandler?
     }
 
     /// Creates a router with no routes.
@@ -31,11 +48,11 @@ public struct Router: Sendable {
         routes[path, default: [:]][method.uppercased()] = Route(handler: handler)
     }
 
-    /// Adds a route whose requests the server answers on its own thread with `blocking`, which may block it
-    /// and may hand the request on as async work; `handler` answers the same requests for ``respond(to:logger:)``
-    /// (in-process callers, on the cooperative pool, where nothing may block). Both must answer alike.
-    package mutating func on(_ method: String, _ path: String, blocking: @escaping HTTPBlockingHandler, _ handler: @escaping HTTPHandler) {
-        routes[path, default: [:]][method.uppercased()] = Route(handler: handler, blocking: blocking)
+    /// Adds a route whose requests the server answers on the thread that received them with `onLoop` (see
+    /// ``HTTPLoopHandler``: it never blocks, and may hand the request on as async work); `handler` answers the same
+    /// requests for ``respond(to:logger:)`` (in-process callers, on the cooperative pool). Both must answer alike.
+    package mutating func on(_ method: String, _ path: String, onLoop: @escaping HTTPLoopHandler, _ handler: @escaping HTTPHandler) {
+        routes[path, default: [:]][method.uppercased()] = Route(handler: handler, onLoop: onLoop)
     }
 
     /// Adds a `GET` route.
@@ -64,15 +81,15 @@ public struct Router: Sendable {
         }
     }
 
-    /// Answers `request` on the calling thread, a server's own thread that may block: through the route's
-    /// blocking handler when it has one, else as async work that calls ``respond(to:logger:)``. Never throws.
-    package func respondWithoutWaiting(to request: HTTPRequest, logger: Logger) -> NowOrLater<HTTPResponse> {
+    /// Answers `request` on the thread that received it, without blocking it: through the route's loop handler
+    /// when it has one, else as async work that calls ``respond(to:logger:)``. Never throws.
+    package func respondWithoutWaiting(to request: HTTPRequest, context: HTTPRequestContext, logger: Logger) -> NowOrLater<HTTPResponse> {
         switch route(request) {
         case .failure(let error): return .now(error.response)
         case .success(let route):
-            guard let blocking = route.blocking else { return .later { await respond(to: request, logger: logger) } }
+            guard let onLoop = route.onLoop else { return .later { await respond(to: request, logger: logger) } }
             do {
-                return try blocking(request).settled { outcome in
+                return try onLoop(request, context).settled { outcome in
                     switch outcome {
                     case .success(let response): return response
                     case .failure(let error): return Router.response(for: error, request, logger)

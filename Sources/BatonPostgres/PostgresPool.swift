@@ -107,12 +107,12 @@ public final class PostgresPool: Sendable {
         return try body(connection)
     }
 
-    /// The pipeline connection (``PostgresPipeline``) of the calling thread's ``EventLoop`` to the pool's database,
-    /// with the pool's statement timeout: one per loop and pool, made on first use, connected in the background
-    /// (``PostgresPipeline/isReady``). Nil on a thread that runs no loop, or once the pool is closed. It is not
-    /// counted in ``maxConnections``.
-    package func pipelineOnCurrentLoop() -> PostgresPipeline? {
-        guard let loop = EventLoop.current, !state.withLock({ $0.closed }) else { return nil }
+    /// The pipeline connection (``PostgresPipeline``) of `loop` to the pool's database, with the pool's statement
+    /// timeout: one per loop and pool, made on first use, connected in the background (``PostgresPipeline/isReady``).
+    /// Call it on `loop`'s thread. Nil once the pool is closed. It is not counted in ``maxConnections``.
+    package func pipeline(on loop: EventLoop) -> PostgresPipeline? {
+        precondition(EventLoop.current === loop, "a pipeline is used on its own loop's thread")
+        guard !state.withLock({ $0.closed }) else { return nil }
         return loop.local(PipelineKey(pool: identity)) {
             PostgresPipeline(loop: loop, url: url, statementTimeoutMilliseconds: statementTimeoutMilliseconds, logger: logger)
         }

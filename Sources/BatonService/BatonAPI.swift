@@ -57,8 +57,9 @@ public final class BatonAPI: Sendable {
     /// The routes, for an ``HTTPServer``.
     public func router() -> Router {
         var router = Router()
-        router.on("POST", "/v1/signin", blocking: instrumentedBlocking("signin", signInWithoutWaiting), instrumented("signin", signIn))
+        router.on("POST", "/v1/signin", onLoop: instrumentedOnLoop("signin", signInOnLoop), instrumented("signin", signIn))
         router.get("/v1/credential-state", instrumented("credential_state", credentialState))
+        router.post("/v1/link/session", instrumented("link_session", linkSession))
         router.post("/v1/link", instrumented("link", link))
         router.post("/v1/notifications", instrumented("notifications", notification))
         router.get("/v1/report", instrumented("report", report))
@@ -77,10 +78,12 @@ public final class BatonAPI: Sendable {
         return (signInAnswer(result), result.outcome.rawValue)
     }
 
-    /// `POST /v1/signin` on the server's thread: the common sign-ins answer there, the rest on a task.
-    private func signInWithoutWaiting(_ request: HTTPRequest) throws -> NowOrLater<(HTTPResponse, String?)> {
+    /// `POST /v1/signin` on the thread that received it: on an event loop, the sign-in's statements go through the
+    /// loop's pipeline; elsewhere, and for what the pipeline cannot do, on a task.
+    private func signInOnLoop(_ request: HTTPRequest, _ context: HTTPRequestContext) throws -> NowOrLater<(HTTPResponse, String?)> {
         let (token, nonce) = try signInFields(request)
-        return try engine.signInWithoutWaiting(idToken: token, nonce: nonce).map { [self] result in
+        guard let loop = context.loop else { return .later { [self] in try await signIn(request) } }
+        return try engine.signIn(idToken: token, nonce: nonce, on: loop).map { [self] result in
             (signInAnswer(result), result.outcome.rawValue)
         }
     }
@@ -125,6 +128,20 @@ public final class BatonAPI: Sendable {
         let result = try await engine.link(legacyIDToken: try required(string(body, "legacy_id_token"), "legacy_id_token"),
                                            idToken: try required(string(body, "id_token"), "id_token"), nonce: nonce)
         return (signInAnswer(result), result.outcome.rawValue)
+    }
+
+    private struct LinkSessionAnswer: Encodable {
+        var nonce: String
+        var expires_at: String
+        var expires_in: Int
+    }
+
+    /// `POST /v1/link/session`: a link session's nonce, for both ceremonies of one `POST /v1/link`.
+    private func linkSession(_ request: HTTPRequest) async throws -> (HTTPResponse, String?) {
+        let session = try await engine.openLinkSession()
+        let answer = LinkSessionAnswer(nonce: session.nonce, expires_at: ISO8601DateFormatter().string(from: session.expiresAt),
+                                       expires_in: max(0, Int(session.expiresAt.timeIntervalSinceNow.rounded())))
+        return (try HTTPResponse.json(answer, status: 201), nil)
     }
 
     private struct NotificationAnswer: Encodable {
@@ -211,14 +228,15 @@ public final class BatonAPI: Sendable {
         }
     }
 
-    /// ``instrumented(_:_:)`` for a handler that runs on the server's thread, and for the work it hands on.
-    private func instrumentedBlocking(_ route: String, _ handler: @escaping @Sendable (HTTPRequest) throws -> NowOrLater<(HTTPResponse, String?)>)
-        -> HTTPBlockingHandler {
-        { [self] request in
+    /// ``instrumented(_:_:)`` for a loop handler, and for the work it hands on.
+    private func instrumentedOnLoop(_ route: String,
+                                    _ handler: @escaping @Sendable (HTTPRequest, HTTPRequestContext) throws -> NowOrLater<(HTTPResponse, String?)>)
+        -> HTTPLoopHandler {
+        { [self] request, context in
             let start = ContinuousClock.now
             let answer: NowOrLater<(HTTPResponse, String?)>
             do {
-                answer = try handler(request)
+                answer = try handler(request, context)
             } catch {
                 return .now(finish(route, since: start, .failure(error)))
             }

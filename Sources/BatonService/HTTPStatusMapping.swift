@@ -9,7 +9,8 @@ extension BatonError.Code {
         case .legacyRecordMissing: 404
         case .invalidNotification, .invalidRequest: 400
         case .databaseUnavailable, .keysUnavailable: 503
-        case .invalidLegacyTable: 500
+        case .invalidLegacyTable, .inconsistentDatabaseAnswer: 500
+        case .notConfigured: 501
         }
     }
 }

@@ -228,7 +228,7 @@ struct HTTPServerTests {
             return .text("late")
         }
         // Work started on the event loop that never reports back: the loop's round answers it at the deadline.
-        router.on("GET", "/stuck-on-loop", blocking: { _ in .soon { _ in } }, { _ in .text("in-process") })
+        router.on("GET", "/stuck-on-loop", onLoop: { _, _ in .soon { _ in } }, { _ in .text("in-process") })
         var configuration = serving(loops: loops)
         configuration.handlerTimeout = .milliseconds(300)
         let server = HTTPServer(router: router, configuration: configuration)
@@ -249,16 +249,16 @@ struct HTTPServerTests {
         #expect(try await stuck.0 == 503)
     }
 
-    @Test("a blocking route answers on the server's thread, hands the request to a task, or (on an event loop) starts work that answers in a later round; in-process callers get the async handler",
+    @Test("a loop route answers on the thread that received the request, hands the request to a task, or (on an event loop, given in its context) starts work that answers in a later round; in-process callers get the async handler",
           arguments: [0, 2])
     func blockingRoutes(loops: Int) async throws {
         var router = Router()
         // `now` answers on the polling thread; `later` hands on; `soon` reports back to the loop from another
         // thread, with a response, async work, or a failure; errors thrown any way become responses.
-        router.on("POST", "/mode", blocking: { request in
+        router.on("POST", "/mode", onLoop: { request, context in
             let mode = String(decoding: request.body, as: UTF8.self)
             let onLoop = { (outcome: Result<NowOrLater<HTTPResponse>, any Error>) -> NowOrLater<HTTPResponse> in
-                guard let loop = EventLoop.current else { return .now(.text("no event loop")) }
+                guard let loop = context.loop else { return .now(.text("no event loop")) }
                 return .soon { deliver in
                     DispatchQueue.global().asyncAfter(deadline: .now() + .milliseconds(20)) {
                         loop.execute { deliver(EventLoop.current === loop ? outcome : .success(.now(.text("another thread")))) }
@@ -305,7 +305,7 @@ struct HTTPServerTests {
     func batchScheduledLoops(batch: Bool) async throws {
         var router = Router()
         // The policy of the thread that runs a blocking handler: the loop's own.
-        router.on("GET", "/policy", blocking: { _ in .now(.text("\(sched_getscheduler(0))")) }, { _ in .text("in process") })
+        router.on("GET", "/policy", onLoop: { _, _ in .now(.text("\(sched_getscheduler(0))")) }, { _ in .text("in process") })
         var configuration = serving(loops: 2)
         configuration.batchScheduledLoops = batch
         try await withServer(router, configuration: configuration) { _, port in

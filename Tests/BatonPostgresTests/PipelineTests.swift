@@ -16,7 +16,7 @@ private func onLoop<T: Sendable>(_ pool: PostgresPool,
     return await withCheckedContinuation { continuation in
         @Sendable func attempt(_ tries: Int) {
             loop.execute {
-                guard let pipeline = pool.pipelineOnCurrentLoop() else { return }
+                guard let pipeline = pool.pipeline(on: loop) else { return }
                 guard pipeline.isReady || tries > 500 else {
                     DispatchQueue.global().asyncAfter(deadline: .now() + .milliseconds(10)) { attempt(tries + 1) }
                     return

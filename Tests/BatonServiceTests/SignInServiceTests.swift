@@ -79,46 +79,6 @@ struct SignInServiceTests {
         }
     }
 
-    @Test("a migration on the server thread never waits for a record another transaction holds: the async way finishes it")
-    func lockedRecord() async throws {
-        try await ServiceFixture.run(.inProcess, people: 2) { f in
-            // A free record is rewritten on the calling thread (a server thread: off the cooperative pool).
-            let (first, second) = (try f.token(f.people[0]), try f.token(f.people[1]))
-            let free = try await offPool { try f.engine.signInWithoutWaiting(idToken: first, nonce: nil) }
-            guard case .now(let done) = free else {
-                Issue.record("a free record went the async way")
-                return
-            }
-            #expect(done.outcome == .migrated)
-            // Another transaction holds the second person's row (let go after 5 s, so a call that waited would
-            // come back `.now` and fail below rather than hang).
-            let holder = try await PostgresConnection.connect(url: f.url)
-            try await holder.executeScript(unsafeSQL: "BEGIN; SELECT 1 FROM users WHERE apple_sub = '\(f.people[1].oldSub)' FOR UPDATE")
-            let release = Task {
-                try? await Task.sleep(for: .seconds(5))
-                try? await holder.executeScript(unsafeSQL: "ROLLBACK")
-            }
-            let locked = try await offPool { try f.engine.signInWithoutWaiting(idToken: second, nonce: nil) }
-            guard case .later(let work) = locked else {
-                Issue.record("the server thread waited for the locked record")
-                release.cancel()
-                try await holder.executeScript(unsafeSQL: "ROLLBACK")
-                return
-            }
-            // Nothing was written on the way.
-            #expect(try f.count("SELECT count(*) FROM users WHERE apple_sub = '\(f.people[1].oldSub)'") == 1)
-            #expect(try f.count("SELECT count(*) FROM baton.events WHERE kind = 'migrated'") == 1)
-            release.cancel()
-            let finishing = Task { try await work() }
-            try await holder.executeScript(unsafeSQL: "ROLLBACK")
-            let result = try await finishing.value
-            #expect(result.outcome == .migrated)
-            #expect(result.sub == (try f.newSub(f.people[1])))
-            #expect(try f.count("SELECT count(*) FROM baton.events WHERE kind = 'migrated'") == 2)
-            #expect(try f.count("SELECT count(*) FROM users WHERE apple_sub = '\(f.people[1].oldSub)'") == 0)
-        }
-    }
-
     @Test("on an event loop, a migration's statements go through the loop's pipeline: a free record is rewritten there; a held one fails at once, writes nothing, and the async way finishes it")
     func lockedRecordOnLoop() async throws {
         try await ServiceFixture.run(.inProcess, people: 2) { f in
@@ -280,22 +240,34 @@ struct SignInServiceTests {
         return body
     }
 
+    /// A link session's nonce from `POST /v1/link/session`, and the claim a native ceremony puts in its tokens.
+    private func openSession(_ f: ServiceFixture) async throws -> (nonce: String, claim: String) {
+        let reply = try await f.postJSON("/v1/link/session", [:])
+        #expect(reply.status == 201)
+        let nonce = try #require(reply.json["nonce"]?.stringValue)
+        #expect(nonce.count == 43)  // 32 random bytes, base64url
+        #expect((reply.json["expires_in"]?.intValue ?? 0) > 0)
+        return (nonce, Digest.sha256Hex(Array(nonce.utf8)))
+    }
+
     @Test("link rewrites the old record; a second link is current; a taken identifier is 409", arguments: Mode.allCases)
     func link(mode: Mode) async throws {
         let f = try await ServiceFixture(mode, people: 2)
-        let claim = Digest.sha256Hex(Array("session-1".utf8))
-        let legacy0 = try f.legacyToken(f.people[0], nonce: claim)
-        let linked = try await f.postJSON("/v1/link", linkBody(legacy0, try f.token(f.people[0], nonce: claim), nonce: "session-1"))
+        let s1 = try await openSession(f)
+        let linked = try await f.postJSON("/v1/link", linkBody(try f.legacyToken(f.people[0], nonce: s1.claim), try f.token(f.people[0], nonce: s1.claim),
+                                                               nonce: s1.nonce))
         #expect(linked.status == 200)
         #expect(linked.json["outcome"]?.stringValue == "migrated")
         #expect(try f.count("SELECT count(*) FROM baton.transfers WHERE method = 'link' AND state = 'migrated'") == 1)
-        let claim2 = Digest.sha256Hex(Array("session-2".utf8))
-        let again = try await f.postJSON("/v1/link", linkBody(try f.legacyToken(f.people[0], nonce: claim2), try f.token(f.people[0], nonce: claim2), nonce: "session-2"))
+        let s2 = try await openSession(f)
+        let again = try await f.postJSON("/v1/link", linkBody(try f.legacyToken(f.people[0], nonce: s2.claim), try f.token(f.people[0], nonce: s2.claim),
+                                                              nonce: s2.nonce))
         #expect(again.json["outcome"]?.stringValue == "current")
         // Another record already carries the second person's new identifier.
         try await f.pool.execute("INSERT INTO public.users (apple_sub) VALUES (\(try f.newSub(f.people[1])))")
-        let claim3 = Digest.sha256Hex(Array("session-3".utf8))
-        let conflict = try await f.postJSON("/v1/link", linkBody(try f.legacyToken(f.people[1], nonce: claim3), try f.token(f.people[1], nonce: claim3), nonce: "session-3"))
+        let s3 = try await openSession(f)
+        let conflict = try await f.postJSON("/v1/link", linkBody(try f.legacyToken(f.people[1], nonce: s3.claim), try f.token(f.people[1], nonce: s3.claim),
+                                                                 nonce: s3.nonce))
         #expect(conflict.status == 409)
         #expect(conflict.error == "conflict")
         #expect(try f.count("SELECT count(*) FROM users WHERE apple_sub = '\(f.people[1].oldSub)'") == 1)
@@ -304,32 +276,90 @@ struct SignInServiceTests {
         await f.close()
     }
 
-    @Test("link needs one nonce in both tokens, a sending-team token, and a subject awaiting migration", arguments: Mode.allCases)
+    @Test("link needs a live session whose nonce both tokens carry, a sending-team token, and a subject awaiting migration", arguments: Mode.allCases)
     func linkRefusals(mode: Mode) async throws {
         let f = try await ServiceFixture(mode, people: 2)
-        let claim = Digest.sha256Hex(Array("session".utf8))
-        let legacy = try f.legacyToken(f.people[0], nonce: claim)
-        let current = try f.token(f.people[0], nonce: claim)
+        let session = try await openSession(f)
+        let legacy = try f.legacyToken(f.people[0], nonce: session.claim)
+        let current = try f.token(f.people[0], nonce: session.claim)
         let noNonce = try await f.postJSON("/v1/link", linkBody(legacy, current, nonce: nil))
         #expect(noNonce.status == 400)
         #expect(noNonce.error == "missing_field")
-        let otherSession = try await f.postJSON("/v1/link", linkBody(legacy, try f.token(f.people[0], nonce: Digest.sha256Hex(Array("x".utf8))), nonce: "session"))
+        let otherSession = try await f.postJSON("/v1/link", linkBody(legacy, try f.token(f.people[0], nonce: Digest.sha256Hex(Array("x".utf8))),
+                                                                     nonce: session.nonce))
         #expect(otherSession.reason == "nonce_mismatch")
         // Two current-team tokens (X's as "legacy", Y's as current): the legacy one is refused by its audience.
-        let swapped = try await f.postJSON("/v1/link", linkBody(try f.token(f.people[1], nonce: claim), current, nonce: "session"))
+        let swapped = try await f.postJSON("/v1/link", linkBody(try f.token(f.people[1], nonce: session.claim), current, nonce: session.nonce))
         #expect(swapped.status == 401)
         #expect(swapped.reason == "wrong_audience")
+        // A nonce Baton never issued is no session, whatever the tokens carry.
+        let made = Digest.sha256Hex(Array("made-up".utf8))
+        let madeUp = try await f.postJSON("/v1/link", linkBody(try f.legacyToken(f.people[0], nonce: made), try f.token(f.people[0], nonce: made),
+                                                               nonce: "made-up"))
+        #expect(madeUp.status == 401)
+        #expect(madeUp.error == "nonce_reused")
         // Person 0 migrates by signing in; their old identifier can then not be linked to another person.
         #expect(try await f.signIn(try f.token(f.people[0])).json["outcome"]?.stringValue == "migrated")
-        let stolen = try await f.postJSON("/v1/link", linkBody(legacy, try f.token(f.people[1], nonce: claim), nonce: "session"))
+        let s2 = try await openSession(f)
+        let stolen = try await f.postJSON("/v1/link", linkBody(try f.legacyToken(f.people[0], nonce: s2.claim), try f.token(f.people[1], nonce: s2.claim),
+                                                               nonce: s2.nonce))
         #expect(stolen.status == 409)
         #expect(stolen.error == "not_linkable")
         #expect(try f.count("SELECT count(*) FROM baton.events WHERE method = 'link'") == 0)
-        // The nonce is consumed by a successful link only, and only once.
-        let claim2 = Digest.sha256Hex(Array("session-2".utf8))
-        let body = linkBody(try f.legacyToken(f.people[1], nonce: claim2), try f.token(f.people[1], nonce: claim2), nonce: "session-2")
+        // A session is good for one link.
+        let s3 = try await openSession(f)
+        let body = linkBody(try f.legacyToken(f.people[1], nonce: s3.claim), try f.token(f.people[1], nonce: s3.claim), nonce: s3.nonce)
         #expect(try await f.postJSON("/v1/link", body).json["outcome"]?.stringValue == "migrated")
         #expect(try await f.postJSON("/v1/link", body).error == "nonce_reused")
+        await f.close()
+    }
+
+    @Test("a captured legacy token cannot take over the account: its session is used up by the victim's own link, and its nonce by the first link that presents it", arguments: Mode.allCases)
+    func linkTakeover(mode: Mode) async throws {
+        let f = try await ServiceFixture(mode, people: 2)
+        let (victim, attacker) = (f.people[0], f.people[1])
+        // The victim already has a new-team record, so their own link answers 409.
+        try await f.pool.execute("INSERT INTO public.users (apple_sub) VALUES (\(try f.newSub(victim)))")
+        let session = try await openSession(f)
+        let victimLegacy = try f.legacyToken(victim, nonce: session.claim)
+        let own = try await f.postJSON("/v1/link", linkBody(victimLegacy, try f.token(victim, nonce: session.claim), nonce: session.nonce))
+        #expect(own.error == "conflict")
+        // The attacker holds the victim's legacy token and presents it with their own current-team token carrying
+        // the same nonce (a web flow lets them choose the claim): the session is used up.
+        let replay = try await f.postJSON("/v1/link", linkBody(victimLegacy, try f.token(attacker, nonce: session.claim), nonce: session.nonce))
+        #expect(replay.status == 401)
+        #expect(replay.error == "nonce_reused")
+        // A session of the attacker's own does not match the nonce the victim's token carries.
+        let theirs = try await openSession(f)
+        let paired = try await f.postJSON("/v1/link", linkBody(victimLegacy, try f.token(attacker, nonce: theirs.claim), nonce: theirs.nonce))
+        #expect(paired.reason == "nonce_mismatch")
+        // Nothing moved: the victim's legacy record still carries the sending team's identifier.
+        #expect(try f.count("SELECT count(*) FROM users WHERE apple_sub = '\(victim.oldSub)'") == 1)
+        #expect(try f.count("SELECT count(*) FROM baton.events WHERE kind = 'migrated'") == 0)
+        await f.close()
+    }
+
+    @Test("a token's nonce claim is consumed whether or not the request names it, and a native claim is no web-flow nonce", arguments: Mode.allCases)
+    func nonceReplays(mode: Mode) async throws {
+        let f = try await ServiceFixture(mode, people: 2)
+        let claim = Digest.sha256Hex(Array("raw-1".utf8))
+        let token = try f.token(f.people[0], nonce: claim)
+        #expect(try await f.signIn(token, nonce: "raw-1").json["outcome"]?.stringValue == "migrated")
+        let again = try await f.signIn(token, nonce: "raw-1")
+        #expect(again.error == "nonce_reused")
+        // Leaving the nonce out does not make the token good again.
+        let withoutNonce = try await f.signIn(token)
+        #expect(withoutNonce.status == 401)
+        #expect(withoutNonce.error == "nonce_reused")
+        // A native token presented as a web flow with its own (public) claim as the nonce is refused before anything.
+        let other = try f.token(f.people[1], nonce: Digest.sha256Hex(Array("raw-2".utf8)))
+        let downgraded = try await f.signIn(other, nonce: Digest.sha256Hex(Array("raw-2".utf8)), flow: "web")
+        #expect(downgraded.status == 401)
+        #expect(downgraded.reason == "nonce_mismatch")
+        // The first presentation without naming the nonce consumes it too.
+        #expect(try await f.signIn(other).json["outcome"]?.stringValue == "migrated")
+        #expect(try await f.signIn(other, nonce: "raw-2").error == "nonce_reused")
+        #expect(try f.count("SELECT count(*) FROM baton.nonces") == 2)
         await f.close()
     }
 
@@ -477,7 +507,7 @@ struct SignInServiceTests {
     }
 }
 
-/// Calls ``BatonEngine/signInWithoutWaiting(idToken:nonce:)`` on `loop`'s thread once `pool`'s pipeline there is
+/// Calls ``BatonEngine/signIn(idToken:nonce:on:)`` on `loop`'s thread once `pool`'s pipeline there is
 /// connected, and follows the steps it starts on the loop to what they come to: a result (`.now`) or async work.
 private func signInOnLoop(_ engine: BatonEngine, _ token: String, nonce: ExpectedNonce? = nil, loop: EventLoop,
                           pool: PostgresPool) async throws -> NowOrLater<SignInResult> {
@@ -488,11 +518,11 @@ private func signInOnLoop(_ engine: BatonEngine, _ token: String, nonce: Expecte
         }
         @Sendable func attempt(_ tries: Int) {
             loop.execute {
-                guard pool.pipelineOnCurrentLoop()?.isReady == true || tries > 300 else {
+                guard pool.pipeline(on: loop)?.isReady == true || tries > 300 else {
                     DispatchQueue.global().asyncAfter(deadline: .now() + .milliseconds(10)) { attempt(tries + 1) }
                     return
                 }
-                let step = Result { try engine.signInWithoutWaiting(idToken: token, nonce: nonce) }
+                let step = Result { try engine.signIn(idToken: token, nonce: nonce, on: loop) }
                 guard case .success(.soon) = step else {
                     return continuation.resume(returning: .failure(CancellationError()))
                 }

@@ -100,8 +100,8 @@ struct LegacyShapesTests {
             }
             #expect(f.store.emailPolicy == policy)
             // A current user's sign-in with a changed address goes through the same policy.
-            let correlator = SignInCorrelator(store: f.store)
-            let result = try await correlator.correlate(VerifiedIdentity(sub: "new.m", email: "m3@privaterelay.appleid.com", isPrivateEmail: true))
+            let identity = VerifiedIdentity(sub: "new.m", email: "m3@privaterelay.appleid.com", isPrivateEmail: true)
+            let result = try await SignInDriver(store: f.store, now: { Date() }).run(.signIn(identity, nonce: nil, emailPolicy: f.store.emailPolicy))
             #expect(result.outcome == .current)
             #expect(result.user?.email == (policy == .always ? "m3@privaterelay.appleid.com" : policy == .relay ? "me@example.com" : "me@example.com"))
             #expect(try f.count("SELECT count(*) FROM baton.events WHERE kind = 'email_changed'") == (policy == .always ? 1 : 0))

@@ -175,17 +175,73 @@ struct LegacyStoreTests {
         await f.pool.close()
     }
 
-    @Test("a nonce is accepted once per subject until it expires; a released one is accepted again")
+    @Test("a nonce is accepted once per subject until it expires on the application's clock; a released one is accepted again")
     func nonces() async throws {
         let f = try await StoreFixture("store_nonce")
-        let later = Date().addingTimeInterval(600)
-        #expect(try await f.store.consumeNonce("n-1", subject: "a", expiresAt: later))
-        #expect(try await f.store.consumeNonce("n-1", subject: "a", expiresAt: later) == false)
-        #expect(try await f.store.consumeNonce("n-1", subject: "b", expiresAt: later))
-        #expect(try await f.store.consumeNonce("n-2", subject: "a", expiresAt: Date().addingTimeInterval(-1)))
-        #expect(try await f.store.consumeNonce("n-2", subject: "a", expiresAt: later))
-        try await f.store.releaseNonce("n-1", subject: "a")
-        #expect(try await f.store.consumeNonce("n-1", subject: "a", expiresAt: later))
+        let now = Date()
+        let later = now.addingTimeInterval(600)
+        func use(_ nonce: String, _ sub: String, until: Date = later) -> NonceUse { NonceUse(nonce: nonce, subject: sub, expiresAt: until) }
+        #expect(try await f.store.consumeNonce(use("n-1", "a"), now: now))
+        #expect(try await f.store.consumeNonce(use("n-1", "a"), now: now) == false)
+        #expect(try await f.store.consumeNonce(use("n-1", "b"), now: now))
+        #expect(try await f.store.consumeNonce(use("n-2", "a", until: now.addingTimeInterval(-1)), now: now))
+        #expect(try await f.store.consumeNonce(use("n-2", "a"), now: now))
+        try await f.store.releaseNonce(use("n-1", "a"))
+        #expect(try await f.store.consumeNonce(use("n-1", "a"), now: now))
+        // Expiry is compared with the application's clock, whatever PostgreSQL's says: a nonce kept until `later`
+        // is still refused at `later` - 1 s, even if the database clock were past it.
+        #expect(try await f.store.consumeNonce(use("n-3", "a"), now: now))
+        #expect(try await f.store.consumeNonce(use("n-3", "a"), now: later.addingTimeInterval(-1)) == false)
+        #expect(try await f.store.consumeNonce(use("n-3", "a"), now: later.addingTimeInterval(1)))
+        await f.pool.close()
+    }
+
+    @Test("a value the application's table refuses (too long, a CHECK, a JSON copy that is not JSON) never keeps a user from migrating: the subject is rewritten, the rest kept as it was, and the event says why")
+    func refusedValues() async throws {
+        let f = try await StoreFixture("store_refused")
+        try await f.pool.withConnection { connection in
+            try await connection.executeScript(unsafeSQL: """
+                CREATE TABLE public.narrow (
+                    id bigserial PRIMARY KEY, apple_sub text UNIQUE,
+                    email varchar(30) CHECK (email <> 'no@privaterelay.appleid.com'), claims text);
+                INSERT INTO public.narrow (apple_sub, email, claims) VALUES
+                    ('old.long', 'a@privaterelay.appleid.com', '{"sub": "old.long"}'),
+                    ('old.check', 'b@privaterelay.appleid.com', '{"sub": "old.check"}'),
+                    ('old.json', 'c@privaterelay.appleid.com', 'not json at all'),
+                    ('old.fine', 'd@privaterelay.appleid.com', '{"sub": "old.fine", "email": "d@privaterelay.appleid.com"}');
+                """)
+        }
+        let legacy = BatonConfiguration.Legacy(table: "public.narrow", keyColumn: "id", subjectColumn: "apple_sub", emailColumn: "email",
+                                               json: LegacyJSONCopy(column: "claims", subjectKeys: ["sub"], emailKeys: ["email"]))
+        let store = LegacyStore(pool: f.pool, legacy: try legacy.identifiers())
+        let before = try TestDatabase.psql(f.url, "SELECT string_agg(id || '|' || email || '|' || claims, ';' ORDER BY id) FROM public.narrow WHERE apple_sub = 'old.json'")
+        let cases: [(old: String, email: String, sqlState: String)] = [
+            ("old.long", "a-much-longer-address@privaterelay.appleid.com", "22001"),
+            ("old.check", "no@privaterelay.appleid.com", "23514"),
+            ("old.json", "c2@privaterelay.appleid.com", "22P02"),
+        ]
+        for (old, email, sqlState) in cases {
+            let outcome = try await store.applyMigration(oldSub: old, newSub: "new" + old.dropFirst(3), newEmail: email, isPrivateEmail: true,
+                                                         transferSub: nil, method: .exchange)
+            guard case .migrated(let user) = outcome else {
+                Issue.record("\(old): \(outcome)")
+                continue
+            }
+            #expect(user.subject == "new" + old.dropFirst(3))
+            #expect(user.email != email, "\(old): the refused email is not written")
+            #expect(try f.count("SELECT count(*) FROM baton.events WHERE kind = 'email_conflict' AND old_sub = '\(old)' AND detail->>'sqlstate' = '\(sqlState)'") == 1)
+        }
+        // The JSON copy that is not JSON is left exactly as it was, and so is the email.
+        #expect(try TestDatabase.psql(f.url, "SELECT string_agg(id || '|' || email || '|' || claims, ';' ORDER BY id) FROM public.narrow WHERE apple_sub = 'new.json'") == before)
+        #expect(try f.count("SELECT count(*) FROM baton.events WHERE kind = 'email_conflict' AND detail->>'json_written' = 'false'") == 1)
+        // A row whose values fit is rewritten whole.
+        guard case .migrated(let fine) = try await store.applyMigration(oldSub: "old.fine", newSub: "new.fine", newEmail: "d2@privaterelay.appleid.com",
+                                                                        isPrivateEmail: true, transferSub: nil, method: .exchange) else {
+            Issue.record("old.fine did not migrate")
+            return
+        }
+        #expect(fine.email == "d2@privaterelay.appleid.com")
+        #expect(try TestDatabase.psql(f.url, "SELECT claims::jsonb->>'email' FROM public.narrow WHERE apple_sub = 'new.fine'") == "d2@privaterelay.appleid.com")
         await f.pool.close()
     }
 

@@ -249,6 +249,10 @@ enum SchemaScenario {
                 // A transfer_sub Baton cannot resolve: unmatched, never new.
                 let stranger = await SchemaHTTP.signIn(port: port, token: try world.token(world.stranger))
                 #expect(stranger.status == 200 && stranger.outcome == "unmatched", "\(stranger)")
+                // Replayed, the same token answers the same and records nothing more.
+                for _ in 0..<3 {
+                    #expect(await SchemaHTTP.signIn(port: port, token: try world.token(world.stranger)).outcome == "unmatched")
+                }
                 #expect(try world.count("SELECT count(*) FROM baton.events WHERE kind = 'unmatched'") == 1)
 
                 // Credential state through the filter: an Apple row's new subject; another provider's subject is unknown.

@@ -64,60 +64,50 @@ extension LegacyStore {
 
     private func runMigration(from source: OldSubjectSource, newSub: String, newEmail: String?, isPrivateEmail: Bool?,
                               transferSub: String?, method: MigrationMethod) async throws -> MigrationOutcome {
-        func run(writeEmail: Bool) async throws -> PostgresResult {
-            try await pool.query(migrationQuery(from: source, newSub: newSub, newEmail: newEmail, isPrivateEmail: isPrivateEmail,
-                                                transferSub: transferSub, method: method, writeEmail: writeEmail))
-        }
-        let rows: PostgresResult
-        do {
-            rows = try await run(writeEmail: true)
-        } catch let error as PostgresError where error.code == .uniqueViolation {
-            // Most likely the email (another row holds it); without the email, a violation left is the subject's.
+        var parts = MigrationParts.all
+        while true {
+            let rows: PostgresResult
             do {
-                rows = try await run(writeEmail: false)
-            } catch let error as PostgresError where error.code == .uniqueViolation {
-                return .conflict
+                rows = try await pool.query(migrationQuery(from: source, newSub: newSub, newEmail: newEmail, isPrivateEmail: isPrivateEmail,
+                                                           transferSub: transferSub, method: method, parts: parts))
+            } catch let error as PostgresError {
+                // A value the application's constraints or types refuse (a unique email, one too long, a CHECK, a
+                // JSON copy that is not JSON) must not keep the user from migrating: the subject is rewritten
+                // without the parts that can hold such a value, and the event records why.
+                guard let fewer = parts.withoutNext(after: error) else {
+                    if error.code == .uniqueViolation { return .conflict }  // the subject's own: another row holds it
+                    throw error
+                }
+                parts = fewer
+                continue
+            }
+            switch try Self.migrationRow(rows, newSub: newSub) {
+            case .settled(let outcome): return outcome
+            case .readAgain: return try await lookupBySubject(newSub).map { .alreadyMigrated($0) } ?? .legacyRecordMissing
             }
         }
-        switch try Self.migrationRow(rows, newSub: newSub) {
+    }
+
+    /// The migration statement of a sign-in on an event loop's pipeline: every part written, the legacy row locked
+    /// `NOWAIT` (a row another transaction holds fails the statement at once, writing nothing, and the async way
+    /// takes the wait and the fallbacks of ``applyMigration(transferSub:newSub:newEmail:isPrivateEmail:method:)``).
+    func pipelinedMigrationQuery(_ request: MigrationRequest) -> PostgresQuery {
+        let source: OldSubjectSource = request.oldSub.map { .subject($0) } ?? .transfer(request.transferSub ?? "")
+        return migrationQuery(from: source, newSub: request.newSub, newEmail: request.newEmail, isPrivateEmail: request.isPrivateEmail,
+                              transferSub: request.transferSub, method: request.method, waitForLock: false)
+    }
+
+    /// What ``pipelinedMigrationQuery(_:)`` came to: `.migrated`, `.conflict`, or `.legacyRecordMissing` when nothing
+    /// was rewritten and no conflict seen (the decision then looks the subject up again, as a fresh read would).
+    static func pipelinedMigrationOutcome(_ rows: PostgresResult, newSub: String) throws -> MigrationOutcome {
+        switch try migrationRow(rows, newSub: newSub) {
         case .settled(let outcome): return outcome
-        case .readAgain: return try await lookupBySubject(newSub).map { .alreadyMigrated($0) } ?? .legacyRecordMissing
-        }
-    }
-
-    /// ``applyMigration(transferSub:newSub:newEmail:isPrivateEmail:method:)`` for a sign-in, on a connection the
-    /// calling thread borrowed (a server thread: ``PostgresPool/withConnectionBlocking(_:)``), without waiting for
-    /// another transaction: the legacy row is locked `NOWAIT`, so a row someone else holds fails the statement at
-    /// once (`lock_not_available`) instead of holding up the thread's other connections. Returns the record when this
-    /// call rewrote it; nil for every other outcome (already migrated, a conflict, no record), which the caller
-    /// settles the async way, as it does every error (an email another row holds, a locked row): nothing was written.
-    /// - Throws: ``PostgresError``.
-    package func migrateWithoutWaiting(transferSub: String, newSub: String, newEmail: String?, isPrivateEmail: Bool?,
-                                       on connection: PostgresConnection) throws -> LegacyUser? {
-        let rows = try connection.queryBlocking(migrationQuery(from: .transfer(transferSub), newSub: newSub, newEmail: newEmail,
-                                                               isPrivateEmail: isPrivateEmail, transferSub: transferSub,
-                                                               method: .signin, waitForLock: false))
-        guard case .settled(.migrated(let user)) = try Self.migrationRow(rows, newSub: newSub) else { return nil }
-        return user
-    }
-
-    /// ``migrateWithoutWaiting(transferSub:newSub:newEmail:isPrivateEmail:on:)`` queued on an event loop's pipeline
-    /// as a write of its own; `completion` runs on the loop's thread once the statement committed (or failed).
-    /// Returns false (and `completion` never runs) when the pipeline cannot take it now.
-    package func migrateWithoutWaiting(transferSub: String, newSub: String, newEmail: String?, isPrivateEmail: Bool?,
-                                       on pipeline: PostgresPipeline, _ completion: @escaping (Result<LegacyUser?, any Error>) -> Void) -> Bool {
-        let query = migrationQuery(from: .transfer(transferSub), newSub: newSub, newEmail: newEmail, isPrivateEmail: isPrivateEmail,
-                                   transferSub: transferSub, method: .signin, waitForLock: false)
-        return pipeline.send(query, write: true) { outcome in
-            completion(Result {
-                guard case .settled(.migrated(let user)) = try Self.migrationRow(try outcome.get(), newSub: newSub) else { return nil }
-                return user
-            })
+        case .readAgain: return .legacyRecordMissing
         }
     }
 
     /// What the migration statement's row says: the outcome, or that the record must be read again.
-    private enum MigrationRow {
+    enum MigrationRow {
         case settled(MigrationOutcome)
         /// Nothing was rewritten and no conflict seen: the statement's snapshot may predate a concurrent
         /// migration that committed while this one waited for the row lock, so a fresh read of `newSub` tells
@@ -125,10 +115,11 @@ extension LegacyStore {
         case readAgain
     }
 
-    private static func migrationRow(_ rows: PostgresResult, newSub: String) throws -> MigrationRow {
+    static func migrationRow(_ rows: PostgresResult, newSub: String) throws -> MigrationRow {
         let row = rows[0]
         if let key = try row.decode(String?.self, at: 2) {
-            return .settled(.migrated(LegacyUser(key: key, subject: newSub, email: try row.decode(String?.self, at: 3))))
+            // The subject as the row now holds it: the sign-in decision checks that it is the one asked for.
+            return .settled(.migrated(LegacyUser(key: key, subject: try row.decode(String.self, at: 4), email: try row.decode(String?.self, at: 3))))
         }
         let oldExists = try row.decode(String?.self, at: 0) != nil
         let newExists = try row.decode(String?.self, at: 1) != nil
@@ -141,7 +132,30 @@ extension LegacyStore {
         /// transfer identifier.
         var bySubject: Bool
         var writeEmail: Bool
+        /// The JSON copy is rewritten (its subject and email keys).
+        var writeJSON: Bool
         var waitForLock: Bool
+    }
+
+    /// Which parts of a record besides its subject the migration statement writes: all of them, then fewer after
+    /// the application's table refused a value (SQLSTATE class 22, data, or 23, a constraint).
+    package struct MigrationParts: Sendable, Equatable {
+        var email = true
+        var json = true
+        /// The SQLSTATE that made the statement leave parts out, recorded in the `email_conflict` event.
+        var refusal: String?
+
+        /// Every part.
+        package static let all = MigrationParts()
+
+        /// The parts to try after `error`, or nil when none is left to leave out (or `error` is not about a value).
+        func withoutNext(after error: PostgresError) -> MigrationParts? {
+            guard error.isRefusedValue, let state = error.sqlState else { return nil }
+            if email { return MigrationParts(email: false, json: true, refusal: state) }
+            // Without the email, a unique violation left is the subject's own; anything else may be the JSON copy.
+            if json, state != "23505" { return MigrationParts(email: false, json: false, refusal: state) }
+            return nil
+        }
     }
 
     /// Where the migration statement finds the record.
@@ -154,19 +168,20 @@ extension LegacyStore {
 
     /// The migration statement of ``applyMigration(oldSub:newSub:newEmail:isPrivateEmail:transferSub:method:)``
     /// and ``applyMigration(transferSub:newSub:newEmail:isPrivateEmail:method:)`` (also the SQL
-    /// `baton bench signin` gives pgbench). With `writeEmail` false no email is written and an
-    /// `email_conflict` event is recorded instead (when the policy would have written one); with `waitForLock`
-    /// false a legacy row another transaction holds fails the statement (`NOWAIT`) instead of waiting for it.
-    /// The text is built once per shape (``StatementTemplate``); only the values are bound here.
+    /// `baton bench signin` gives pgbench). With `parts` leaving out the email, no email is written and an
+    /// `email_conflict` event records the values and the refusal's SQLSTATE; leaving out the JSON copy keeps it as
+    /// it was; with `waitForLock` false a legacy row another transaction holds fails the statement (`NOWAIT`)
+    /// instead of waiting for it. The text is built once per shape (``StatementTemplate``); only the values are
+    /// bound here.
     package func migrationQuery(from source: OldSubjectSource, newSub: String, newEmail: String?, isPrivateEmail: Bool?,
-                               transferSub: String?, method: MigrationMethod, writeEmail: Bool = true,
+                               transferSub: String?, method: MigrationMethod, parts: MigrationParts = .all,
                                waitForLock: Bool = true) -> PostgresQuery {
         let oldSub: String?
         switch source {
         case .subject(let sub): oldSub = sub
         case .transfer: oldSub = nil
         }
-        let shape = MigrationShape(bySubject: oldSub != nil, writeEmail: writeEmail, waitForLock: waitForLock)
+        let shape = MigrationShape(bySubject: oldSub != nil, writeEmail: parts.email, writeJSON: parts.json, waitForLock: waitForLock)
         return templates.migration(shape).filled { slot in
             switch slot {
             case .newSub: return newSub
@@ -175,6 +190,7 @@ extension LegacyStore {
             case .transferSub: return transferSub
             case .oldSub: return oldSub
             case .method: return method.rawValue
+            case .refusal: return parts.refusal
             case .subject: return newSub  // not in the migration statement
             }
         }
@@ -231,7 +247,7 @@ extension LegacyStore {
             set = set + ", \(column) = CASE WHEN " + mayWrite
                 + " AND (\(unsafeRaw: l.policySQL(stored: "u.\(column.quoted)::text"))) THEN \(newEmail) ELSE u.\(column) END"
         }
-        if let json = l.json {
+        if let json = l.json, shape.writeJSON {
             set = set + ", \(json.column) = " + l.jsonSQL(json, newSub: newSub, newEmail: newEmail, write: writeEmail)
         }
         let returnedEmail = l.emailColumn.map { "u.\($0.quoted)::text" } ?? "NULL::text"
@@ -239,7 +255,7 @@ extension LegacyStore {
         // The key may be unique only among the Apple rows (`legacy.where`): the filter is part of the write too.
         query = query + ", moved AS (UPDATE \(l.table) AS u SET " + set + " FROM old WHERE u.\(l.keyColumn) = old.k" + l.filterSQL() + """
              AND u.\(l.subjectColumn) IS DISTINCT FROM \(newSub) AND NOT EXISTS (SELECT 1 FROM taken)
-                RETURNING u.\(l.keyColumn)::text AS k, \(unsafeRaw: returnedEmail) AS e\(unsafeRaw: returnedReference)
+                RETURNING u.\(l.keyColumn)::text AS k, \(unsafeRaw: returnedEmail) AS e, u.\(l.subjectColumn)::text AS s\(unsafeRaw: returnedReference)
             )
             """
 
@@ -278,19 +294,32 @@ extension LegacyStore {
                        \(unsafeRaw: finalEmail), \(transferSub)::text
                 FROM moved, old
             ), clash AS (
-                INSERT INTO baton.events (kind, method, legacy_key, old_sub, new_sub, old_email, new_email, transfer_sub)
+                INSERT INTO baton.events (kind, method, legacy_key, old_sub, new_sub, old_email, new_email, transfer_sub, detail)
                 SELECT 'email_conflict', \(method)::text, moved.k, old.s, \(newSub)::text, old.e, \(newEmail)::text,
-                       \(transferSub)::text
+                       \(transferSub)::text, jsonb_build_object('sqlstate', \(StatementSlot.refusal)::text, 'json_written', \(shape.writeJSON))
                 FROM moved, old WHERE NOT \(writeEmail)
+            ), taken_once AS (
+                INSERT INTO baton.signals_once (kind, sub, transfer_sub)
+                SELECT 'subject_conflict', \(newSub)::text, COALESCE(\(transferSub)::text, old.s) FROM old, taken
+                ON CONFLICT DO NOTHING RETURNING 1
             ), taken_event AS (
                 INSERT INTO baton.events (kind, method, legacy_key, old_sub, new_sub, transfer_sub, detail)
                 SELECT 'subject_conflict', \(method)::text, old.k::text, old.s, \(newSub)::text, \(transferSub)::text,
                        jsonb_build_object('holder_key', taken.k)
-                FROM old, taken
+                FROM old, taken WHERE EXISTS (SELECT 1 FROM taken_once)
             )
-            SELECT (SELECT k::text FROM old), (SELECT k FROM taken), moved.k, \(unsafeRaw: finalEmail)
+            SELECT (SELECT k::text FROM old), (SELECT k FROM taken), moved.k, \(unsafeRaw: finalEmail), moved.s
             FROM (SELECT 1) AS one LEFT JOIN moved ON true
             """
         return query + rest
+    }
+}
+
+extension PostgresError {
+    /// Whether the application's table refused a value: SQLSTATE class 22 (a data exception: too long, not JSON)
+    /// or 23 (a constraint: unique, CHECK, NOT NULL). Nothing was written, and the statement may succeed without it.
+    var isRefusedValue: Bool {
+        guard let state = sqlState else { return false }
+        return state.hasPrefix("22") || state.hasPrefix("23")
     }
 }

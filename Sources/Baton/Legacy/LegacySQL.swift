@@ -71,7 +71,7 @@ extension PostgresQuery {
 /// shape (``StatementTemplate``), since assembling their text from the fragments above cost more CPU than
 /// PostgreSQL spent running them.
 enum StatementSlot: PostgresEncodable, Hashable {
-    case subject, newSub, newEmail, isPrivateEmail, transferSub, oldSub, method
+    case subject, newSub, newEmail, isPrivateEmail, transferSub, oldSub, method, refusal
 
     // Never sent: ``StatementTemplate/filled(_:)`` replaces every slot by its value first.
     static var postgresType: UInt32 { 0 }

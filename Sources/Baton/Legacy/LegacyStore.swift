@@ -58,9 +58,9 @@ public struct LegacyStore: BatonStore {
             lookup = StatementTemplate(LegacyStore.lookupStatement(legacy))
             var migrations: [MigrationShape: StatementTemplate] = [:]
             for bySubject in [true, false] {
-                for writeEmail in [true, false] {
+                for (writeEmail, writeJSON) in [(true, true), (false, true), (false, false)] {
                     for waitForLock in [true, false] {
-                        let shape = MigrationShape(bySubject: bySubject, writeEmail: writeEmail, waitForLock: waitForLock)
+                        let shape = MigrationShape(bySubject: bySubject, writeEmail: writeEmail, writeJSON: writeJSON, waitForLock: waitForLock)
                         migrations[shape] = StatementTemplate(LegacyStore.migrationStatement(legacy, shape))
                     }
                 }
@@ -84,29 +84,15 @@ public struct LegacyStore: BatonStore {
     /// The record whose subject column equals `sub`, with the state `baton.subjects` holds for it; one statement.
     /// - Throws: ``PostgresError``.
     public func lookupForSignIn(subject sub: String) async throws -> SubjectMatch? {
-        try Self.subjectMatch(try await pool.query(lookupQuery(subject: sub)), subject: sub)
+        try Self.subjectMatch(try await pool.query(lookupQuery(subject: sub)))
     }
 
-    /// ``lookupForSignIn(subject:)`` on a connection the calling thread borrowed, blocking that thread
-    /// (``PostgresPool/withConnectionBlocking(_:)``: a server thread, never the cooperative pool).
-    /// - Throws: ``PostgresError``.
-    package func lookupForSignInBlocking(subject sub: String, on connection: PostgresConnection) throws -> SubjectMatch? {
-        try Self.subjectMatch(try connection.queryBlocking(lookupQuery(subject: sub)), subject: sub)
-    }
-
-    /// ``lookupForSignIn(subject:)`` queued on an event loop's pipeline; `completion` runs on the loop's thread.
-    /// Returns false (and `completion` never runs) when the pipeline cannot take it now.
-    package func lookupForSignIn(subject sub: String, on pipeline: PostgresPipeline,
-                                 _ completion: @escaping (Result<SubjectMatch?, any Error>) -> Void) -> Bool {
-        pipeline.send(lookupQuery(subject: sub)) { outcome in
-            completion(Result { try Self.subjectMatch(try outcome.get(), subject: sub) })
-        }
-    }
-
-    private static func subjectMatch(_ rows: PostgresResult, subject sub: String) throws -> SubjectMatch? {
+    /// The record ``lookupQuery(subject:)`` found, with the subject as the row holds it (the sign-in decision checks
+    /// that it is the one asked for).
+    static func subjectMatch(_ rows: PostgresResult) throws -> SubjectMatch? {
         guard let row = rows.first else { return nil }
         let state = try row.decode(String?.self, at: 2).flatMap(SubjectState.init(rawValue:))
-        return SubjectMatch(user: LegacyUser(key: try row.decode(String.self, at: 0), subject: sub,
+        return SubjectMatch(user: LegacyUser(key: try row.decode(String.self, at: 0), subject: try row.decode(String.self, at: 3),
                                              email: try row.decode(String?.self, at: 1)), state: state)
     }
 
@@ -127,7 +113,7 @@ public struct LegacyStore: BatonStore {
     static func lookupStatement(_ l: BatonConfiguration.LegacyIdentifiers) -> PostgresQuery {
         let sub = StatementSlot.subject
         return """
-            SELECT u.\(l.keyColumn)::text, \(unsafeRaw: l.emailSQL), s.state
+            SELECT u.\(l.keyColumn)::text, \(unsafeRaw: l.emailSQL), s.state, u.\(l.subjectColumn)::text
             FROM \(l.table) AS u\(unsafeRaw: l.emailJoinSQL) LEFT JOIN baton.subjects AS s ON s.sub = \(sub)
             WHERE u.\(l.subjectColumn) = \(sub)
             """ + l.filterSQL() + " LIMIT 1"
@@ -214,7 +200,8 @@ public struct LegacyStore: BatonStore {
         let rows: PostgresResult
         do {
             rows = try await pool.query(updateEmailQuery(user, email, write: true))
-        } catch let error as PostgresError where error.code == .uniqueViolation {
+        } catch let error as PostgresError where error.isRefusedValue {
+            // Another row holds the email, or the table refuses it (too long, a CHECK): it is kept as it was.
             rows = try await pool.query(updateEmailQuery(user, email, write: false))
         }
         guard let row = rows.first else { return nil }
@@ -265,65 +252,110 @@ public struct LegacyStore: BatonStore {
             """
     }
 
-    /// Appends an `unmatched` event: a sign-in whose `transfer_sub` leads to no record (the report counts them).
+    /// Appends an `unmatched` event, once per subject and transfer identifier (`baton.signals_once`): a sign-in
+    /// whose `transfer_sub` leads to no record (the report counts them); a replay of the same token appends nothing.
     /// - Throws: ``PostgresError``.
     public func recordUnmatched(transferSub: String, sub: String) async throws {
-        try await pool.execute("INSERT INTO baton.events (kind, new_sub, transfer_sub) VALUES ('unmatched', \(sub), \(transferSub))")
+        try await pool.execute(unmatchedQuery(transferSub: transferSub, sub: sub))
+    }
+
+    /// The statement of ``recordUnmatched(transferSub:sub:)``.
+    func unmatchedQuery(transferSub: String, sub: String) -> PostgresQuery {
+        """
+        WITH first AS (
+            INSERT INTO baton.signals_once (kind, sub, transfer_sub) VALUES ('unmatched', \(sub), \(transferSub))
+            ON CONFLICT DO NOTHING RETURNING 1
+        )
+        INSERT INTO baton.events (kind, new_sub, transfer_sub) SELECT 'unmatched', \(sub), \(transferSub) FROM first
+        """
     }
 
     /// Marks `sub` authorized again in `baton.subjects` with an `authorized` event, when it was revoked; the
     /// sign-in's time becomes the subject's latest `event_time`, so a revocation older than it is ignored.
     /// - Throws: ``PostgresError``.
     public func restoreAuthorization(subject sub: String) async throws {
-        try await pool.execute("""
+        try await pool.execute(restoreAuthorizationQuery(subject: sub))
+    }
+
+    /// The statement of ``restoreAuthorization(subject:)``.
+    func restoreAuthorizationQuery(subject sub: String) -> PostgresQuery {
+        """
             WITH changed AS (
                 UPDATE baton.subjects SET state = 'authorized', updated_at = now(), event_time = GREATEST(event_time, now())
                 WHERE sub = \(sub) AND state = 'revoked' RETURNING sub
             )
             INSERT INTO baton.events (kind, old_sub, detail)
             SELECT 'authorized', sub, '{"reason":"signin"}'::jsonb FROM changed
-            """)
+            """
     }
 
-    /// Records `nonce` as used by `sub` until `expiresAt`; false when `sub` already used it and it has not
-    /// expired. Every 1,000th call also deletes expired nonces.
+    /// Records `use.nonce` as used by `use.subject` until `use.expiresAt`; false when that subject already used it
+    /// and it has not expired by `now`. Expiry is set and compared on the application's clock (`now` is bound, not
+    /// PostgreSQL's `now()`), so a database clock ahead of it cannot reopen a replay window. Every 1,000th call also
+    /// deletes expired nonces and link sessions.
     /// - Throws: ``PostgresError``.
-    public func consumeNonce(_ nonce: String, subject sub: String, expiresAt: Date) async throws -> Bool {
+    public func consumeNonce(_ use: NonceUse, now: Date) async throws -> Bool {
+        try Self.nonceConsumed(try await pool.query(nonceInsertQuery(use, now: now)), use)
+    }
+
+    /// The statement of ``consumeNonce(_:now:)`` (also the SQL `baton bench signin --nonce` gives pgbench): records
+    /// the nonce unless its subject holds it unexpired; the row back when it was recorded.
+    package func nonceInsertQuery(_ use: NonceUse, now: Date) -> PostgresQuery {
+        var query: PostgresQuery = ""
         if nonceCount.next() % 1_000 == 0 {
-            try await pool.execute(Self.expiredNoncesDeletion)
+            query = """
+                WITH purge AS (
+                    DELETE FROM baton.nonces WHERE expires_at < \(now) AND NOT (sub = \(use.subject) AND nonce = \(use.nonce))
+                ), purge_sessions AS (
+                    DELETE FROM baton.link_sessions WHERE expires_at < \(now)
+                )
+
+                """
         }
-        return try await pool.query(nonceInsertQuery(nonce, subject: sub, expiresAt: expiresAt)).count == 1
+        return query + """
+            INSERT INTO baton.nonces AS n (sub, nonce, expires_at) VALUES (\(use.subject), \(use.nonce), \(use.expiresAt))
+            ON CONFLICT (sub, nonce) DO UPDATE SET expires_at = EXCLUDED.expires_at WHERE n.expires_at < \(now)
+            RETURNING n.sub, n.nonce
+            """
     }
 
-    /// ``consumeNonce(_:subject:expiresAt:)`` queued on an event loop's pipeline as a write of its own;
-    /// `completion` runs on the loop's thread once the statement committed (or failed, having written nothing).
-    /// Returns false (and `completion` never runs) when the pipeline cannot take it now.
-    package func consumeNonce(_ nonce: String, subject sub: String, expiresAt: Date, on pipeline: PostgresPipeline,
-                              _ completion: @escaping (Result<Bool, any Error>) -> Void) -> Bool {
-        if nonceCount.next() % 1_000 == 0 {
-            pipeline.send(Self.expiredNoncesDeletion, write: true) { _ in }
+    /// Whether ``nonceInsertQuery(_:now:)`` recorded `use`; a row for another nonce or subject is an inconsistent answer.
+    static func nonceConsumed(_ rows: PostgresResult, _ use: NonceUse) throws -> Bool {
+        guard let row = rows.first else { return false }
+        guard try row.decode(String.self, at: 0) == use.subject, try row.decode(String.self, at: 1) == use.nonce else {
+            throw BatonError(.inconsistentDatabaseAnswer, "a database answer did not match its question")
         }
-        return pipeline.send(nonceInsertQuery(nonce, subject: sub, expiresAt: expiresAt), write: true) { outcome in
-            completion(Result { try outcome.get().count == 1 })
-        }
+        return true
     }
 
-    private static let expiredNoncesDeletion: PostgresQuery = "DELETE FROM baton.nonces WHERE expires_at < now()"
-
-    /// The statement of ``consumeNonce(_:subject:expiresAt:)`` (also the SQL `baton bench signin --nonce` gives
-    /// pgbench): records the nonce unless `sub` holds it unexpired; one row back when it was recorded.
-    package func nonceInsertQuery(_ nonce: String, subject sub: String, expiresAt: Date) -> PostgresQuery {
-        """
-        INSERT INTO baton.nonces AS n (sub, nonce, expires_at) VALUES (\(sub), \(nonce), \(expiresAt))
-        ON CONFLICT (sub, nonce) DO UPDATE SET expires_at = EXCLUDED.expires_at WHERE n.expires_at < now()
-        RETURNING 1
-        """
-    }
-
-    /// Deletes the nonce `sub` consumed, so a sign-in that failed before writing can be retried with it.
+    /// Forgets a nonce ``consumeNonce(_:now:)`` recorded, so a sign-in that failed before writing can be retried with it.
     /// - Throws: ``PostgresError``.
-    public func releaseNonce(_ nonce: String, subject sub: String) async throws {
-        try await pool.execute("DELETE FROM baton.nonces WHERE sub = \(sub) AND nonce = \(nonce)")
+    public func releaseNonce(_ use: NonceUse) async throws {
+        try await pool.execute(releaseNonceQuery(use))
+    }
+
+    /// The statement of ``releaseNonce(_:)``.
+    func releaseNonceQuery(_ use: NonceUse) -> PostgresQuery {
+        "DELETE FROM baton.nonces WHERE sub = \(use.subject) AND nonce = \(use.nonce)"
+    }
+
+    // MARK: - Link sessions
+
+    /// Records a link session: its nonce's SHA-256 (the nonce itself is never stored), live until `expiresAt`.
+    /// - Throws: ``PostgresError``.
+    public func createLinkSession(nonceHash: String, expiresAt: Date) async throws {
+        try await pool.execute("INSERT INTO baton.link_sessions (nonce_hash, expires_at) VALUES (\(nonceHash), \(expiresAt))")
+    }
+
+    /// Uses up the link session of `nonceHash`: true when it was live at `now` (and is used from now on), false when
+    /// unknown, used or expired.
+    /// - Throws: ``PostgresError``.
+    public func consumeLinkSession(nonceHash: String, now: Date) async throws -> Bool {
+        try await pool.query("""
+            UPDATE baton.link_sessions SET used_at = \(now)
+            WHERE nonce_hash = \(nonceHash) AND used_at IS NULL AND expires_at > \(now)
+            RETURNING 1
+            """).count == 1
     }
 
     // MARK: - Credential state and notifications
@@ -368,7 +400,7 @@ public struct LegacyStore: BatonStore {
     }
 }
 
-/// Counts nonce consumptions so expired nonces are purged now and then.
+/// Counts nonce consumptions so expired nonces and link sessions are purged now and then.
 private final class NonceCounter: Sendable {
     private let value = Mutex(0)
     func next() -> Int { value.withLock { $0 += 1; return $0 } }

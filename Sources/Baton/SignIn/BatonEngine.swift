@@ -37,7 +37,7 @@ public final class BatonEngine: Sendable {
     public let notificationMaxAge: TimeInterval
     /// How long after a token's `exp` + leeway its consumed nonce is still kept, in seconds: 300.
     public static let nonceRetentionMargin: TimeInterval = 300
-    private let correlator: SignInCorrelator
+    private let driver: SignInDriver
     private let keys: any VerificationKeyProvider
     private let keysReady: @Sendable () -> Bool
     private let pool: PostgresPool?
@@ -76,7 +76,7 @@ public final class BatonEngine: Sendable {
         self.linkMaxAge = linkMaxAge
         self.requireNonce = requireNonce
         self.notificationMaxAge = notificationMaxAge
-        self.correlator = SignInCorrelator(store: store)
+        self.driver = SignInDriver(store: store, now: now)
         self.keysReady = keysReady
         self.pool = pool
         self.reportBuilder = reportBuilder
@@ -126,185 +126,69 @@ public final class BatonEngine: Sendable {
 
     // MARK: - Sign-in
 
-    /// Verifies an identity token and correlates it with the application's records (see ``SignInCorrelator``).
+    /// Verifies an identity token and correlates it with the application's records, by the rules of
+    /// ``SignInDecision``.
     ///
     /// - Parameters:
     ///   - idToken: the identity token from Apple.
     ///   - nonce: the nonce the caller's session issued and the flow it went through (``ExpectedNonce``); the
-    ///     verifier checks the token's claim against it, and the nonce is consumed once per `sub` until the
-    ///     token's `exp` + leeway + ``nonceRetentionMargin``, before anything is written (a failed sign-in
-    ///     releases it). Required when ``requireNonce``.
+    ///     verifier checks the token's claim against it. Required when ``requireNonce``. Whether or not it is given,
+    ///     a token that carries a nonce claim consumes it once per `sub` (until the token's `exp` + leeway +
+    ///     ``nonceRetentionMargin``) before anything is written, so a captured token cannot be replayed by leaving
+    ///     the nonce out; a sign-in that fails releases it.
     /// - Returns: the outcome, the record (its `key` opens the session), `sub` and `transfer_sub`.
     /// - Throws: ``BatonError`` `invalid_request` (no nonce while one is required), `invalid_token` (reason: the
-    ///   verifier's code), `nonce_reused`, `keys_unavailable`, `database_unavailable`.
+    ///   verifier's code), `nonce_reused`, `keys_unavailable`, `database_unavailable`, `inconsistent_database_answer`.
     public func signIn(idToken: String, nonce: ExpectedNonce? = nil) async throws -> SignInResult {
-        if requireNonce && nonce == nil { throw BatonError(.invalidRequest, "nonce is required") }
-        let token = try await verify(idToken, with: verifier, nonce: nonce)
-        let identity = VerifiedIdentity(sub: token.subject, transferSub: token.transferSubject, email: token.email,
-                                        isPrivateEmail: token.isPrivateEmail)
-        return try await database {
-            try await consumingNonce(of: nonce == nil ? nil : token, subject: token.subject) {
-                try await correlator.correlate(identity)
-            }
-        }
+        try checkNoncePresence(nonce)
+        return try await driver.run(signInDecision(for: try await verify(idToken, with: verifier, nonce: nonce)))
     }
 
-    /// ``signIn(idToken:nonce:)`` on the calling thread, which may block in libpq: a server's own thread, never
-    /// Swift's cooperative pool. The common sign-ins finish here with no hop to another thread: a current user
-    /// whose record needs no write and a new user (one read, which never waits for a row lock), and a migration
-    /// whose record no one else holds (its statement locks the row `NOWAIT`, so it never waits for another
-    /// writer while the thread's other connections wait). On an event loop these are steps on its pipeline, and
-    /// so is a nonce's consumption. The rest come back as the async work that finishes them: a nonce to consume
-    /// off a loop, a key set to fetch, no idle pool connection, a record to refresh, a migration that did not
-    /// rewrite the record here (already done, a conflict, no record) or could not (a locked row, an email another
-    /// row holds), a database error (the whole sign-in runs again, as ``signIn(idToken:nonce:)`` retries one: the
-    /// lookup is safe to run twice, and a failed statement wrote nothing).
-    /// - Throws: ``BatonError`` `invalid_token` at once; the rest as ``signIn(idToken:nonce:)``, from the work.
-    package func signInWithoutWaiting(idToken: String, nonce: ExpectedNonce?) throws -> NowOrLater<SignInResult> {
-        let everything = NowOrLater<SignInResult>.later { try await self.signIn(idToken: idToken, nonce: nonce) }
-        guard nonce != nil || !requireNonce, let store = store as? LegacyStore else { return everything }
+    /// ``signIn(idToken:nonce:)`` started on `loop`'s thread (call it there), which it never blocks: the token is
+    /// verified on the spot when its key is cached, and the decision's steps run on the loop's pipeline connection
+    /// (``PipelineSignInDriver``), answered in later rounds of the loop. What the pipeline cannot do (no connection
+    /// yet, a key to fetch, a locked row, a failed statement, a store without pipelined statements) continues on the
+    /// async pool from the step it reached.
+    /// - Throws: ``BatonError`` `invalid_request` and `invalid_token` at once; the rest as ``signIn(idToken:nonce:)``,
+    ///   from the work.
+    package func signIn(idToken: String, nonce: ExpectedNonce?, on loop: EventLoop) throws -> NowOrLater<SignInResult> {
+        try checkNoncePresence(nonce)
         let token: AppleIDToken
         do {
-            guard let verified = try verifier.verifyWithoutWaiting(idToken, nonce: nonce) else { return everything }
+            guard let verified = try verifier.verifyWithoutWaiting(idToken, nonce: nonce) else {
+                return .later { try await self.signIn(idToken: idToken, nonce: nonce) }
+            }
             token = verified
         } catch let error as VerificationError {
             throw BatonError.rejected(error)
         }
+        var starting = signInDecision(for: token)
+        let first = starting.start()
+        let (decision, driver) = (starting, self.driver)
+        guard let store = store as? any PipelinedSignInStore, let pipeline = store.pipeline(on: loop) else {
+            return .later { try await driver.run(decision, from: first) }
+        }
+        let onLoop = PipelineSignInDriver(store: store, pipeline: pipeline, fallback: driver)
+        return .soon { deliver in onLoop.run(decision, from: first, deliver) }
+    }
+
+    private func checkNoncePresence(_ nonce: ExpectedNonce?) throws {
+        if requireNonce && nonce == nil { throw BatonError(.invalidRequest, "nonce is required") }
+    }
+
+    /// The decision for a verified token: its nonce claim, when it has one, consumed for its `sub` first.
+    private func signInDecision(for token: AppleIDToken) -> SignInDecision {
         let identity = VerifiedIdentity(sub: token.subject, transferSub: token.transferSubject, email: token.email,
                                         isPrivateEmail: token.isPrivateEmail)
-        let pipeline = store.pool.pipelineOnCurrentLoop().flatMap { $0.isReady ? $0 : nil }
-        if nonce != nil, let claim = token.nonce {
-            guard let pipeline else { return everything }
-            let keepUntil = token.expiresAt.addingTimeInterval(verifier.leeway + BatonEngine.nonceRetentionMargin)
-            return .soon { deliver in
-                self.signInConsumingNonce(claim, until: keepUntil, identity, store, pipeline, everything, deliver)
-            }
-        }
-        if let pipeline {
-            return .soon { deliver in self.signInOnPipeline(identity, store, pipeline, everything, deliver) }
-        }
-        do {
-            let step = try store.pool.withConnectionBlocking { connection -> NowOrLater<SignInResult> in
-                switch afterLookup(try store.lookupForSignInBlocking(subject: identity.sub, on: connection), identity) {
-                case .answer(let answer): return answer
-                case .migrate(let transferSub):
-                    let user = try store.migrateWithoutWaiting(transferSub: transferSub, newSub: identity.sub, newEmail: identity.email,
-                                                               isPrivateEmail: identity.isPrivateEmail, on: connection)
-                    return afterMigration(user, identity, transferSub: transferSub)
-                }
-            }
-            return step ?? everything
-        } catch is PostgresError {
-            return everything
-        }
+        return .signIn(identity, nonce: nonceUse(of: token), emailPolicy: store.emailPolicy)
     }
 
-    /// ``signInWithoutWaiting(idToken:nonce:)``'s statements on the calling event loop's pipeline: the lookup, then
-    /// (a migration) the statement that locks the record `NOWAIT`, each answered in a later round of the loop, with
-    /// no thread waiting. A statement the pipeline cannot take, or that fails, sends the whole sign-in the async way.
-    private func signInOnPipeline(_ identity: VerifiedIdentity, _ store: LegacyStore, _ pipeline: PostgresPipeline,
-                                  _ everything: NowOrLater<SignInResult>, _ deliver: @escaping NowOrLater<SignInResult>.Delivery) {
-        let queued = store.lookupForSignIn(subject: identity.sub, on: pipeline) { [self] found in
-            guard case .success(let match) = found else { return deliver(.success(everything)) }
-            switch afterLookup(match, identity) {
-            case .answer(let answer): deliver(.success(answer))
-            case .migrate(let transferSub):
-                let queued = store.migrateWithoutWaiting(transferSub: transferSub, newSub: identity.sub, newEmail: identity.email,
-                                                         isPrivateEmail: identity.isPrivateEmail, on: pipeline) { [self] migrated in
-                    guard case .success(let user) = migrated else { return deliver(.success(everything)) }
-                    deliver(.success(afterMigration(user, identity, transferSub: transferSub)))
-                }
-                if !queued { deliver(.success(everything)) }
-            }
-        }
-        if !queued { deliver(.success(everything)) }
-    }
-
-    /// A sign-in with a nonce on the loop's pipeline: the nonce's consumption (a write of its own, as
-    /// ``consumingNonce(of:subject:_:)`` does before anything else), then ``signInOnPipeline``. Once it is consumed,
-    /// what goes the async way correlates without consuming it again, and a sign-in that fails releases it.
-    private func signInConsumingNonce(_ claim: String, until keepUntil: Date, _ identity: VerifiedIdentity, _ store: LegacyStore,
-                                      _ pipeline: PostgresPipeline, _ everything: NowOrLater<SignInResult>,
-                                      _ deliver: @escaping NowOrLater<SignInResult>.Delivery) {
-        let queued = store.consumeNonce(claim, subject: identity.sub, expiresAt: keepUntil, on: pipeline) { [self] consumed in
-            switch consumed {
-            case .failure:
-                // The statement wrote nothing: the whole sign-in, its nonce included, goes the async way.
-                deliver(.success(everything))
-            case .success(false):
-                deliver(.failure(BatonError(.nonceReused, "this nonce was already used")))
-            case .success(true):
-                let correlator = self.correlator
-                let remainder = NowOrLater<SignInResult>.later { try await self.database { try await correlator.correlate(identity) } }
-                signInOnPipeline(identity, store, pipeline, remainder) { outcome in
-                    deliver(Self.releasingNonce(claim, subject: identity.sub, store, whenFails: outcome))
-                }
-            }
-        }
-        if !queued { deliver(.success(everything)) }
-    }
-
-    /// `outcome` of a sign-in whose nonce is consumed, releasing the nonce if it fails: async work that throws
-    /// releases it before rethrowing. (``signInOnPipeline`` answers with a result or async work, never an error.)
-    private static func releasingNonce(_ claim: String, subject sub: String, _ store: LegacyStore,
-                                       whenFails outcome: Result<NowOrLater<SignInResult>, any Error>) -> Result<NowOrLater<SignInResult>, any Error> {
-        guard case .success(.later(let work)) = outcome else { return outcome }
-        return .success(.later {
-            do {
-                return try await work()
-            } catch {
-                try? await store.releaseNonce(claim, subject: sub)
-                throw error
-            }
-        })
-    }
-
-    /// What a sign-in read on a server's thread comes to once its lookup is known.
-    private enum AfterLookup {
-        /// The answer: the sign-in is settled, or needs async work (a record to refresh).
-        case answer(NowOrLater<SignInResult>)
-        /// No record carries the subject: the migration statement for this transfer identifier runs next.
-        case migrate(transferSub: String)
-    }
-
-    /// A current user whose record needs no write, or a new user, is answered; a record to refresh goes the async
-    /// way; a token with a transfer identifier and no record yet migrates.
-    private func afterLookup(_ match: SubjectMatch?, _ identity: VerifiedIdentity) -> AfterLookup {
-        let correlator = self.correlator
-        if let match {
-            guard correlator.isUnchanged(match, identity) else {
-                return .answer(.later { try await self.database { try await correlator.current(match, identity) } })
-            }
-            return .answer(.now(SignInResult(outcome: .current, user: match.user, sub: identity.sub, transferSub: identity.transferSub)))
-        }
-        guard let transferSub = identity.transferSub else {
-            return .answer(.now(SignInResult(outcome: .new, user: nil, sub: identity.sub, transferSub: nil)))
-        }
-        return .migrate(transferSub: transferSub)
-    }
-
-    /// The record this thread's migration statement rewrote answers `migrated`; any other outcome (already migrated,
-    /// a conflict, no record, a locked row) is settled the async way.
-    private func afterMigration(_ user: LegacyUser?, _ identity: VerifiedIdentity, transferSub: String) -> NowOrLater<SignInResult> {
-        if let user { return .now(SignInResult(outcome: .migrated, user: user, sub: identity.sub, transferSub: transferSub)) }
-        let correlator = self.correlator
-        return .later { try await self.database { try await correlator.migrate(identity, transferSub: transferSub) } }
-    }
-
-    /// Consumes the nonce of `token` for `sub` (nothing when `token` is nil), then runs `body`; when `body`
-    /// fails, the nonce is released so the caller can retry. A nonce already used is `nonce_reused` and
-    /// `body` does not run, so a replay writes nothing.
-    private func consumingNonce<T>(of token: AppleIDToken?, subject sub: String, _ body: () async throws -> T) async throws -> T {
-        guard let token, let claim = token.nonce else { return try await body() }
-        let keepUntil = token.expiresAt.addingTimeInterval(verifier.leeway + BatonEngine.nonceRetentionMargin)
-        guard try await store.consumeNonce(claim, subject: sub, expiresAt: keepUntil) else {
-            throw BatonError(.nonceReused, "this nonce was already used")
-        }
-        do {
-            return try await body()
-        } catch {
-            try? await store.releaseNonce(claim, subject: sub)
-            throw error
+    /// The consumption of `token`'s nonce claim by its subject, kept until the token's `exp` + leeway +
+    /// ``nonceRetentionMargin``; nil when it has no nonce claim.
+    private func nonceUse(of token: AppleIDToken) -> NonceUse? {
+        token.nonce.map { claim in
+            NonceUse(nonce: claim, subject: token.subject,
+                     expiresAt: token.expiresAt.addingTimeInterval(verifier.leeway + BatonEngine.nonceRetentionMargin))
         }
     }
 
@@ -322,49 +206,47 @@ public final class BatonEngine: Sendable {
 
     // MARK: - Re-linking
 
+    /// Opens a link session for ``link(legacyIDToken:idToken:nonce:)``: a random nonce, good for one link until
+    /// ``linkMaxAge`` from now. Baton stores only its hash.
+    /// - Throws: ``BatonError`` `not_configured` (linking not configured), `database_unavailable`.
+    public func openLinkSession() async throws -> LinkSession {
+        guard legacyVerifier != nil else { throw BatonError(.notConfigured, "re-linking needs apple.legacy_client_ids") }
+        let session = LinkSession.make(now: now(), lifetime: linkMaxAge)
+        try await database { try await store.createLinkSession(nonceHash: LinkSession.hash(of: session.nonce), expiresAt: session.expiresAt) }
+        return session
+    }
+
     /// Rewrites the record of the sending team's identifier to the current team's, from two tokens of the
     /// same person (`method = link`), for users whose transfer identifier cannot be exchanged.
     ///
-    /// Both tokens must carry the nonce the caller's session issued (one sign-in ceremony per team, with the
-    /// same nonce), which is then consumed for the current `sub`; the legacy token's `sub` must be a sending-team
-    /// identifier still waiting (``BatonStore/isLinkable(legacySubject:currentSubject:)``).
+    /// The rules are ``SignInDecision``'s: `nonce` must be the nonce of a live link session
+    /// (``openLinkSession()``), which this call uses up whatever it comes to; both tokens must carry it (each
+    /// checked by `nonce`'s flow); each token's nonce is then consumed for its own subject, so a legacy token is good
+    /// for one link and never comes back; the legacy token's `sub` must be a sending-team identifier still waiting
+    /// (``BatonStore/isLinkable(legacySubject:currentSubject:)``).
     ///
     /// - Parameters:
     ///   - legacyIDToken: a token of the sending team (verified against `legacy_client_ids`).
     ///   - idToken: a token of the current team (verified against `client_ids`).
-    ///   - nonce: the session's nonce and its flow; both tokens' `nonce` claims must match it.
+    ///   - nonce: the link session's nonce and the flow both ceremonies went through.
     /// - Returns: `migrated` when this call rewrote the record, `current` when it already was.
-    /// - Throws: ``BatonError`` `invalid_request` (linking not configured), `invalid_token`, `stale_token`
-    ///   (either token issued more than ``linkMaxAge`` ago), `nonce_reused`, `not_linkable` (the legacy `sub` is
-    ///   no sending-team identifier awaiting migration), `conflict` (the new identifier belongs to another
-    ///   record), `legacy_record_missing`, `database_unavailable`.
+    /// - Throws: ``BatonError`` `not_configured` (linking not configured), `invalid_token`, `stale_token` (either
+    ///   token issued more than ``linkMaxAge`` ago), `nonce_reused` (the session is unknown, used or expired, or a
+    ///   token's nonce was already consumed), `not_linkable` (the legacy `sub` is no sending-team identifier
+    ///   awaiting migration), `conflict` (the new identifier belongs to another record), `legacy_record_missing`,
+    ///   `database_unavailable`.
     public func link(legacyIDToken: String, idToken: String, nonce: ExpectedNonce) async throws -> SignInResult {
-        guard let legacyVerifier else { throw BatonError(.invalidRequest, "re-linking needs apple.legacy_client_ids") }
+        guard let legacyVerifier else { throw BatonError(.notConfigured, "re-linking needs apple.legacy_client_ids") }
         let legacy = try await verify(legacyIDToken, with: legacyVerifier, nonce: nonce)
         let current = try await verify(idToken, with: verifier, nonce: nonce)
         let instant = now()
         for token in [legacy, current] where instant.timeIntervalSince(token.issuedAt) > linkMaxAge {
             throw BatonError(.staleToken, "tokens for re-linking must be issued within \(Int(linkMaxAge)) s")
         }
-        let outcome = try await database {
-            guard try await store.isLinkable(legacySubject: legacy.subject, currentSubject: current.subject) else {
-                throw BatonError(.notLinkable, "the legacy token's subject is not a sending-team identifier awaiting migration")
-            }
-            return try await consumingNonce(of: current, subject: current.subject) {
-                try await store.applyMigration(oldSub: legacy.subject, newSub: current.subject, newEmail: current.email,
-                                               isPrivateEmail: current.isPrivateEmail, transferSub: current.transferSubject, method: .link)
-            }
-        }
-        switch outcome {
-        case .migrated(let user):
-            return SignInResult(outcome: .migrated, user: user, sub: current.subject, transferSub: current.transferSubject)
-        case .alreadyMigrated(let user):
-            return SignInResult(outcome: .current, user: user, sub: current.subject, transferSub: current.transferSubject)
-        case .conflict:
-            throw BatonError(.conflict, "the new identifier already belongs to another record")
-        case .legacyRecordMissing:
-            throw BatonError(.legacyRecordMissing, "no record carries the old identifier")
-        }
+        let identity = VerifiedIdentity(sub: current.subject, transferSub: current.transferSubject, email: current.email,
+                                        isPrivateEmail: current.isPrivateEmail)
+        return try await driver.run(.link(legacySub: legacy.subject, current: identity, sessionNonce: nonce.value,
+                                          nonces: [legacy, current].compactMap(nonceUse(of:))))
     }
 
     // MARK: - Notifications
@@ -492,10 +374,10 @@ public final class BatonEngine: Sendable {
     }
 
     /// The correlation report (``MigrationReport``, rendered by `GET /v1/report`), with emails masked.
-    /// - Throws: ``BatonError`` `invalid_request` when the engine was built without a report source,
+    /// - Throws: ``BatonError`` `not_configured` when the engine was built without a report source,
     ///   `database_unavailable`.
     public func migrationReport() async throws -> MigrationReport {
-        guard let reportBuilder else { throw BatonError(.invalidRequest, "no report source is configured") }
+        guard let reportBuilder else { throw BatonError(.notConfigured, "no report source is configured") }
         return try await database { try await reportBuilder(now()).build() }
     }
 
@@ -509,19 +391,11 @@ public final class BatonEngine: Sendable {
         }
     }
 
-    /// Runs `body`, once more after a deadlock, a serialization failure, a read-only server or a connection
-    /// lost mid-statement (every store method is safe to run again: each is one statement or one transaction,
-    /// and a second run of a migration that committed finds it done), then maps what is left to
-    /// `database_unavailable`. A pool timeout is not retried: the wait already happened.
+    /// Runs `body` (once more after a transient failure: ``BatonError/retryingTransient(_:)``), then maps what is
+    /// left to `database_unavailable`.
     private func database<T>(_ body: () async throws -> T) async throws -> T {
         do {
-            return try await body()
-        } catch let error as PostgresError where error.isTransient && error.code != .poolTimeout {
-            do {
-                return try await body()
-            } catch {
-                throw BatonError.mapDatabase(error)
-            }
+            return try await BatonError.retryingTransient(body)
         } catch {
             throw BatonError.mapDatabase(error)
         }

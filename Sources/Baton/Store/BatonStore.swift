@@ -14,10 +14,10 @@ public struct SubjectMatch: Sendable, Equatable {
     }
 }
 
-/// The storage the correlation logic (``SignInCorrelator``) runs against.
+/// The storage the sign-in and link rules (``SignInDecision``) run against, through ``SignInDriver``.
 ///
 /// ``LegacyStore`` implements it on PostgreSQL; tests may implement it in memory. Every method is one
-/// atomic step: the correlator never needs a transaction spanning calls, because
+/// atomic step: a decision never needs a transaction spanning calls, because
 /// ``applyMigration(oldSub:newSub:newEmail:isPrivateEmail:transferSub:method:)`` is itself exactly-once.
 public protocol BatonStore: Sendable {
     /// The record whose subject column equals `sub`, with its credential state; nil when none.
@@ -43,7 +43,7 @@ public protocol BatonStore: Sendable {
     /// a legacy row's subject that no migration ever produced, or already migrated to `currentSub` (a repeat).
     func isLinkable(legacySubject legacySub: String, currentSubject currentSub: String) async throws -> Bool
 
-    /// When a sign-in may replace a stored email; the correlator asks before calling ``updateEmail(of:to:)``.
+    /// When a sign-in may replace a stored email; the decision asks before calling ``updateEmail(of:to:)``.
     var emailPolicy: EmailPolicy { get }
 
     /// Replaces the email of the record `user` (matched by key and subject) when ``emailPolicy`` allows it,
@@ -57,12 +57,19 @@ public protocol BatonStore: Sendable {
     /// Marks `sub` authorized again after a revocation (the user signed in again), with an event.
     func restoreAuthorization(subject sub: String) async throws
 
-    /// Records `nonce` as used by `sub` until `expiresAt`; false when `sub` already used it and it has not expired.
-    func consumeNonce(_ nonce: String, subject sub: String, expiresAt: Date) async throws -> Bool
+    /// Records a nonce as used by its subject until its expiry; false when that subject already used it and it has
+    /// not expired by `now` (the application's clock, which also set the expiry).
+    func consumeNonce(_ use: NonceUse, now: Date) async throws -> Bool
 
-    /// Forgets a nonce ``consumeNonce(_:subject:expiresAt:)`` recorded, when the sign-in it guarded failed
-    /// before writing anything, so the caller may retry with it.
-    func releaseNonce(_ nonce: String, subject sub: String) async throws
+    /// Forgets a nonce ``consumeNonce(_:now:)`` recorded, when the sign-in it guarded failed before writing
+    /// anything, so the caller may retry with it.
+    func releaseNonce(_ use: NonceUse) async throws
+
+    /// Records a link session by its nonce's SHA-256 (hex), live until `expiresAt`.
+    func createLinkSession(nonceHash: String, expiresAt: Date) async throws
+
+    /// Uses up the link session of `nonceHash`: true when it was live at `now`, false when unknown, used or expired.
+    func consumeLinkSession(nonceHash: String, now: Date) async throws -> Bool
 
     /// What Baton's tables know of `sub`, for the credential-state rules (``CredentialState/init(_:transferAccepted:)``).
     func credentialFacts(of sub: String) async throws -> CredentialFacts
@@ -73,4 +80,18 @@ public protocol BatonStore: Sendable {
 
     /// Whether the database answers and accepts writes (a writable primary).
     func ping() async throws
+}
+
+extension BatonStore {
+    /// The migration a decision asks for: by the old identifier when the request names it, else through the
+    /// transfer identifier (an unknown one is `.legacyRecordMissing`).
+    func migrate(_ request: MigrationRequest) async throws -> MigrationOutcome {
+        if let oldSub = request.oldSub {
+            return try await applyMigration(oldSub: oldSub, newSub: request.newSub, newEmail: request.newEmail,
+                                            isPrivateEmail: request.isPrivateEmail, transferSub: request.transferSub, method: request.method)
+        }
+        guard let transferSub = request.transferSub else { return .legacyRecordMissing }
+        return try await applyMigration(transferSub: transferSub, newSub: request.newSub, newEmail: request.newEmail,
+                                        isPrivateEmail: request.isPrivateEmail, method: request.method)
+    }
 }

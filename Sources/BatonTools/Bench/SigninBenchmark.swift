@@ -147,7 +147,7 @@ func runSigninBenchmark(_ arguments: Arguments) async throws -> Int32 {
     let firstSynthetic = migrating + 1
     // With --nonce, the nonce's consumption comes first, as in the service.
     let nonceStatement = withNonce
-        ? pgbenchSQL(store.nonceInsertQuery("\u{1}nonce", subject: "\u{1}new", expiresAt: Date().addingTimeInterval(3_600))) + " ;\n"
+        ? pgbenchSQL(store.nonceInsertQuery(NonceUse(nonce: "\u{1}nonce", subject: "\u{1}new", expiresAt: Date().addingTimeInterval(3_600)), now: Date())) + " ;\n"
         : ""
     let migratedScript = """
         \\set i :i + 1
