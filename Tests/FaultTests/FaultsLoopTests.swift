@@ -7,9 +7,10 @@ import TestSupport
 /// Each scenario runs one loop, so every request shares it, and checks the order answers arrive in, never their time.
 @Suite("Faults: nothing the database does holds an event loop", .serialized)
 struct FaultsLoopTests {
-    /// `baton.json` of `world` with one event loop.
+    /// `baton.json` of `world` with one event loop and statements allowed a minute (longer than a request's 10 s
+    /// deadline: a statement waiting on the loop's pipeline would hold every request behind it past theirs).
     static func oneLoopConfiguration(_ world: FaultWorld) throws -> String {
-        let path = try world.writeConfiguration()
+        let path = try world.writeConfiguration(statementTimeoutMilliseconds: 60_000)
         var tree = try JSONSerialization.jsonObject(with: Data(contentsOf: URL(fileURLWithPath: path))) as! [String: Any]
         tree["server"] = ["event_loops": 1]
         return try world.directory.writeJSON("baton-one-loop.json", tree)
@@ -20,6 +21,7 @@ struct FaultsLoopTests {
         try await FaultWorld.run(users: 12) { world in
             try await world.startServe(configuration: try Self.oneLoopConfiguration(world))
             let current = Array(world.people.prefix(6))
+            #expect(try await world.count("SELECT count(*) FROM baton.transfers WHERE transfer_sub = '\(world.people[6].transferSub)'") == 1)
             for person in current {
                 #expect(await HTTPProbe.signIn(port: world.servePort, token: try world.token(person)).status == 200)
             }
@@ -38,7 +40,14 @@ struct FaultsLoopTests {
                 order.withLock { $0.append("held") }
                 return answer
             }
-            try await pause(seconds: 0.3)
+            // The held sign-in reaches the lock and waits there (on the pipeline's backend, or on a pooled one).
+            var waited = 0
+            while try await world.count("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()") == 0 {
+                waited += 1
+                #expect(waited < 400, "the held sign-in never waited for the row")
+                if waited >= 400 { break }
+                try await pause(seconds: 0.05)
+            }
             // Current users' sign-ins on the same (only) loop are all answered while the held one still waits.
             for person in current {
                 let answer = await HTTPProbe.signIn(port: world.servePort, token: try world.token(person))
