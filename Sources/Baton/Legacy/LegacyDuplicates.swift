@@ -167,12 +167,12 @@ extension LegacyStore {
         try await Self.duplicates(in: pool, unmergedOnly: unmergedOnly)
     }
 
-    /// The pairs `baton.duplicates` holds, oldest first (the report reads them without a store).
+    /// The pairs `baton.duplicates` holds, oldest first, `limit` at most (the report reads them without a store).
     /// - Throws: ``PostgresError``.
-    public static func duplicates(in pool: PostgresPool, unmergedOnly: Bool = false) async throws -> [Duplicate] {
+    public static func duplicates(in pool: PostgresPool, unmergedOnly: Bool = false, limit: Int = .max) async throws -> [Duplicate] {
         let rows = try await pool.query("""
             SELECT fresh_key, legacy_key, new_sub, old_sub, transfer_sub, found_by, fresh_created_at, found_at, merged_at
-            FROM baton.duplicates WHERE NOT \(unmergedOnly) OR merged_at IS NULL ORDER BY found_at, fresh_key, legacy_key
+            FROM baton.duplicates WHERE NOT \(unmergedOnly) OR merged_at IS NULL ORDER BY found_at, fresh_key, legacy_key LIMIT \(limit)
             """)
         return try rows.map { row in
             let foundBy = try row.decode(String.self, at: 5)
