@@ -258,3 +258,34 @@ extension LegacyStore {
         return MergedDuplicate(user: user, freshKey: pair.freshKey, releasedSubject: releasedSubject, sameAccount: try marked[0].decode(Bool.self, at: 0))
     }
 }
+
+/// What the legacy table says about who Baton can reach, for the pre-flight checks (`baton doctor`).
+public struct LegacyReach: Sendable, Equatable {
+    /// The Apple rows (`legacy.where`).
+    public var appleRows: Int
+    /// Apple rows with neither a subject nor a transfer identifier (`legacy.transfer_column`): no sign-in and no
+    /// exchange finds them; only `/v1/link` or re-verifying their email can.
+    public var unreachable: Int
+    /// Apple rows whose email is a private relay address.
+    public var relayEmails: Int
+    /// Duplicates recorded and not merged yet.
+    public var unmergedDuplicates: Int
+}
+
+extension LegacyStore {
+    /// Counts the Apple rows Baton cannot find, those with a relay address, and the duplicates waiting; one statement.
+    /// - Throws: ``PostgresError``.
+    public func reach() async throws -> LegacyReach {
+        let l = legacy
+        let transfer = l.transferColumn.map { " AND u.\($0.quoted) IS NULL" } ?? ""
+        let query: PostgresQuery = """
+            SELECT count(*), count(*) FILTER (WHERE u.\(l.subjectColumn) IS NULL\(unsafeRaw: transfer)),
+                   count(*) FILTER (WHERE \(unsafeRaw: BatonConfiguration.LegacyIdentifiers.isRelaySQL(l.emailSQL))),
+                   (SELECT count(*) FROM baton.duplicates WHERE merged_at IS NULL)
+            FROM \(l.table) AS u\(unsafeRaw: l.emailJoinSQL) WHERE true
+            """ + l.filterSQL()
+        let row = try await pool.query(query)[0]
+        return LegacyReach(appleRows: try row.decode(Int.self, at: 0), unreachable: try row.decode(Int.self, at: 1),
+                           relayEmails: try row.decode(Int.self, at: 2), unmergedDuplicates: try row.decode(Int.self, at: 3))
+    }
+}
