@@ -208,6 +208,8 @@ struct ConfigurationTests {
         ("column too long", "legacy.subject_column", String(repeating: "s", count: 64), .invalidValue),
         ("email column equals subject column", "legacy.email_column", "apple_sub", .invalidValue),
         ("transfer column equals email column", "legacy.transfer_column", "email", .invalidValue),
+        ("on_duplicate unknown", "legacy.on_duplicate", "delete", .invalidValue),
+        ("created_at column with quote", "legacy.created_at_column", "created\"at", .invalidValue),
         ("unknown top-level key", "databse", ["url": "x"], .unknownKey),
         ("unknown nested key", "apple.transfer.sendr", ["team_id": "AAAAAAAAAA"], .unknownKey),
     ] }
@@ -295,6 +297,8 @@ struct ConfigurationTests {
         full.legacy.email = LegacyEmailTable(table: "public.auth_user", column: "email", keyColumn: "id", referenceColumn: "user_id")
         full.legacy.json = LegacyJSONCopy(column: "extra_data", subjectKeys: ["sub"], emailKeys: ["email"])
         full.legacy.emailPolicy = .relay
+        full.legacy.onDuplicate = .merge
+        full.legacy.createdAtColumn = "created_at"
         full.server.eventLoops = 2
         let encoder = JSONEncoder()
         encoder.dateEncodingStrategy = .iso8601

@@ -24,6 +24,7 @@ struct DoctorCommandTests {
                 #expect(lines.contains { $0.hasPrefix("ok    \(check):") }, "no ok line for \(check) in:\n\(result.stdout)")
             }
             #expect(lines.contains { $0.contains("60 days left") || $0.contains("59 days left") })
+            #expect(lines.contains { $0.hasPrefix("ok    client secrets: Baton signs its own") && ($0.contains("--days 60") || $0.contains("--days 61")) })
             #expect(lines.last == "doctor: 0 failed, 0 warnings")
             #expect(!result.stdout.contains("PRIVATE KEY"))
         }
@@ -124,6 +125,51 @@ struct DoctorCommandTests {
             #expect(result.stdout.contains("FAIL  sender key: cannot read the private key"), "\(result.stdout)")
             #expect(result.stdout.contains("FAIL  recipient key: the private key is not an EC P-256"))
             #expect(fixture.emulator.stats()["/auth/token"].calls == 0)
+        }
+    }
+
+    @Test("team IDs: a numeric provider ID and the same team on both sides are named as such, exit 2")
+    func teamIDSlips() async throws {
+        try await CommandFixture.run(users: 1, database: .bare(sql: DoctorCommandTests.tables)) { fixture in
+            let numeric = try fixture.configuration("numeric.json") { _, transfer in
+                transfer["recipient"] = ["team_id": "118234567", "key_id": fixture.recipient.keyID, "private_key_path": "recipient.p8"]
+            }
+            let same = try fixture.configuration("same.json") { _, transfer in
+                transfer["recipient"] = ["team_id": fixture.sender.teamID, "key_id": fixture.recipient.keyID, "private_key_path": "recipient.p8"]
+            }
+            let first = try await runBatonOffPool(["doctor", "--config", numeric])
+            #expect(first.status == 2)
+            #expect(first.stdout.contains("FAIL  configuration: apple.transfer.recipient.team_id") && first.stdout.contains("App Store Connect's provider ID"), "\(first.stdout)")
+            let second = try await runBatonOffPool(["doctor", "--config", same])
+            #expect(second.status == 2)
+            #expect(second.stdout.contains("the sender is the team the app leaves, the recipient the team it joins"), "\(second.stdout)")
+        }
+    }
+
+    @Test("pre-flight: the transfer's client ID missing from client_ids, subjects mostly NULL, relay addresses, duplicates waiting")
+    func preflight() async throws {
+        let tables = DoctorCommandTests.tables + """
+            CREATE TABLE public.sparse (id bigserial PRIMARY KEY, apple_sub text UNIQUE, email text);
+            INSERT INTO public.sparse (apple_sub, email) VALUES ('s.1', 'a@example.org'), (NULL, 'b@privaterelay.appleid.com'), (NULL, NULL), (NULL, 'c@example.org');
+            """
+        try await CommandFixture.run(users: 1, database: .bare(sql: tables)) { fixture in
+            try await fixture.migrate()
+            _ = try TestDatabase.psql(fixture.databaseURL, "INSERT INTO baton.duplicates (fresh_key, legacy_key, new_sub, found_by) VALUES ('2', '1', 'n.1', 'signin')")
+            let path = try fixture.configuration { tree, _ in
+                var apple = tree["apple"] as! [String: Any]
+                apple["client_ids"] = ["com.example.other"]
+                tree["apple"] = apple
+                tree["legacy"] = ["table": "public.sparse", "key_column": "id", "subject_column": "apple_sub", "email_column": "email"]
+            }
+            let result = try await runBatonOffPool(["doctor", "--config", path])
+            #expect(result.status == 0, "\(result.stdout)")
+            let lines = result.stdout.split(separator: "\n").map(String.init)
+            #expect(lines.contains { $0.hasPrefix("warn  transfer client ID:") && $0.contains("not among apple.client_ids") }, "\(result.stdout)")
+            #expect(lines.contains { $0.hasPrefix("warn  apple subjects: 3 of 4 Apple rows have no Apple subject: no sign-in or exchange") && $0.contains("POST /v1/link") })
+            #expect(lines.contains { $0.hasPrefix("warn  duplicates: 1 users have a second record") && $0.contains("baton merge --dry-run") })
+            #expect(lines.contains { $0.hasPrefix("warn  relay email: 1 users have a private relay address") && $0.contains("550 5.1.1")
+                && $0.contains("register the receiving team's sending domains and addresses (SPF, DKIM)") })
+            #expect(lines.last == "doctor: 0 failed, 4 warnings")
         }
     }
 

@@ -326,11 +326,15 @@ public struct BatonConfiguration: Sendable, Equatable, Codable {
         public var json: LegacyJSONCopy?
         /// When Baton replaces a stored email (default `relay`).
         public var emailPolicy: EmailPolicy?
+        /// What Baton does with a second account made under the new team's identifier (default `report`).
+        public var onDuplicate: DuplicatePolicy?
+        /// A column of `table` holding when each row was created, recorded for a duplicate's fresh record.
+        public var createdAtColumn: String?
 
         /// Creates the section.
         public init(table: String, keyColumn: String, subjectColumn: String, emailColumn: String?, transferColumn: String? = nil,
                     filters: [String: String]? = nil, email: LegacyEmailTable? = nil, json: LegacyJSONCopy? = nil,
-                    emailPolicy: EmailPolicy? = nil) {
+                    emailPolicy: EmailPolicy? = nil, onDuplicate: DuplicatePolicy? = nil, createdAtColumn: String? = nil) {
             self.table = table
             self.keyColumn = keyColumn
             self.subjectColumn = subjectColumn
@@ -340,6 +344,8 @@ public struct BatonConfiguration: Sendable, Equatable, Codable {
             self.email = email
             self.json = json
             self.emailPolicy = emailPolicy
+            self.onDuplicate = onDuplicate
+            self.createdAtColumn = createdAtColumn
         }
 
         enum CodingKeys: String, CodingKey {
@@ -352,6 +358,8 @@ public struct BatonConfiguration: Sendable, Equatable, Codable {
             case email
             case json
             case emailPolicy = "email_policy"
+            case onDuplicate = "on_duplicate"
+            case createdAtColumn = "created_at_column"
         }
 
         /// The validated identifiers, ready for `PostgresQuery` interpolation (which quotes them).

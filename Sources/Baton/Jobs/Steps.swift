@@ -67,7 +67,8 @@ extension LegacyStore: ExchangeApplier {
     /// Applies the exchange through ``applyMigration(oldSub:newSub:newEmail:isPrivateEmail:transferSub:method:)``
     /// with `method = exchange`, so an exchange and a sign-in of the same user rewrite it once between them.
     /// A record already migrated whose `baton.transfers` row is still pending (migrated outside Baton's
-    /// jobs) has that row closed as migrated; a missing record or a conflict is ``BulkStepOutcome/unresolvable(_:)``.
+    /// jobs) has that row closed as migrated; a missing record or a conflict is ``BulkStepOutcome/unresolvable(_:)``, a conflict
+    /// with a second record of the user recorded as a duplicate (merged at once with `legacy.on_duplicate` `merge`).
     public func applyExchange(oldSub: String?, transferSub: String, user: ExchangedUser) async throws -> BulkStepOutcome {
         let outcome = if let oldSub {
             try await applyMigration(oldSub: oldSub, newSub: user.sub, newEmail: user.email, isPrivateEmail: user.isPrivateEmail,
@@ -89,7 +90,12 @@ extension LegacyStore: ExchangeApplier {
         case .legacyRecordMissing:
             return .unresolvable("no legacy record carries the old identifier")
         case .conflict:
-            return .unresolvable("the new identifier already belongs to another legacy record")
+            // Most likely a sign-in that bypassed Baton made a second record (baton.duplicates; `baton merge`).
+            guard let duplicate = try await recordDuplicate(newSub: user.sub, oldSub: oldSub, transferSub: transferSub, foundBy: .exchange) else {
+                return .unresolvable("the new identifier already belongs to another legacy record")
+            }
+            if legacy.duplicatePolicy == .merge, try await mergeDuplicate(duplicate.pair) != nil { return .done }
+            return .unresolvable("the new identifier already belongs to another legacy record: a duplicate, for baton merge")
         }
     }
 }

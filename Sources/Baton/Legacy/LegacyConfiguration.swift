@@ -26,6 +26,15 @@ public enum EmailPolicy: String, Sendable, Equatable, Codable, CaseIterable {
     }
 }
 
+/// What Baton does when it meets a duplicate (`legacy.on_duplicate`): a second record under the receiving team's
+/// identifier beside the user's legacy record, made by a sign-in that did not go through Baton.
+public enum DuplicatePolicy: String, Sendable, Equatable, Codable, CaseIterable {
+    /// Record the pair in `baton.duplicates`; move nothing (the default). `baton merge` merges recorded pairs.
+    case report
+    /// Record the pair and move the Apple identity onto the legacy record where Baton meets it.
+    case merge
+}
+
 /// `legacy.email`: the email lives in another table that the identity row references
 /// (`auth_user.email` through `socialaccount_socialaccount.user_id`).
 public struct LegacyEmailTable: Sendable, Equatable, Codable {
@@ -130,6 +139,11 @@ extension BatonConfiguration {
         /// When emails are replaced; `never` when no email location is configured.
         public var emailPolicy: EmailPolicy
 
+        /// What to do with a duplicate (`legacy.on_duplicate`, default `report`).
+        public var duplicatePolicy: DuplicatePolicy
+        /// The creation time column (`legacy.created_at_column`), if configured.
+        public var createdAtColumn: PostgresIdentifier?
+
         /// Whether Baton knows where the email lives (`email_column` or `email`).
         public var hasEmail: Bool { emailColumn != nil || emailTable != nil }
 
@@ -166,6 +180,8 @@ extension BatonConfiguration {
                 return JSONCopy(column: try column(copy.column, "legacy.json.column"), subjectKeys: subjectKeys, emailKeys: emailKeys)
             }
             emailPolicy = (emailColumn == nil && emailTable == nil) ? .never : (legacy.emailPolicy ?? .relay)
+            duplicatePolicy = legacy.onDuplicate ?? .report
+            createdAtColumn = try legacy.createdAtColumn.map { try column($0, "legacy.created_at_column") }
             try checkDistinct()
         }
 

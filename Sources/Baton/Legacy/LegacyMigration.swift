@@ -196,6 +196,34 @@ extension LegacyStore {
         }
     }
 
+    /// The key of the legacy row `transferSub` leads to, as a query returning at most one `k` (the migration
+    /// statement's `candidate`): the row whose subject `baton.transfers` maps it to, the row `baton.transfers`
+    /// names by key, or the row whose transfer column holds it.
+    static func transferCandidate(_ l: BatonConfiguration.LegacyIdentifiers, transferSub: some PostgresEncodable) -> PostgresQuery {
+        // The first way that knows the key answers (each an index probe; the key's arm only runs when
+        // baton.transfers holds a key for this identifier).
+        var candidates: PostgresQuery = """
+            (SELECT x.\(l.keyColumn) AS k FROM \(l.table) AS x
+                 WHERE x.\(l.subjectColumn) = (SELECT old_sub FROM baton.transfers WHERE transfer_sub = \(transferSub))
+            """
+        candidates = candidates + l.filterSQL(alias: "x") + " LIMIT 1)"
+        if let column = l.transferColumn {
+            candidates = candidates + " UNION ALL (SELECT x.\(l.keyColumn) FROM \(l.table) AS x WHERE x.\(column) = \(transferSub)"
+                + l.filterSQL(alias: "x") + " LIMIT 1)"
+        }
+        // The stored key is text: it is read back in the key column's own type (through the table's row type),
+        // so the probe is an index scan whatever that type is; `key::text = legacy_key` scans the whole table.
+        // baton.transfers is probed by the transfer identifier alone (its unique index); a NULL key finds no row.
+        // `AND legacy_key IS NOT NULL` there let the planner, whose statistics predate the migrations that set
+        // the keys, scan transfers_legacy_key_idx over every migrated row instead: O(migrated rows) per call.
+        candidates = candidates + """
+             UNION ALL (SELECT y.k FROM (SELECT legacy_key FROM baton.transfers WHERE transfer_sub = \(transferSub)) AS m
+                        CROSS JOIN LATERAL (SELECT x.\(l.keyColumn) AS k FROM \(l.table) AS x
+                            WHERE x.\(l.keyColumn) = (jsonb_populate_record(NULL::\(l.table), jsonb_build_object(\(l.keyColumn.name)::text, m.legacy_key))).\(l.keyColumn)
+            """ + l.filterSQL(alias: "x") + " LIMIT 1) AS y) LIMIT 1"
+        return candidates
+    }
+
     /// The text of the migration statement for `shape`, with ``StatementSlot``s for the values.
     static func migrationStatement(_ l: BatonConfiguration.LegacyIdentifiers, _ shape: MigrationShape) -> PostgresQuery {
         let newSub = StatementSlot.newSub, newEmail = StatementSlot.newEmail, isPrivateEmail = StatementSlot.isPrivateEmail
@@ -209,29 +237,8 @@ extension LegacyStore {
         if shape.bySubject {
             query = "WITH old AS (" + columns + " WHERE u.\(l.subjectColumn) = \(StatementSlot.oldSub)"
         } else {
-            // The row's key, found by the first way that knows it (each an index probe; the key's arm only runs
-            // when baton.transfers holds a key for this identifier); then the row itself is locked by key.
-            var candidates: PostgresQuery = """
-                WITH candidate AS (
-                    (SELECT x.\(l.keyColumn) AS k FROM \(l.table) AS x
-                     WHERE x.\(l.subjectColumn) = (SELECT old_sub FROM baton.transfers WHERE transfer_sub = \(transferSub))
-                """
-            candidates = candidates + l.filterSQL(alias: "x") + " LIMIT 1)"
-            if let column = l.transferColumn {
-                candidates = candidates + " UNION ALL (SELECT x.\(l.keyColumn) FROM \(l.table) AS x WHERE x.\(column) = \(transferSub)"
-                    + l.filterSQL(alias: "x") + " LIMIT 1)"
-            }
-            // The stored key is text: it is read back in the key column's own type (through the table's row type),
-            // so the probe is an index scan whatever that type is; `key::text = legacy_key` scans the whole table.
-            // baton.transfers is probed by the transfer identifier alone (its unique index); a NULL key finds no row.
-            // `AND legacy_key IS NOT NULL` there let the planner, whose statistics predate the migrations that set
-            // the keys, scan transfers_legacy_key_idx over every migrated row instead: O(migrated rows) per call.
-            candidates = candidates + """
-                 UNION ALL (SELECT y.k FROM (SELECT legacy_key FROM baton.transfers WHERE transfer_sub = \(transferSub)) AS m
-                            CROSS JOIN LATERAL (SELECT x.\(l.keyColumn) AS k FROM \(l.table) AS x
-                                WHERE x.\(l.keyColumn) = (jsonb_populate_record(NULL::\(l.table), jsonb_build_object(\(l.keyColumn.name)::text, m.legacy_key))).\(l.keyColumn)
-                """ + l.filterSQL(alias: "x") + " LIMIT 1) AS y) LIMIT 1)"
-            query = candidates + ", old AS (" + columns
+            // The row's key first, then the row itself is locked by key.
+            query = "WITH candidate AS (" + transferCandidate(l, transferSub: transferSub) + "), old AS (" + columns
                 + " WHERE u.\(l.keyColumn) = (SELECT k FROM candidate) AND u.\(l.subjectColumn) IS DISTINCT FROM \(newSub)"
         }
         query = query + l.filterSQL() + " LIMIT 1 FOR UPDATE OF u" + (shape.waitForLock ? "" : " NOWAIT") + """

@@ -33,8 +33,13 @@ extension BatonConfiguration.LegacyIdentifiers {
         switch emailPolicy {
         case .always: return "true"
         case .never: return "false"
-        case .relay: return "lower(\(stored)) LIKE '%\(LegacyStore.privateRelayDomain)'"
+        case .relay: return Self.isRelaySQL(stored)
         }
+    }
+
+    /// Whether the email `stored` (an SQL expression of Baton's own text) is a private relay address.
+    static func isRelaySQL(_ stored: String) -> String {
+        "lower(\(stored)) LIKE '%\(LegacyStore.privateRelayDomain)'"
     }
 
     /// The new value of the JSON column (alias `u`): its `subjectKeys` set to `newSub` (when given), its

@@ -23,6 +23,8 @@ public struct MigrationReport: Sendable, Equatable, Codable {
     public var failures: Failures
     /// Users not migrated: the list for a re-sign-in campaign (possibly one page of it).
     public var unresolved: UnresolvedList
+    /// Second records made under the new identifier during the cutover (``Duplicates``).
+    public var duplicates: Duplicates
 
     /// Creates a report from its parts.
     public init(
@@ -33,7 +35,8 @@ public struct MigrationReport: Sendable, Equatable, Codable {
         perDay: [DayCount],
         projection: Projection,
         failures: Failures,
-        unresolved: UnresolvedList
+        unresolved: UnresolvedList,
+        duplicates: Duplicates = Duplicates()
     ) {
         self.generatedAt = generatedAt
         self.window = window
@@ -43,6 +46,7 @@ public struct MigrationReport: Sendable, Equatable, Codable {
         self.projection = projection
         self.failures = failures
         self.unresolved = unresolved
+        self.duplicates = duplicates
     }
 
     /// The 60-day window.

@@ -134,8 +134,15 @@ public struct ReportBuilder: Sendable {
                 total: totals.unresolved,
                 users: unresolvedPage,
                 nextAfter: nextAfter
-            )
+            ),
+            duplicates: try await MigrationReport.Duplicates.read(from: pool, limit: limit)
         )
+    }
+
+    /// The duplicates section alone, every pair listed (`baton report --format csv` appends it).
+    /// - Throws: `PostgresError`.
+    public func duplicates() async throws -> MigrationReport.Duplicates {
+        try await MigrationReport.Duplicates.read(from: pool, limit: .max)
     }
 
     /// Reads the unresolved users, `pageSize` at a time in `old_sub` order (after the builder's `after`),

@@ -17,7 +17,8 @@ extension MigrationReport {
         ].map(csvField).joined(separator: ",")
     }
 
-    /// The unresolved users listed in this report as CSV, header first, lines ending in CRLF.
+    /// The unresolved users listed in this report as CSV, header first, lines ending in CRLF, then the duplicates
+    /// section when there are any (``duplicatesCSV(_:)``).
     ///
     /// Emails are as the builder produced them: masked unless it was built with `emails: .unmasked`.
     /// For every user of a large table, write ``csvHeader`` and then ``csvLine(_:)`` for each user of
@@ -27,7 +28,7 @@ extension MigrationReport {
         for user in unresolved.users {
             text += MigrationReport.csvLine(user) + "\r\n"
         }
-        return text
+        return text + MigrationReport.duplicatesCSV(duplicates)
     }
 
     /// Quotes a field per RFC 4180. A field a spreadsheet would run as a formula (starting with `=`,

@@ -60,6 +60,7 @@ extension MigrationReport {
         page.raw("</section>\n")
 
         failuresTable(&page)
+        duplicatesTable(&page)
         unresolvedTable(&page, listLimit: listLimit)
 
         page.raw("""
@@ -155,6 +156,21 @@ extension MigrationReport {
             page.raw("<p class=\"muted\">and \(ReportFormat.count(failures.omittedReasons)) more reasons</p>\n")
         }
         page.raw("</section>\n")
+    }
+
+    private func duplicatesTable(_ page: inout HTMLPage) {
+        page.raw("<section id=\"duplicates\">\n<h2>\(htmlEscape(duplicatesHeading))</h2>\n")
+        guard duplicates.count > 0 else {
+            page.raw("<p class=\"muted\">No second account under the new identifier.</p>\n</section>\n")
+            return
+        }
+        page.raw("<p class=\"muted\">Users who signed in past Baton after acceptance got a second record; <code>baton merge --yes</code> moves the identifier onto the real one.</p>\n")
+        page.raw("<table>\n<thead><tr><th>Fresh key</th><th>Legacy key</th><th>Found by</th><th>Status</th><th>Fresh record created</th></tr></thead>\n<tbody>\n")
+        for item in duplicates.items {
+            let created = item.freshCreatedAt.map(ReportFormat.timestamp) ?? "-"
+            page.raw("<tr><td>\(htmlEscape(item.freshKey))</td><td>\(htmlEscape(item.legacyKey))</td><td>\(htmlEscape(item.foundBy))</td><td>\(item.status)</td><td class=\"nowrap\">\(htmlEscape(created))</td></tr>\n")
+        }
+        page.raw("</tbody>\n</table>\n</section>\n")
     }
 
     private func unresolvedTable(_ page: inout HTMLPage, listLimit: Int) {

@@ -81,6 +81,18 @@ extension MigrationReport {
         }
         out.append("")
 
+        out.append(duplicatesHeading)
+        if duplicates.count == 0 {
+            out.append("  none")
+        } else {
+            out.append(contentsOf: grid(
+                ["Fresh key", "Legacy key", "Found by", "Status", "Fresh record created"],
+                duplicates.items.map { [$0.freshKey, $0.legacyKey, $0.foundBy, $0.status, $0.freshCreatedAt.map(ReportFormat.timestamp) ?? "-"] },
+                rightAligned: []
+            ))
+        }
+        out.append("")
+
         let listed = Array(unresolved.users.prefix(max(0, listLimit)))
         out.append("Unresolved users (\(ReportFormat.count(unresolved.total)); the full list for a mailer: baton report --format csv)")
         if unresolved.total == 0 {

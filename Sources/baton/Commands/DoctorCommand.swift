@@ -13,12 +13,16 @@ let doctorCommand = Command(
     Loads the configuration (default baton.json, then BATON_* variables) and checks, printing one line each:
       - each team's key file: readable, private to its owner, an EC P-256 PKCS#8 key;
       - each team's client secret: accepted by Apple's /auth/token;
-      - the transfer: acceptance date and the days left in the 60-day window;
+      - team IDs: 10 upper-case letters or digits (a number is App Store Connect's provider ID), one per side;
+      - the transfer: its client ID among apple.client_ids, the acceptance date and the days left in the
+        60-day window, how long a client secret made for another tool must last;
       - the identity-token key set: reachable, with keys;
       - the database: reachable, Baton's schema migrated, the legacy table and its columns present,
         which rows legacy.where selects and how many, unique indexes on the subject (with the where
         columns) and on the key, where emails are and under which policy, the JSON keys rewritten
-        (the same inspection 'baton serve' runs at start-up).
+        (the same inspection 'baton serve' runs at start-up);
+      - who Baton cannot reach: Apple rows without a subject (nor transfer identifier); relay addresses,
+        which need the receiving team's email sources registered before any mail; duplicates to merge.
     """,
     options: [.config],
     discussion: """
@@ -61,7 +65,7 @@ struct Doctor {
         } catch let error as ConfigurationError {
             let text = error.description
             report(.failure, "configuration", text.hasPrefix("configuration: ") ? String(text.dropFirst(15)) : text,
-                   fix: "correct the key named (see sample-config/README.md)")
+                   fix: Doctor.configurationFix(error))
             return 2
         } catch {
             report(.failure, "configuration", "cannot be loaded", fix: "check the file")
@@ -111,6 +115,24 @@ struct Doctor {
                              transfer: transfer, baseURL: configuration.apple.baseURL, now: now)
         }
         checkWindow(transfer, now: now)
+        checkClientSecrets(transfer, now: now)
+    }
+
+    /// The fix for a configuration error: a team ID's usual slips are named.
+    static func configurationFix(_ error: ConfigurationError) -> String {
+        guard error.key.hasSuffix(".team_id") else { return "correct the key named (see sample-config/README.md)" }
+        if error.key.hasSuffix("recipient.team_id") && error.reason.contains("equals the sender's") {
+            return "the sender is the team the app leaves, the recipient the team it joins: each side's own ID (Membership details of each developer account)"
+        }
+        return "a team ID is 10 upper-case letters or digits, under Membership details of the developer account (like A1B2C3D4E5); a number such as 118234567 is App Store Connect's provider ID, not the team ID"
+    }
+
+    /// Baton signs a short-lived client secret per token request, so none of its own expires; a secret made with
+    /// `baton client-secret` for another tool (at most 180 days) must outlive the window, or that tool stops.
+    private mutating func checkClientSecrets(_ transfer: BatonConfiguration.Transfer, now: Date) {
+        guard let end = transfer.windowEndsAt, end > now else { return }
+        let days = Int((end.timeIntervalSince(now) / 86_400).rounded(.up))
+        report(.ok, "client secrets", "Baton signs its own for each token request; a secret made for another tool (at most 180 days) must be valid until \(end.formatted(.iso8601)): made today, 'baton client-secret --days \(days)' or more")
     }
 
     /// Checks the key file; returns a signer when it is usable.
@@ -272,19 +294,50 @@ struct Doctor {
             report(.failure, "legacy table", "\(error)", fix: "correct the legacy section")
             return
         }
+        let store = LegacyStore(pool: pool, legacy: identifiers)
+        let inspection: LegacyInspection
         do {
-            // The same inspection the engine runs at start-up.
-            // The same inspection the engine runs at start-up (the schema was checked above, migration by migration).
-            for finding in try await LegacyStore(pool: pool, legacy: identifiers).inspectLegacyTable().findings where finding.name != "schema" {
-                let status: Status = switch finding.status {
-                case .ok: .ok
-                case .warning: .warning
-                case .failure: .failure
-                }
-                report(status, finding.name, finding.detail, fix: finding.fix)
-            }
+            inspection = try await store.inspectLegacyTable()
         } catch {
             report(.failure, "legacy table", "cannot inspect \(legacy.table) (\(Doctor.describe(error)))", fix: "grant this user SELECT on the table")
+            return
+        }
+        // The same inspection the engine runs at start-up (the schema was checked above, migration by migration).
+        for finding in inspection.findings where finding.name != "schema" {
+            let status: Status = switch finding.status {
+            case .ok: .ok
+            case .warning: .warning
+            case .failure: .failure
+            }
+            report(status, finding.name, finding.detail, fix: finding.fix)
+        }
+        if inspection.failure == nil { await checkReach(store) }
+    }
+
+    /// Who Baton cannot reach, the relay addresses' email sources, and the duplicates waiting for a merge.
+    private mutating func checkReach(_ store: LegacyStore) async {
+        let reach: LegacyReach
+        do {
+            reach = try await store.reach()
+        } catch {
+            report(.failure, "reach", "cannot count the Apple rows (\(Doctor.describe(error)))", fix: "run 'baton db migrate' and grant this user SELECT on the table")
+            return
+        }
+        let lost = "\(reach.unreachable) of \(reach.appleRows) Apple rows have no Apple subject\(store.legacy.transferColumn == nil ? "" : " nor transfer identifier")"
+        let only = "no sign-in or exchange can find them: POST /v1/link (a sending-team token) or re-verifying their email is their only way"
+        if reach.unreachable * 2 > reach.appleRows {
+            report(.warning, "apple subjects", "\(lost): \(only)",
+                   fix: "fill the subject column from the sending team's data (or legacy.transfer_column between companies) before the window closes, else plan a re-link campaign")
+        } else if reach.unreachable > 0 {
+            report(.ok, "apple subjects", "\(lost): \(only)")
+        }
+        if reach.relayEmails > 0 {
+            report(.warning, "relay email", "\(reach.relayEmails) users have a private relay address (@privaterelay.appleid.com): mail to them bounces ('550 5.1.1 bad mailbox name', 'unauthorized sender') until the receiving team registers its own email sources",
+                   fix: "before mailing anyone, register the receiving team's sending domains and addresses (SPF, DKIM) under Sign in with Apple for Email Communication in its developer account")
+        }
+        if reach.unmergedDuplicates > 0 {
+            report(.warning, "duplicates", "\(reach.unmergedDuplicates) users have a second record under the new identifier (a sign-in past Baton after acceptance)",
+                   fix: "baton merge --dry-run, then baton merge --yes (docs/runbook.md, \"Arriving after acceptance\")")
         }
     }
 

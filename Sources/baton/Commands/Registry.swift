@@ -11,6 +11,7 @@ let commands: [Command] = [
     importCommand,
     transferIDsCommand,
     exchangeCommand,
+    mergeCommand,
     benchCommand,
     reportCommand,
     demoCommand,

@@ -78,6 +78,7 @@ private func writeReport(_ builder: ReportBuilder, format: String, listLimit: In
         try await builder.forEachUnresolvedPage(limit: listLimit) { users in
             try await output.write(users.map { MigrationReport.csvLine($0) + "\r\n" }.joined())
         }
+        try await output.write(MigrationReport.duplicatesCSV(try await builder.duplicates()))
         return
     }
     let report = try await builder.build()

@@ -1,0 +1,60 @@
+import BatonTools
+import Baton
+import Foundation
+import BatonPostgres
+
+/// `baton merge`: moves the Apple identity of each recorded duplicate (`baton.duplicates`) onto the legacy record.
+let mergeCommand = Command(
+    name: "merge",
+    summary: "merge duplicates: second accounts made under the new team's identifier during the cutover",
+    abstract: """
+    A user who signed in after the transfer's acceptance through a path that did not go through Baton got a
+    second record under the receiving team's identifier, while the real one still waits for it. Baton
+    records each such pair in baton.duplicates when a sign-in, the exchange or a re-link meets it
+    (baton report lists them). This command moves the identifier onto the real record, one transaction per
+    pair: the fresh record's subject is released (NULL, or 'baton-released:' + the identifier when the
+    column is NOT NULL), then the real record is migrated as on a sign-in, with events holding every old
+    value. No row is deleted and nothing else of the fresh record changes. Running it again merges 0.
+    """,
+    options: [
+        .flag("dry-run", "print the pairs it would merge and change nothing"),
+        .flag("yes", "merge them"),
+        .config,
+    ],
+    discussion: "Exit status: 0 done, 1 the database failed, 2 usage or configuration errors (neither --dry-run nor --yes).",
+    run: runMerge
+)
+
+@Sendable
+private func runMerge(_ parsed: Arguments) async throws -> Int32 {
+    let dryRun = parsed.flag("dry-run")
+    guard dryRun != parsed.flag("yes") else {
+        throw CommandFailure.usage("give --dry-run to see the pairs, or --yes to merge them")
+    }
+    let configuration = try await parsed.configuration()
+    let legacy: BatonConfiguration.LegacyIdentifiers
+    do { legacy = try configuration.legacy.identifiers() } catch let error as ConfigurationError { throw CommandFailure.usage("\(error)") }
+    let pool = PostgresPool(url: configuration.database.url, maxConnections: 1)
+    let store = LegacyStore(pool: pool, legacy: legacy)
+    do {
+        if dryRun {
+            let pending = try await store.duplicates(unmergedOnly: true)
+            for duplicate in pending {
+                print("would merge fresh \(duplicate.pair.freshKey) into legacy \(duplicate.pair.legacyKey) (found by \(duplicate.foundBy.rawValue))")
+            }
+            print("would merge \(pending.count)")
+        } else {
+            let merged = try await store.mergeDuplicates()
+            for merge in merged {
+                let account = merge.sameAccount ? "; one account: nothing for the application to move" : ""
+                print("merged fresh \(merge.freshKey) into legacy \(merge.user.key)\(account)")
+            }
+            print("merged \(merged.count)")
+        }
+    } catch let error as PostgresError {
+        await pool.close()
+        throw CommandFailure.failed("baton merge: \(error)")
+    }
+    await pool.close()
+    return 0
+}
