@@ -312,6 +312,7 @@ public final class BatonAPI: Sendable {
         }
         object["sub"] = .string(result.sub)
         if let transferSub = result.transferSub { object["transfer_sub"] = .string(transferSub) }
+        if let mergedFrom = result.mergedFrom { object["merged_from"] = .string(mergedFrom) }
         return HTTPResponse.json(bytes: JSON.serializeBytes(.object(object)))
     }
 

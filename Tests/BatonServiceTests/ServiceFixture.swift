@@ -56,7 +56,7 @@ final class ServiceFixture: @unchecked Sendable {
     static let adminToken = "admin-token-0123456789abcdef"
 
     init(_ mode: Mode, people count: Int = 6, databaseURL: String? = nil, acceptTransfer: Bool = true,
-         requireNonce: Bool = false, serviceToken: String? = nil) async throws {
+         requireNonce: Bool = false, serviceToken: String? = nil, onDuplicate: DuplicatePolicy? = nil) async throws {
         self.mode = mode
         emulator = try await AppleEmulator.start()
         let transfer = try EmulatedTransfer(on: emulator, users: count, privateEmail: true, accept: acceptTransfer)
@@ -77,7 +77,7 @@ final class ServiceFixture: @unchecked Sendable {
         let local = JWK(key: .rsa(notificationKey.publicKey), kid: ServiceFixture.notificationKID, use: "sig", alg: "RS256")
         let keys = FixedKeySet(JWKSet(keys: emulator.jwks.keys + [local]))
         let legacyTable = BatonConfiguration.Legacy(table: "public.users", keyColumn: "id", subjectColumn: "apple_sub",
-                                                    emailColumn: "email", transferColumn: "transfer_sub")
+                                                    emailColumn: "email", transferColumn: "transfer_sub", onDuplicate: onDuplicate)
         let store = LegacyStore(pool: pool, legacy: try legacyTable.identifiers())
         try await store.validateLegacyTable()
         let pool = self.pool

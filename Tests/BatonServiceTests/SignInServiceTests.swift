@@ -339,6 +339,37 @@ struct SignInServiceTests {
         await f.close()
     }
 
+    @Test("a second account made during the cutover: recorded once and left as it is (report), or merged at sign-in (merge)",
+          arguments: [DuplicatePolicy.report, .merge])
+    func duplicateAtSignIn(policy: DuplicatePolicy) async throws {
+        let f = try await ServiceFixture(.live, people: 2, onDuplicate: policy)
+        // The application made a fresh record for person 0 under the new identifier, without Baton.
+        let freshKey = try TestDatabase.psql(f.url, "INSERT INTO public.users (apple_sub, email) VALUES ('\(try f.newSub(f.people[0]))', 'fresh@example.com') RETURNING id")
+        let before = try TestDatabase.psql(f.url, "SELECT string_agg(id || '|' || coalesce(apple_sub, '-') || '|' || coalesce(email, '-'), ';' ORDER BY id) FROM users")
+        let first = try await f.signIn(try f.token(f.people[0]))
+        let second = try await f.signIn(try f.token(f.people[0]))
+        #expect(try f.count("SELECT count(*) FROM baton.duplicates WHERE found_by = 'signin' AND fresh_key = '\(freshKey)'") == 1)
+        switch policy {
+        case .report:
+            #expect(first.json["outcome"]?.stringValue == "current" && first.json["user"]?["key"]?.stringValue == freshKey)
+            #expect(second.json["outcome"]?.stringValue == "current")
+            #expect(try TestDatabase.psql(f.url, "SELECT string_agg(id || '|' || coalesce(apple_sub, '-') || '|' || coalesce(email, '-'), ';' ORDER BY id) FROM users") == before)
+        case .merge:
+            #expect(first.json["outcome"]?.stringValue == "migrated", "\(first.json)")
+            #expect(first.json["merged_from"]?.stringValue == freshKey)
+            let legacyKey = try #require(first.json["user"]?["key"]?.stringValue)
+            #expect(legacyKey != freshKey)
+            #expect(try TestDatabase.psql(f.url, "SELECT apple_sub FROM users WHERE id = \(legacyKey)") == (try f.newSub(f.people[0])))
+            #expect(try f.count("SELECT count(*) FROM users WHERE id = \(freshKey) AND apple_sub IS NULL") == 1)
+            #expect(second.json["outcome"]?.stringValue == "current" && second.json["user"]?["key"]?.stringValue == legacyKey)
+            #expect(try f.count("SELECT count(*) FROM baton.duplicates WHERE merged_at IS NOT NULL") == 1)
+        }
+        // Person 1 has no second account: an ordinary migration.
+        #expect(try await f.signIn(try f.token(f.people[1])).json["outcome"]?.stringValue == "migrated")
+        #expect(try f.count("SELECT count(*) FROM baton.duplicates") == 1)
+        await f.close()
+    }
+
     @Test("a token's nonce claim is consumed whether or not the request names it, and a native claim is no web-flow nonce", arguments: Mode.allCases)
     func nonceReplays(mode: Mode) async throws {
         let f = try await ServiceFixture(mode, people: 2)

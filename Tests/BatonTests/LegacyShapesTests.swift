@@ -202,7 +202,7 @@ struct LegacyShapesTests {
         func plan(_ query: PostgresQuery) async throws -> String {
             try await f.pool.query(PostgresQuery(unsafeSQL: "EXPLAIN " + query.sql, query.bindings)).map { try $0.decode(String.self, at: 0) }.joined(separator: "\n")
         }
-        let lookup = try await plan(f.store.lookupQuery(subject: "sub.5"))
+        let lookup = try await plan(f.store.lookupQuery(subject: "sub.5", transferSub: "bt.5"))
         let migration = try await plan(f.store.migrationQuery(from: .transfer("bt.5"), newSub: "new.5", newEmail: "x@privaterelay.appleid.com",
                                                               isPrivateEmail: true, transferSub: "bt.5", method: .signin))
         let byColumn = try await plan(f.store.migrationQuery(from: .transfer("t.5"), newSub: "new.5", newEmail: nil, isPrivateEmail: nil,

@@ -33,6 +33,12 @@ struct SignInDecisionTests {
         var testDescription: String { name }
     }
 
+    static let lookup = SignInStep.lookup(subject: "new.1", transferSub: "t.1")
+    /// The lookup after a migration that rewrote nothing: the subject's record as it is now.
+    static let again = SignInStep.lookup(subject: "new.1", transferSub: nil)
+    static let fresh = LegacyUser(key: "900", subject: "new.1", email: nil)
+    static let merged = LegacyUser(key: "7", subject: "new.1", email: "a@privaterelay.appleid.com")
+    static let pair = DuplicatePair(freshKey: "900", legacyKey: "7")
     static let inconsistent = SignInStep.fail(BatonError(.inconsistentDatabaseAnswer, "a database answer did not match its question"))
 
     static let cases: [Case] = {
@@ -41,40 +47,65 @@ struct SignInDecisionTests {
         let withNonce = SignInDecision.signIn(plain, nonce: nonce, emailPolicy: .relay)
         let relayed = identity(email: "b@privaterelay.appleid.com")
         return [
-            Case(name: "a current user: one lookup, answered current", decision: signIn, first: .lookup(subject: "new.1"),
+            Case(name: "a current user: one lookup, answered current", decision: signIn, first: lookup,
                  script: [(.lookedUp(SubjectMatch(user: record, state: nil)), result(.current, record))]),
             Case(name: "no record, no transfer identifier: new, nothing written",
-                 decision: .signIn(identity(transfer: false), nonce: nil, emailPolicy: .relay), first: .lookup(subject: "new.1"),
+                 decision: .signIn(identity(transfer: false), nonce: nil, emailPolicy: .relay), first: .lookup(subject: "new.1", transferSub: nil),
                  script: [(.lookedUp(nil), result(.new, nil, transfer: false))]),
-            Case(name: "no record, a transfer identifier: migrated", decision: signIn, first: .lookup(subject: "new.1"),
+            Case(name: "no record, a transfer identifier: migrated", decision: signIn, first: lookup,
                  script: [(.lookedUp(nil), migration(plain)), (.migration(.migrated(record)), result(.migrated, record))]),
-            Case(name: "a concurrent sign-in migrated it: current", decision: signIn, first: .lookup(subject: "new.1"),
+            Case(name: "a concurrent sign-in migrated it: current", decision: signIn, first: lookup,
                  script: [(.lookedUp(nil), migration(plain)), (.migration(.alreadyMigrated(record)), result(.current, record))]),
             Case(name: "nothing rewritten and a record appeared meanwhile: looked up again, current", decision: signIn,
-                 first: .lookup(subject: "new.1"),
-                 script: [(.lookedUp(nil), migration(plain)), (.migration(.conflict), .lookup(subject: "new.1")),
+                 first: lookup,
+                 script: [(.lookedUp(nil), migration(plain)), (.migration(.conflict), again),
                           (.lookedUp(SubjectMatch(user: record, state: nil)), result(.current, record))]),
-            Case(name: "no record anywhere: unmatched, recorded, never new", decision: signIn, first: .lookup(subject: "new.1"),
-                 script: [(.lookedUp(nil), migration(plain)), (.migration(.legacyRecordMissing), .lookup(subject: "new.1")),
+            Case(name: "no record anywhere: unmatched, recorded, never new", decision: signIn, first: lookup,
+                 script: [(.lookedUp(nil), migration(plain)), (.migration(.legacyRecordMissing), again),
                           (.lookedUp(nil), .recordUnmatched(transferSub: "t.1", sub: "new.1")), (.unmatchedRecorded, result(.unmatched, nil))]),
             Case(name: "a revoked consent is restored, then the email step", decision: .signIn(relayed, nonce: nil, emailPolicy: .relay),
-                 first: .lookup(subject: "new.1"),
+                 first: lookup,
                  script: [(.lookedUp(SubjectMatch(user: record, state: .revoked)), .restoreAuthorization(subject: "new.1")),
                           (.authorizationRestored, .updateEmail(record, to: "b@privaterelay.appleid.com")),
                           (.emailUpdated(LegacyUser(key: "7", subject: "new.1", email: "b@privaterelay.appleid.com")),
                            result(.current, LegacyUser(key: "7", subject: "new.1", email: "b@privaterelay.appleid.com")))]),
             Case(name: "an email the policy keeps is not written", decision: .signIn(relayed, nonce: nil, emailPolicy: .never),
-                 first: .lookup(subject: "new.1"), script: [(.lookedUp(SubjectMatch(user: record, state: nil)), result(.current, record))]),
+                 first: lookup, script: [(.lookedUp(SubjectMatch(user: record, state: nil)), result(.current, record))]),
             Case(name: "a nonce is consumed first; a reused one is refused and nothing else runs", decision: withNonce,
                  first: .consumeNonce(nonce), script: [(.nonceConsumed(false), .fail(BatonError(.nonceReused, "this nonce was already used")))]),
             Case(name: "a consumed nonce, then the sign-in", decision: withNonce, first: .consumeNonce(nonce),
-                 script: [(.nonceConsumed(true), .lookup(subject: "new.1")), (.lookedUp(SubjectMatch(user: record, state: nil)), result(.current, record))]),
+                 script: [(.nonceConsumed(true), lookup), (.lookedUp(SubjectMatch(user: record, state: nil)), result(.current, record))]),
             Case(name: "a lookup answering another subject's record is refused, never answered (the nonce released first)", decision: withNonce,
                  first: .consumeNonce(nonce),
-                 script: [(.nonceConsumed(true), .lookup(subject: "new.1")), (.lookedUp(SubjectMatch(user: crossed, state: nil)), .releaseNonce(nonce)),
+                 script: [(.nonceConsumed(true), lookup), (.lookedUp(SubjectMatch(user: crossed, state: nil)), .releaseNonce(nonce)),
                           (.nonceReleased, inconsistent)]),
-            Case(name: "a migration answering another subject's record is refused", decision: signIn, first: .lookup(subject: "new.1"),
+            Case(name: "a migration answering another subject's record is refused", decision: signIn, first: lookup,
                  script: [(.lookedUp(nil), migration(plain)), (.migration(.migrated(crossed)), inconsistent)]),
+            Case(name: "a record made without Baton while the legacy one waits: the pair recorded, the fresh record answered (report)",
+                 decision: signIn, first: lookup,
+                 script: [(.lookedUp(SubjectMatch(user: fresh, state: nil, legacyWaiting: true)),
+                           .recordDuplicate(newSub: "new.1", oldSub: nil, transferSub: "t.1", foundBy: .signin)),
+                          (.duplicateRecorded(RecordedDuplicate(pair: pair, isNew: true, isUnmerged: true)), result(.current, fresh))]),
+            Case(name: "the same under merge: the identity moves onto the legacy record, migrated, the fresh key named",
+                 decision: .signIn(plain, nonce: nil, emailPolicy: .relay, duplicatePolicy: .merge), first: lookup,
+                 script: [(.lookedUp(SubjectMatch(user: fresh, state: nil, legacyWaiting: true)),
+                           .recordDuplicate(newSub: "new.1", oldSub: nil, transferSub: "t.1", foundBy: .signin)),
+                          (.duplicateRecorded(RecordedDuplicate(pair: pair, isNew: true, isUnmerged: true)), .mergeDuplicate(pair)),
+                          (.duplicateMerged(MergedDuplicate(user: merged, freshKey: "900", releasedSubject: nil, sameAccount: false)),
+                           .finish(SignInResult(outcome: .migrated, user: merged, sub: "new.1", transferSub: "t.1", mergedFrom: "900")))]),
+            Case(name: "a merge someone else made meanwhile: the subject looked up again, current",
+                 decision: .signIn(plain, nonce: nil, emailPolicy: .relay, duplicatePolicy: .merge), first: lookup,
+                 script: [(.lookedUp(SubjectMatch(user: fresh, state: nil, legacyWaiting: true)),
+                           .recordDuplicate(newSub: "new.1", oldSub: nil, transferSub: "t.1", foundBy: .signin)),
+                          (.duplicateRecorded(RecordedDuplicate(pair: pair, isNew: false, isUnmerged: true)), .mergeDuplicate(pair)),
+                          (.duplicateMerged(nil), again), (.lookedUp(SubjectMatch(user: merged, state: nil)), result(.current, merged))]),
+            Case(name: "a re-link onto a taken identifier records the pair; without merge it stays a conflict",
+                 decision: .link(legacySub: "old.1", current: plain, sessionNonce: "s", nonces: []), first: .consumeLinkSession(nonce: "s"),
+                 script: [(.linkSessionConsumed(true), .checkLinkable(legacySub: "old.1", currentSub: "new.1")),
+                          (.linkable(true), migration(plain, oldSub: "old.1", method: .link)),
+                          (.migration(.conflict), .recordDuplicate(newSub: "new.1", oldSub: "old.1", transferSub: "t.1", foundBy: .link)),
+                          (.duplicateRecorded(RecordedDuplicate(pair: pair, isNew: true, isUnmerged: true)),
+                           .fail(BatonError(.conflict, "the new identifier already belongs to another record")))]),
             Case(name: "a link uses its session up, consumes both nonces, checks, migrates",
                  decision: .link(legacySub: "old.1", current: plain, sessionNonce: "s", nonces: [
                      NonceUse(nonce: "h", subject: "old.1", expiresAt: expiry), NonceUse(nonce: "h", subject: "new.1", expiresAt: expiry)]),
@@ -93,7 +124,7 @@ struct SignInDecisionTests {
                  script: [(.linkSessionConsumed(true), .consumeNonce(NonceUse(nonce: "h", subject: "old.1", expiresAt: expiry))),
                           (.nonceConsumed(true), .checkLinkable(legacySub: "old.1", currentSub: "new.1")),
                           (.linkable(true), migration(plain, oldSub: "old.1", method: .link)),
-                          (.migration(.conflict), .fail(BatonError(.conflict, "the new identifier already belongs to another record")))]),
+                          (.migration(.legacyRecordMissing), .fail(BatonError(.legacyRecordMissing, "no record carries the old identifier")))]),
         ]
     }()
 

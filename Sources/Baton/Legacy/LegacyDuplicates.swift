@@ -44,6 +44,13 @@ public struct RecordedDuplicate: Sendable, Equatable {
     public var isNew: Bool
     /// Whether it is still waiting for a merge (false once merged).
     public var isUnmerged: Bool
+
+    /// Creates a finding.
+    public init(pair: DuplicatePair, isNew: Bool, isUnmerged: Bool) {
+        self.pair = pair
+        self.isNew = isNew
+        self.isUnmerged = isUnmerged
+    }
 }
 
 /// What ``LegacyStore/mergeDuplicate(_:)`` did.
@@ -59,6 +66,14 @@ public struct MergedDuplicate: Sendable, Equatable {
     /// Auth links a new Apple identity to the user with the same verified email, so the merge leaves nothing for
     /// the application to move.
     public var sameAccount: Bool
+
+    /// Creates a merge's outcome.
+    public init(user: LegacyUser, freshKey: String, releasedSubject: String?, sameAccount: Bool) {
+        self.user = user
+        self.freshKey = freshKey
+        self.releasedSubject = releasedSubject
+        self.sameAccount = sameAccount
+    }
 }
 
 extension LegacyStore {
@@ -76,16 +91,6 @@ extension LegacyStore {
     @discardableResult
     public func recordDuplicate(newSub: String, oldSub: String?, transferSub: String?, foundBy: MigrationMethod) async throws -> RecordedDuplicate? {
         try Self.recordedDuplicate(try await pool.query(recordDuplicateQuery(newSub: newSub, oldSub: oldSub, transferSub: transferSub, foundBy: foundBy)))
-    }
-
-    /// ``recordDuplicate(newSub:oldSub:transferSub:foundBy:)`` queued on an event loop's pipeline as a write of
-    /// its own; `completion` runs on the loop's thread once the statement committed (or failed, having written
-    /// nothing). Returns false (and `completion` never runs) when the pipeline cannot take it now.
-    package func recordDuplicate(newSub: String, oldSub: String?, transferSub: String?, foundBy: MigrationMethod, on pipeline: PostgresPipeline,
-                                 _ completion: @escaping (Result<RecordedDuplicate?, any Error>) -> Void) -> Bool {
-        pipeline.send(recordDuplicateQuery(newSub: newSub, oldSub: oldSub, transferSub: transferSub, foundBy: foundBy), write: true) { outcome in
-            completion(Result { try Self.recordedDuplicate(try outcome.get()) })
-        }
     }
 
     /// The statement of ``recordDuplicate(newSub:oldSub:transferSub:foundBy:)``; its rows decode with
@@ -218,19 +223,23 @@ extension LegacyStore {
         let releasedSubject = try fresh.decode(String?.self, at: 0), email = try fresh.decode(String?.self, at: 1)
         let freshReference = try fresh.decode(String?.self, at: 2)
 
-        // The migration statement, with the same fallback as on a sign-in for an email another row holds.
+        // The migration statement, with the same fallbacks as everywhere for a value the table refuses (an email
+        // another row holds, one too long, a JSON copy that is not JSON): fewer parts written, never a failed merge.
         let source: OldSubjectSource = oldSub.map { .subject($0) } ?? .transfer(transferSub ?? "")
-        func migrate(writeEmail: Bool) async throws -> PostgresResult {
-            try await connection.query(migrationQuery(from: source, newSub: newSub, newEmail: email, isPrivateEmail: email.map(EmailPolicy.isPrivateRelay),
-                                                      transferSub: transferSub, method: method, writeEmail: writeEmail))
-        }
-        try await connection.executeScript(unsafeSQL: "SAVEPOINT baton_merge")
+        var parts = MigrationParts.all
         let rows: PostgresResult
-        do {
-            rows = try await migrate(writeEmail: true)
-        } catch let error as PostgresError where error.code == .uniqueViolation {
-            try await connection.executeScript(unsafeSQL: "ROLLBACK TO SAVEPOINT baton_merge")
-            rows = try await migrate(writeEmail: false)
+        while true {
+            try await connection.executeScript(unsafeSQL: "SAVEPOINT baton_merge")
+            do {
+                rows = try await connection.query(migrationQuery(from: source, newSub: newSub, newEmail: email,
+                                                                 isPrivateEmail: email.map(EmailPolicy.isPrivateRelay), transferSub: transferSub,
+                                                                 method: method, parts: parts))
+                break
+            } catch let error as PostgresError {
+                guard let fewer = parts.withoutNext(after: error) else { throw error }
+                try await connection.executeScript(unsafeSQL: "ROLLBACK TO SAVEPOINT baton_merge")
+                parts = fewer
+            }
         }
         guard case .settled(.migrated(let user)) = try Self.migrationRow(rows, newSub: newSub), user.key == pair.legacyKey else {
             throw StaleDuplicate()

@@ -78,22 +78,25 @@ public struct LegacyStore: BatonStore {
     /// The record whose subject column equals `sub`, or nil. Uses the subject column's index.
     /// - Throws: ``PostgresError``.
     public func lookupBySubject(_ sub: String) async throws -> LegacyUser? {
-        try await lookupForSignIn(subject: sub)?.user
+        try await lookupForSignIn(subject: sub, transferSub: nil)?.user
     }
 
-    /// The record whose subject column equals `sub`, with the state `baton.subjects` holds for it; one statement.
+    /// The record whose subject column equals `sub`, with the state `baton.subjects` holds for it and, given the
+    /// token's `transferSub`, whether another record still waits for that transfer identifier (a duplicate); one
+    /// statement.
     /// - Throws: ``PostgresError``.
-    public func lookupForSignIn(subject sub: String) async throws -> SubjectMatch? {
-        try Self.subjectMatch(try await pool.query(lookupQuery(subject: sub)))
+    public func lookupForSignIn(subject sub: String, transferSub: String?) async throws -> SubjectMatch? {
+        try Self.subjectMatch(try await pool.query(lookupQuery(subject: sub, transferSub: transferSub)))
     }
 
-    /// The record ``lookupQuery(subject:)`` found, with the subject as the row holds it (the sign-in decision checks
+    /// The record ``lookupQuery(subject:transferSub:)`` found, with the subject as the row holds it (the sign-in decision checks
     /// that it is the one asked for).
     static func subjectMatch(_ rows: PostgresResult) throws -> SubjectMatch? {
         guard let row = rows.first else { return nil }
         let state = try row.decode(String?.self, at: 2).flatMap(SubjectState.init(rawValue:))
         return SubjectMatch(user: LegacyUser(key: try row.decode(String.self, at: 0), subject: try row.decode(String.self, at: 3),
-                                             email: try row.decode(String?.self, at: 1)), state: state)
+                                             email: try row.decode(String?.self, at: 1)), state: state,
+                            legacyWaiting: try row.decode(Bool.self, at: 4))
     }
 
     /// The sending team's identifier for `transferSub`: from `baton.transfers` first, then from the legacy
@@ -105,15 +108,26 @@ public struct LegacyStore: BatonStore {
 
     /// The statement of ``lookupForSignIn(subject:)`` (also the SQL `baton bench signin` gives pgbench): the
     /// Apple row carrying `sub`, its email (joined from the email table when it lives there) and its state.
-    package func lookupQuery(subject sub: String) -> PostgresQuery {
-        templates.lookup.filled { _ in sub }
+    package func lookupQuery(subject sub: String, transferSub: String?) -> PostgresQuery {
+        templates.lookup.filled { slot in slot == .transferSub ? transferSub : sub }
     }
 
-    /// The text of ``lookupQuery(subject:)``, with a slot for the subject.
+    /// The text of ``lookupQuery(subject:transferSub:)``, with slots for the subject and the transfer identifier.
+    /// The last column tells a record made under the new identifier while the user's legacy record still waits for
+    /// the transfer identifier (a pending `baton.transfers` row, or a legacy row holding it in the transfer
+    /// column): an index probe each, and nothing when the token carries no transfer identifier.
     static func lookupStatement(_ l: BatonConfiguration.LegacyIdentifiers) -> PostgresQuery {
-        let sub = StatementSlot.subject
-        return """
-            SELECT u.\(l.keyColumn)::text, \(unsafeRaw: l.emailSQL), s.state, u.\(l.subjectColumn)::text
+        let sub = StatementSlot.subject, transferSub = StatementSlot.transferSub
+        var waiting: PostgresQuery = """
+            (\(transferSub)::text IS NOT NULL AND (EXISTS (SELECT 1 FROM baton.transfers AS t
+                WHERE t.transfer_sub = \(transferSub)::text AND t.state <> 'migrated' AND t.old_sub IS NOT NULL)
+            """
+        if let column = l.transferColumn {
+            waiting = waiting + " OR EXISTS (SELECT 1 FROM \(l.table) AS x WHERE x.\(column) = \(transferSub)::text AND x.\(l.subjectColumn) IS DISTINCT FROM \(sub)::text"
+                + l.filterSQL(alias: "x") + ")"
+        }
+        return "SELECT u.\(l.keyColumn)::text, \(unsafeRaw: l.emailSQL), s.state, u.\(l.subjectColumn)::text, " + waiting + """
+            ))
             FROM \(l.table) AS u\(unsafeRaw: l.emailJoinSQL) LEFT JOIN baton.subjects AS s ON s.sub = \(sub)
             WHERE u.\(l.subjectColumn) = \(sub)
             """ + l.filterSQL() + " LIMIT 1"
@@ -188,6 +202,9 @@ public struct LegacyStore: BatonStore {
 
     /// How emails are replaced (`legacy.email_policy`; `never` when no email location is configured).
     public var emailPolicy: EmailPolicy { legacy.emailPolicy }
+
+    /// What a sign-in does with a duplicate (`legacy.on_duplicate`).
+    public var duplicatePolicy: DuplicatePolicy { legacy.duplicatePolicy }
 
     /// Replaces the email of `user` (matched by key and subject) with `email` when ``emailPolicy`` allows it
     /// for the stored email, and appends an `email_changed` event; the JSON copy's email keys follow. When

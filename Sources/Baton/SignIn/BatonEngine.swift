@@ -180,7 +180,7 @@ public final class BatonEngine: Sendable {
     private func signInDecision(for token: AppleIDToken) -> SignInDecision {
         let identity = VerifiedIdentity(sub: token.subject, transferSub: token.transferSubject, email: token.email,
                                         isPrivateEmail: token.isPrivateEmail)
-        return .signIn(identity, nonce: nonceUse(of: token), emailPolicy: store.emailPolicy)
+        return .signIn(identity, nonce: nonceUse(of: token), emailPolicy: store.emailPolicy, duplicatePolicy: store.duplicatePolicy)
     }
 
     /// The consumption of `token`'s nonce claim by its subject, kept until the token's `exp` + leeway +
@@ -246,7 +246,7 @@ public final class BatonEngine: Sendable {
         let identity = VerifiedIdentity(sub: current.subject, transferSub: current.transferSubject, email: current.email,
                                         isPrivateEmail: current.isPrivateEmail)
         return try await driver.run(.link(legacySub: legacy.subject, current: identity, sessionNonce: nonce.value,
-                                          nonces: [legacy, current].compactMap(nonceUse(of:))))
+                                          nonces: [legacy, current].compactMap(nonceUse(of:)), duplicatePolicy: store.duplicatePolicy))
     }
 
     // MARK: - Notifications

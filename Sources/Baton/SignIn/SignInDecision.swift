@@ -48,8 +48,9 @@ public struct MigrationRequest: Sendable, Equatable {
 public enum SignInStep: Sendable, Equatable {
     /// Record a nonce as used; answered by ``SignInEvent/nonceConsumed(_:)``.
     case consumeNonce(NonceUse)
-    /// Find the record carrying a subject; answered by ``SignInEvent/lookedUp(_:)``.
-    case lookup(subject: String)
+    /// Find the record carrying a subject (and whether the legacy record of the transfer identifier still waits);
+    /// answered by ``SignInEvent/lookedUp(_:)``.
+    case lookup(subject: String, transferSub: String?)
     /// Rewrite a record exactly once; answered by ``SignInEvent/migration(_:)``.
     case migrate(MigrationRequest)
     /// Mark a revoked subject authorized again; answered by ``SignInEvent/authorizationRestored``.
@@ -61,6 +62,12 @@ public enum SignInStep: Sendable, Equatable {
     case recordUnmatched(transferSub: String, sub: String)
     /// Forget a nonce this sign-in consumed, because it ends without an answer; answered by ``SignInEvent/nonceReleased``.
     case releaseNonce(NonceUse)
+    /// Record once that the record holding `newSub` and the user's legacy record are one person's; answered by
+    /// ``SignInEvent/duplicateRecorded(_:)``.
+    case recordDuplicate(newSub: String, oldSub: String?, transferSub: String?, foundBy: MigrationMethod)
+    /// Move the Apple identity from a duplicate's fresh record onto its legacy record; answered by
+    /// ``SignInEvent/duplicateMerged(_:)``.
+    case mergeDuplicate(DuplicatePair)
     /// Use up a server-issued link session; answered by ``SignInEvent/linkSessionConsumed(_:)``.
     case consumeLinkSession(nonce: String)
     /// Ask whether a sending-team identifier may be re-linked; answered by ``SignInEvent/linkable(_:)``.
@@ -95,6 +102,10 @@ public enum SignInEvent: Sendable, Equatable {
     case unmatchedRecorded
     /// The nonce is forgotten.
     case nonceReleased
+    /// The duplicate pair, or nil when there are not two records.
+    case duplicateRecorded(RecordedDuplicate?)
+    /// The merge, or nil when the pair changed or was merged meanwhile.
+    case duplicateMerged(MergedDuplicate?)
     /// True when the session was live and is now used up.
     case linkSessionConsumed(Bool)
     /// Whether the legacy identifier may be re-linked.
@@ -111,7 +122,9 @@ public enum SignInEvent: Sendable, Equatable {
 /// 1. the token's nonce claim, when it has one, is consumed for its `sub` first (whether or not the request named a
 ///    nonce): a second use is `nonce_reused` and writes nothing else;
 /// 2. a record with the token's `sub` → `current` (a revoked consent restored, a changed email written as the
-///    email policy allows);
+///    email policy allows); when the user's legacy record still waits for the token's `transfer_sub`, that record
+///    was made without Baton (a duplicate): the pair is recorded once, and with `legacy.on_duplicate` `merge` the
+///    Apple identity moves onto the legacy record → `migrated` with `mergedFrom`, the fresh record's key;
 /// 3. none, and no `transfer_sub` → `new`, nothing written;
 /// 4. none, with a `transfer_sub` → the record it leads to is rewritten exactly once → `migrated`; when nothing was
 ///    rewritten (a concurrent sign-in did it, the new identifier is held, no record), the `sub` is looked up again:
@@ -120,7 +133,8 @@ public enum SignInEvent: Sendable, Equatable {
 ///
 /// A re-link (``link(legacy:current:sessionNonce:)``): the server-issued link session is used up, then both
 /// tokens' nonces are consumed for their own subjects (a legacy token is good for one link), the legacy identifier
-/// must be linkable, and the record is rewritten (`migrated`, or `current` when it already was). Nothing a re-link
+/// must be linkable, and the record is rewritten (`migrated`, or `current` when it already was; when another record
+/// holds the new identifier the pair is recorded as a duplicate, merged under `merge`, else `conflict`). Nothing a re-link
 /// consumed is ever released, even when it fails: a captured legacy token cannot be presented twice.
 ///
 /// Every answer is checked against the question: a record whose subject is not the one asked for is an
@@ -142,6 +156,8 @@ public struct SignInDecision: Sendable {
         case restoring(SubjectMatch)
         case updatingEmail(SubjectMatch)
         case recordingUnmatched
+        case recordingDuplicate(SubjectMatch?)
+        case merging
         case releasing(then: BatonError)
         case done
     }
@@ -151,26 +167,31 @@ public struct SignInDecision: Sendable {
     private let purpose: Purpose
     private let nonces: [NonceUse]
     private let emailPolicy: EmailPolicy
+    private let duplicatePolicy: DuplicatePolicy
     private var phase = Phase.start
     private var consumed: [NonceUse] = []
 
-    private init(identity: VerifiedIdentity, purpose: Purpose, nonces: [NonceUse], emailPolicy: EmailPolicy) {
+    private init(identity: VerifiedIdentity, purpose: Purpose, nonces: [NonceUse], emailPolicy: EmailPolicy, duplicatePolicy: DuplicatePolicy) {
         self.identity = identity
         self.purpose = purpose
         self.nonces = nonces
         self.emailPolicy = emailPolicy
+        self.duplicatePolicy = duplicatePolicy
     }
 
     /// A sign-in of `identity`, consuming `nonce` (the token's claim) first when there is one.
-    public static func signIn(_ identity: VerifiedIdentity, nonce: NonceUse?, emailPolicy: EmailPolicy) -> SignInDecision {
-        SignInDecision(identity: identity, purpose: .signIn, nonces: nonce.map { [$0] } ?? [], emailPolicy: emailPolicy)
+    public static func signIn(_ identity: VerifiedIdentity, nonce: NonceUse?, emailPolicy: EmailPolicy,
+                              duplicatePolicy: DuplicatePolicy = .report) -> SignInDecision {
+        SignInDecision(identity: identity, purpose: .signIn, nonces: nonce.map { [$0] } ?? [], emailPolicy: emailPolicy,
+                       duplicatePolicy: duplicatePolicy)
     }
 
     /// A re-link of the sending team's `legacy` identifier to the `current` identity, in the link session whose
     /// nonce is `sessionNonce`; `nonces` are both tokens' claims, each for its own subject.
-    public static func link(legacySub: String, current: VerifiedIdentity, sessionNonce: String, nonces: [NonceUse]) -> SignInDecision {
+    public static func link(legacySub: String, current: VerifiedIdentity, sessionNonce: String, nonces: [NonceUse],
+                            duplicatePolicy: DuplicatePolicy = .report) -> SignInDecision {
         SignInDecision(identity: current, purpose: .link(legacySub: legacySub, sessionNonce: sessionNonce), nonces: nonces,
-                       emailPolicy: .never)
+                       emailPolicy: .never, duplicatePolicy: duplicatePolicy)
     }
 
     /// Whether the decision has ended (its last step was ``SignInStep/finish(_:)`` or ``SignInStep/fail(_:)``).
@@ -210,7 +231,12 @@ public struct SignInDecision: Sendable {
             }
             return migrate()
         case (.lookingUp, .lookedUp(let match)):
-            if let match { return isAsked(match.user) ? settleCurrent(match) : inconsistent() }
+            if let match {
+                guard isAsked(match.user) else { return inconsistent() }
+                guard match.legacyWaiting, let transferSub = identity.transferSub else { return settleCurrent(match) }
+                phase = .recordingDuplicate(match)
+                return .recordDuplicate(newSub: identity.sub, oldSub: nil, transferSub: transferSub, foundBy: .signin)
+            }
             guard identity.transferSub != nil else { return finish(.new, user: nil, transferSub: nil) }
             return migrate()
         case (.migrating, .migration(let outcome)):
@@ -224,6 +250,18 @@ public struct SignInDecision: Sendable {
             return emailStep(match)
         case (.updatingEmail(let match), .emailUpdated(let user)):
             return finish(.current, user: user ?? match.user, transferSub: identity.transferSub)
+        case (.recordingDuplicate(let match), .duplicateRecorded(let recorded)):
+            guard let recorded, recorded.isUnmerged, duplicatePolicy == .merge else { return withoutMerge(match) }
+            phase = .merging
+            return .mergeDuplicate(recorded.pair)
+        case (.merging, .duplicateMerged(let merged)):
+            guard let merged else {
+                // Merged or changed meanwhile (a concurrent sign-in): the subject's record, as it is now.
+                phase = .lookingUpAgain
+                return .lookup(subject: identity.sub, transferSub: nil)
+            }
+            return isAsked(merged.user)
+                ? finish(.migrated, user: merged.user, transferSub: identity.transferSub, mergedFrom: merged.freshKey) : inconsistent()
         case (.recordingUnmatched, .unmatchedRecorded):
             return finish(.unmatched, user: nil, transferSub: identity.transferSub)
         case (.releasing(let error), .nonceReleased):
@@ -253,7 +291,7 @@ public struct SignInDecision: Sendable {
         switch purpose {
         case .signIn:
             phase = .lookingUp
-            return .lookup(subject: identity.sub)
+            return .lookup(subject: identity.sub, transferSub: identity.transferSub)
         case .link(let legacySub, _):
             phase = .checkingLinkable
             return .checkLinkable(legacySub: legacySub, currentSub: identity.sub)
@@ -281,12 +319,19 @@ public struct SignInDecision: Sendable {
         case (.signIn, .legacyRecordMissing), (.signIn, .conflict):
             // A record for the new identifier may exist (a concurrent sign-in, or the application made one).
             phase = .lookingUpAgain
-            return .lookup(subject: identity.sub)
-        case (.link, .conflict):
-            return refuse(BatonError(.conflict, "the new identifier already belongs to another record"))
+            return .lookup(subject: identity.sub, transferSub: nil)
+        case (.link(let legacySub, _), .conflict):
+            phase = .recordingDuplicate(nil)
+            return .recordDuplicate(newSub: identity.sub, oldSub: legacySub, transferSub: identity.transferSub, foundBy: .link)
         case (.link, .legacyRecordMissing):
             return refuse(BatonError(.legacyRecordMissing, "no record carries the old identifier"))
         }
+    }
+
+    /// A duplicate left as it is: a sign-in answers with the record it found (rule 2), a re-link is a conflict.
+    private mutating func withoutMerge(_ match: SubjectMatch?) -> SignInStep {
+        guard let match else { return refuse(BatonError(.conflict, "the new identifier already belongs to another record")) }
+        return settleCurrent(match)
     }
 
     /// Rule 2: a revoked consent restored first, then the email step.
@@ -315,9 +360,10 @@ public struct SignInDecision: Sendable {
         refuse(BatonError(.inconsistentDatabaseAnswer, "a database answer did not match its question"))
     }
 
-    private mutating func finish(_ outcome: SignInResult.Outcome, user: LegacyUser?, transferSub: String?) -> SignInStep {
+    private mutating func finish(_ outcome: SignInResult.Outcome, user: LegacyUser?, transferSub: String?,
+                                 mergedFrom: String? = nil) -> SignInStep {
         phase = .done
-        return .finish(SignInResult(outcome: outcome, user: user, sub: identity.sub, transferSub: transferSub))
+        return .finish(SignInResult(outcome: outcome, user: user, sub: identity.sub, transferSub: transferSub, mergedFrom: mergedFrom))
     }
 
     /// Ends with `error`; a sign-in first releases the nonce it consumed, a re-link keeps everything used up.

@@ -52,8 +52,8 @@ package struct SignInDriver: Sendable {
         switch step {
         case .consumeNonce(let use):
             return .nonceConsumed(try await store.consumeNonce(use, now: now()))
-        case .lookup(let sub):
-            return .lookedUp(try await store.lookupForSignIn(subject: sub))
+        case .lookup(let sub, let transferSub):
+            return .lookedUp(try await store.lookupForSignIn(subject: sub, transferSub: transferSub))
         case .migrate(let request):
             return .migration(try await store.migrate(request))
         case .restoreAuthorization(let sub):
@@ -67,6 +67,10 @@ package struct SignInDriver: Sendable {
         case .releaseNonce(let use):
             try await store.releaseNonce(use)
             return .nonceReleased
+        case .recordDuplicate(let newSub, let oldSub, let transferSub, let foundBy):
+            return .duplicateRecorded(try await store.recordDuplicate(newSub: newSub, oldSub: oldSub, transferSub: transferSub, foundBy: foundBy))
+        case .mergeDuplicate(let pair):
+            return .duplicateMerged(try await store.mergeDuplicate(pair))
         case .consumeLinkSession(let nonce):
             return .linkSessionConsumed(try await store.consumeLinkSession(nonceHash: LinkSession.hash(of: nonce), now: now()))
         case .checkLinkable(let legacySub, let currentSub):

@@ -43,12 +43,16 @@ public struct SignInResult: Sendable, Equatable {
     public var sub: String
     /// The token's `transfer_sub`, when present.
     public var transferSub: String?
+    /// For a merged duplicate: the key of the record made under the new identifier without Baton, whose Apple
+    /// identity moved onto ``user`` (the application merges what was created in it).
+    public var mergedFrom: String?
 
     /// Creates a result.
-    public init(outcome: Outcome, user: LegacyUser?, sub: String, transferSub: String?) {
+    public init(outcome: Outcome, user: LegacyUser?, sub: String, transferSub: String?, mergedFrom: String? = nil) {
         self.outcome = outcome
         self.user = user
         self.sub = sub
         self.transferSub = transferSub
+        self.mergedFrom = mergedFrom
     }
 }

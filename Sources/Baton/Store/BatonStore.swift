@@ -6,11 +6,15 @@ public struct SubjectMatch: Sendable, Equatable {
     public var user: LegacyUser
     /// The state in `baton.subjects`, or nil when Baton holds none for this identifier.
     public var state: SubjectState?
+    /// Whether another record, the user's legacy one, still waits for the token's transfer identifier: this record
+    /// was made under the new identifier without Baton (a duplicate).
+    public var legacyWaiting: Bool
 
     /// Creates a match.
-    public init(user: LegacyUser, state: SubjectState?) {
+    public init(user: LegacyUser, state: SubjectState?, legacyWaiting: Bool = false) {
         self.user = user
         self.state = state
+        self.legacyWaiting = legacyWaiting
     }
 }
 
@@ -20,8 +24,9 @@ public struct SubjectMatch: Sendable, Equatable {
 /// atomic step: a decision never needs a transaction spanning calls, because
 /// ``applyMigration(oldSub:newSub:newEmail:isPrivateEmail:transferSub:method:)`` is itself exactly-once.
 public protocol BatonStore: Sendable {
-    /// The record whose subject column equals `sub`, with its credential state; nil when none.
-    func lookupForSignIn(subject sub: String) async throws -> SubjectMatch?
+    /// The record whose subject column equals `sub`, with its credential state and, given `transferSub`, whether
+    /// another record still waits for it (``SubjectMatch/legacyWaiting``); nil when none.
+    func lookupForSignIn(subject sub: String, transferSub: String?) async throws -> SubjectMatch?
 
     /// The sending team's identifier that `transferSub` maps to (through `baton.transfers`, then the legacy
     /// table's transfer column when one is configured); nil when unknown.
@@ -45,6 +50,17 @@ public protocol BatonStore: Sendable {
 
     /// When a sign-in may replace a stored email; the decision asks before calling ``updateEmail(of:to:)``.
     var emailPolicy: EmailPolicy { get }
+
+    /// What a sign-in or a link does with a duplicate it meets (report it, or merge it).
+    var duplicatePolicy: DuplicatePolicy { get }
+
+    /// Records once that the record holding `newSub` and the legacy record (of `oldSub`, else the one
+    /// `transferSub` leads to) are one person's; nil when they are not two records.
+    func recordDuplicate(newSub: String, oldSub: String?, transferSub: String?, foundBy: MigrationMethod) async throws -> RecordedDuplicate?
+
+    /// Moves the Apple identity from the fresh record of `pair` onto its legacy record; nil when the pair changed
+    /// or was merged meanwhile.
+    func mergeDuplicate(_ pair: DuplicatePair) async throws -> MergedDuplicate?
 
     /// Replaces the email of the record `user` (matched by key and subject) when ``emailPolicy`` allows it,
     /// and appends an `email_changed` event (or, when another row holds the email under a unique constraint,

@@ -152,7 +152,7 @@ func runSigninBenchmark(_ arguments: Arguments) async throws -> Int32 {
     let migratedScript = """
         \\set i :i + 1
         \\set n \(firstSynthetic) + (:i - 1) * 8 + :client_id
-        \(nonceStatement)\(pgbenchSQL(store.lookupQuery(subject: "\u{1}new"))) ;
+        \(nonceStatement)\(pgbenchSQL(store.lookupQuery(subject: "\u{1}new", transferSub: "\u{1}transfer"))) ;
         \(pgbenchSQL(store.migrationQuery(from: .transfer("\u{1}transfer"), newSub: "\u{1}new", newEmail: "\u{1}email",
                                           isPrivateEmail: true, transferSub: "\u{1}transfer", method: .signin))) ;
 
@@ -211,7 +211,7 @@ func runSigninBenchmark(_ arguments: Arguments) async throws -> Int32 {
     // 5. pgbench on the current users' SELECT.
     let currentScript = """
         \\set n random(\(transfers + 1), \(users))
-        \(pgbenchSQL(store.lookupQuery(subject: "\u{1}old"))) ;
+        \(pgbenchSQL(store.lookupQuery(subject: "\u{1}old", transferSub: nil))) ;
 
         """
     say("pgbench script, current: " + currentScript.replacingOccurrences(of: "\n", with: " "))
