@@ -164,9 +164,8 @@ struct HTTPServerTests {
             // bytes and more) the 431 is libmicrohttpd's own, before the server sees the head.
             let answers = try await offPool { () -> [(size: Int, status: Int?, body: String?, closed: Bool)] in
                 try [16_383, 16_384, 16_385, 20_000, 24_500, 40_000].map { size in
-                    let prefix = "GET /hello HTTP/1.1\r\nHost: x\r\nX-Pad: "
                     let socket = try RawHTTPConnection.open(port: port, timeoutMilliseconds: 10_000)
-                    try socket.send(prefix + String(repeating: "p", count: size - prefix.utf8.count - 4) + "\r\n\r\n")
+                    try socket.send(paddedHead(size))
                     let response = socket.response()
                     return (size, response?.status, response?.body, response?.status == 431 && socket.isClosedByServer())
                 }
@@ -179,6 +178,15 @@ struct HTTPServerTests {
                 #expect(answer.closed, "\(answer.size) bytes")
             }
             #expect(answers.filter { (16_385...20_000).contains($0.size) }.allSatisfy { $0.body?.contains("\"error\":\"request_head_too_large\"") == true })
+            // The limit is per request: a kept-alive connection may send head after head of the limit's size.
+            let keptAlive = try await offPool { () -> [Int?] in
+                let socket = try RawHTTPConnection.open(port: port, timeoutMilliseconds: 10_000)
+                return try (0..<3).map { _ in
+                    try socket.send(paddedHead(16_384))
+                    return socket.response()?.status
+                }
+            }
+            #expect(keptAlive == [200, 200, 200])
         }
     }
 
@@ -355,24 +363,6 @@ struct HTTPServerTests {
         }
     }
 
-    @Test("refusals pending at once are capped at the limit: past them a connection is closed unanswered", arguments: [0, 2])
-    func refusalCap(loops: Int) async throws {
-        try await withServer(echoRouter(), configuration: serving(loops: loops, connectionsPerAddress: 1)) { _, port in
-            let statuses = try await offPool { () -> [Int?] in
-                let held = try OpenConnections(port: port, count: 1)
-                // Two over the limit before either sends a request: one is refused (answered when its request comes),
-                // the other is closed unanswered; which is which depends on the order the daemons take them in.
-                let over = try (0..<2).map { _ in try RawHTTPConnection.open(port: port, timeoutMilliseconds: 10_000) }
-                return withExtendedLifetime(held) {
-                    over.map { socket in
-                        (try? socket.send("GET /hello HTTP/1.1\r\nHost: x\r\n\r\n")).flatMap { socket.response()?.status }
-                    }
-                }
-            }
-            #expect(statuses.sorted { ($0 ?? 0) < ($1 ?? 0) } == [nil, 503])
-        }
-    }
-
     @Test("a connection stops counting as soon as its client closes it: the limit's worth, closed, is followed at once by as many new ones, all served",
           arguments: [0, 2])
     func closedConnectionsStopCounting(loops: Int) async throws {
@@ -480,6 +470,41 @@ struct HTTPServerTests {
     }
 }
 
+@Suite("Connections per address")
+struct ConnectionsPerAddressTests {
+    @Test("within the limit counted; over it refused, as many at once as the limit; past those dropped; a connection whose client closed stops counting")
+    func admissions() throws {
+        var configuration = HTTPServerConfiguration()
+        configuration.connectionsPerAddress = 2
+        let core = ServerCore(router: Router(), configuration: configuration, logger: .disabled())
+        let address: [UInt8] = [127, 0, 0, 1], other: [UInt8] = [127, 0, 0, 2]
+        // Each connection a socket pair: the server's end is counted, closing the client's end is the client closing.
+        var pairs: [[Int32]] = []
+        defer { for pair in pairs { pair.forEach { close($0) } } }
+        func open(_ number: Int, from address: [UInt8]) -> Admission {
+            var pair: [Int32] = [-1, -1]
+            _ = socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0, &pair)
+            pairs.append(pair)
+            return core.connectionOpened(OpaquePointer(bitPattern: number)!, socket: pair[0], from: address)
+        }
+        #expect([open(1, from: address), open(2, from: address)] == [.counted, .counted])
+        #expect([open(3, from: address), open(4, from: address), open(5, from: address)] == [.refused, .refused, .dropped])
+        #expect(open(6, from: other) == .counted)
+        // A refusal answered and closed frees its place among the refusals, not among the connections.
+        core.connectionClosed(OpaquePointer(bitPattern: 3)!, from: address, refused: true)
+        #expect(open(7, from: address) == .refused)
+        // The client of connection 1 closes its end; the server has not noticed yet, but the next connection counts.
+        close(pairs[0][1])
+        pairs[0][1] = -1
+        #expect(open(8, from: address) == .counted)
+        #expect(open(9, from: address) == .dropped)
+        // Closed connections are forgotten, the one already forgotten too.
+        for number in [1, 2] { core.connectionClosed(OpaquePointer(bitPattern: number)!, from: address, refused: false) }
+        #expect(open(10, from: address) == .counted)
+        #expect(open(11, from: address) == .dropped)
+    }
+}
+
 @Suite("Request parsing")
 struct RequestParsingTests {
     @Test("form decoding", arguments: [
@@ -539,6 +564,12 @@ struct LoadClientTests {
             #expect(report.statuses == [201: 1_800, 404: 200])
         }
     }
+}
+
+/// A `GET /hello` whose head (request line, headers, empty line) is `size` bytes, padded by one header.
+func paddedHead(_ size: Int) -> String {
+    let prefix = "GET /hello HTTP/1.1\r\nHost: x\r\nX-Pad: "
+    return prefix + String(repeating: "p", count: size - prefix.utf8.count - 4) + "\r\n\r\n"
 }
 
 /// Connections to `127.0.0.1:port` held open, each having sent one `GET /hello` and read its answer (nil when none).
