@@ -18,9 +18,8 @@ final class ServerCore: Sendable {
     private let stopping = Atomic<Bool>(false)
     /// Connections reading a request: socket and when its deadline passes, by connection pointer.
     private let reading = Mutex<[UInt: (socket: Int32, deadline: ContinuousClock.Instant)]>([:])
-    /// Open connections by client address, counted when several daemons share the port (each of them limits only
-    /// its own connections per address).
-    private let perAddress = Mutex<[[UInt8]: Int]>([:])
+    /// Connections by client address (``HTTPServerConfiguration/connectionsPerAddress``), across every daemon.
+    private let perAddress = Mutex<[[UInt8]: AddressConnections]>([:])
 
     init(router: Router, configuration: HTTPServerConfiguration, logger: Logger) {
         self.router = router
@@ -42,27 +41,42 @@ final class ServerCore: Sendable {
 
     // MARK: Connections per address across daemons
 
-    /// Counts a new connection of `address` against ``HTTPServerConfiguration/connectionsPerAddress`` across all the
-    /// event loops' daemons; false when it is one too many (the caller closes it). Always true with one daemon.
-    func connectionOpened(from address: [UInt8]) -> Bool {
+    /// Counts a new connection of `address` against ``HTTPServerConfiguration/connectionsPerAddress``, across all the
+    /// daemons (each event loop's, or libmicrohttpd's threads).
+    ///
+    /// At the limit, the address's connections whose client has already closed its end stop counting first: their
+    /// daemon may not have noticed yet (libmicrohttpd accepts new connections before it reads the old ones' end of
+    /// stream, and another event loop's daemon may hold them), yet the client is done with them. Past the limit the
+    /// connection is refused (answered 503 `too_many_connections`, then closed), and past as many refusals again at
+    /// once it is dropped unanswered, so refusing costs one bounded answer per connection.
+    func connectionOpened(_ connection: OpaquePointer, socket: Int32, from address: [UInt8]) -> Admission {
         let limit = configuration.connectionsPerAddress
-        return perAddress.withLock { counts in
-            let count = counts[address, default: 0] + 1
-            counts[address] = count
-            return count <= limit
+        return perAddress.withLock { all in
+            var connections = all[address, default: AddressConnections()]
+            defer { all[address] = connections }
+            if connections.counted.count >= limit { connections.forgetClosedByClient() }
+            if connections.counted.count < limit {
+                connections.counted[UInt(bitPattern: connection)] = socket
+                return .counted
+            }
+            guard connections.refusing < limit else { return .dropped }
+            connections.refusing += 1
+            return .refused
         }
     }
 
-    /// Forgets a connection ``connectionOpened(from:)`` counted.
-    func connectionClosed(from address: [UInt8]) {
-        perAddress.withLock { counts in
-            let count = counts[address, default: 1] - 1
-            counts[address] = count > 0 ? count : nil
+    /// Forgets a connection ``connectionOpened(_:socket:from:)`` counted or refused. libmicrohttpd reports a close
+    /// before it closes the socket, so every socket still listed is open and its connection's.
+    func connectionClosed(_ connection: OpaquePointer, from address: [UInt8], refused: Bool) {
+        perAddress.withLock { all in
+            guard var connections = all[address] else { return }
+            if refused { connections.refusing -= 1 } else { connections.counted[UInt(bitPattern: connection)] = nil }
+            all[address] = connections.counted.isEmpty && connections.refusing == 0 ? nil : connections
         }
     }
 
-    /// Whether connections per address are counted here: a limit, and more than one daemon.
-    var countsConnectionsPerAddress: Bool { configuration.connectionsPerAddress > 0 && configuration.eventLoops > 1 }
+    /// Whether connections per address are counted: ``HTTPServerConfiguration/connectionsPerAddress`` is set.
+    var countsConnectionsPerAddress: Bool { configuration.connectionsPerAddress > 0 }
 
     // MARK: Request-head deadline
 
@@ -98,6 +112,37 @@ final class ServerCore: Sendable {
     }
 }
 
+/// What ``ServerCore/connectionOpened(_:socket:from:)`` decided for a new connection.
+enum Admission {
+    /// Within the address's limit: served.
+    case counted
+    /// Over it: its first request is answered 503 `too_many_connections`, then it is closed.
+    case refused
+    /// Over it with as many refusals pending as the limit: closed unanswered.
+    case dropped
+}
+
+/// One client address's open connections: the socket of each counted one, by connection pointer, and how many of
+/// its connections are being refused.
+struct AddressConnections {
+    var counted: [UInt: Int32] = [:]
+    var refusing = 0
+
+    /// Stops counting the connections whose client has closed (or reset) its end: one `poll` for all of them, then
+    /// a peek at those with something to read (a request's bytes keep a connection counted; only the end does not).
+    mutating func forgetClosedByClient() {
+        var entries = counted.map { pollfd(fd: $0.value, events: Int16(POLLIN), revents: 0) }
+        guard poll(&entries, nfds_t(entries.count), 0) > 0 else { return }
+        let closed = Set(entries.filter { entry in
+            guard entry.revents != 0 else { return false }
+            var byte: UInt8 = 0
+            let peeked = recv(entry.fd, &byte, 1, Int32(MSG_PEEK | MSG_DONTWAIT))
+            return peeked == 0 || (peeked < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+        }.map(\.fd))
+        counted = counted.filter { !closed.contains($0.value) }
+    }
+}
+
 /// Per-request state, owned by libmicrohttpd's `con_cls` slot from the first callback until
 /// the completion callback releases it.
 final class RequestContext: Sendable {
@@ -110,11 +155,15 @@ final class RequestContext: Sendable {
     private let answered = Atomic<Bool>(false)
     /// The handler's task, which its deadline cancels.
     let handlerTask = Mutex<Task<Void, Never>?>(nil)
-    /// Whether a response has been queued (the early 413).
+    /// Whether a response has been queued before the body was read (a 413 or a 431).
     let queuedEarly = Atomic<Bool>(false)
+    /// Whether the connection is over its address's limit: the body is dropped and the answer is a 503.
+    let refused: Bool
     /// Whether the connection was suspended for a handler and libmicrohttpd has not yet taken it back (called the
     /// access handler again after `MHD_resume_connection`, or ended the request).
     private let suspended = Atomic<Bool>(false)
+
+    init(refused: Bool) { self.refused = refused }
 
     func markSuspended() { suspended.store(true, ordering: .releasing) }
 
@@ -186,8 +235,10 @@ private final class MHDResponse {
     deinit { MHD_destroy_response(pointer) }
 }
 
-private func queue(_ response: HTTPResponse, on connection: OpaquePointer, core: ServerCore) -> MHD_Result {
-    guard let mhd = MHDResponse(response, closeConnection: core.isStopping) else { return CMicroHTTPD_no() }
+/// Queues `response`; with `closing` (or while the server stops) it says `Connection: close` and libmicrohttpd
+/// closes the connection once it is sent.
+private func queue(_ response: HTTPResponse, on connection: OpaquePointer, core: ServerCore, closing: Bool = false) -> MHD_Result {
+    guard let mhd = MHDResponse(response, closeConnection: closing || core.isStopping) else { return CMicroHTTPD_no() }
     return MHD_queue_response(connection, UInt32(clamping: response.status), mhd.pointer)
 }
 
@@ -209,28 +260,39 @@ func batonAccessHandler(
     let limit = core.configuration.maxBodySize
 
     guard let slot = contextSlot.pointee else {
-        // First call: the head is parsed. Refuse an announced oversized body before reading it.
-        let context = RequestContext()
+        // First call: the head is parsed. Refuse an oversized head, or an announced oversized body before reading it.
+        let context = RequestContext(refused: CountedConnection.isRefused(connection))
         contextSlot.pointee = Unmanaged.passRetained(context).toOpaque()
         core.requestBegan()
-        if let length = MHD_lookup_connection_value(connection, .HEADER_KIND, "Content-Length"),
-           let announced = UInt64(String(cString: length)), announced > UInt64(limit) {
-            core.readingEnded(connection)
-            context.queuedEarly.store(true, ordering: .relaxed)
-            return queue(HTTPError.payloadTooLarge(limit: limit).response, on: connection, core: core)
+        let headLimit = core.configuration.maxHeaderSize
+        let early: HTTPError? = if CMicroHTTPD_request_head_size(connection) > headLimit {
+            HTTPError.requestHeadTooLarge(limit: headLimit)
+        } else if let length = MHD_lookup_connection_value(connection, .HEADER_KIND, "Content-Length"),
+                  let announced = UInt64(String(cString: length)), announced > UInt64(limit) {
+            context.refused ? HTTPError.tooManyConnections(limit: core.configuration.connectionsPerAddress) : HTTPError.payloadTooLarge(limit: limit)
+        } else {
+            nil
         }
-        return CMicroHTTPD_yes()
+        guard let early else { return CMicroHTTPD_yes() }
+        core.readingEnded(connection)
+        context.queuedEarly.store(true, ordering: .relaxed)
+        return queue(early.response, on: connection, core: core, closing: true)
     }
     let context = Unmanaged<RequestContext>.fromOpaque(slot).takeUnretainedValue()
 
     if uploadDataSize.pointee > 0 {
-        if let uploadData, !context.queuedEarly.load(ordering: .relaxed) {
+        if let uploadData, !context.queuedEarly.load(ordering: .relaxed), !context.refused {
             context.append(UnsafeRawBufferPointer(start: uploadData, count: uploadDataSize.pointee), limit: limit)
         }
         uploadDataSize.pointee = 0
         return CMicroHTTPD_yes()
     }
     if context.queuedEarly.load(ordering: .relaxed) { return CMicroHTTPD_yes() }
+    if context.refused {
+        // Answered once the request is read (so the close does not reset it), then closed: one answer per refusal.
+        core.readingEnded(connection)
+        return queue(HTTPError.tooManyConnections(limit: core.configuration.connectionsPerAddress).response, on: connection, core: core, closing: true)
+    }
     if let response = context.takeResponse() {
         // The handler counts as running until libmicrohttpd has taken the resumed connection back: stopping the
         // daemon while a resumed connection is still on its suspended list aborts the process.
@@ -381,7 +443,8 @@ func batonRequestCompleted(
     if let connection, termination == .REQUEST_TERMINATED_COMPLETED_OK { core.readingBegan(connection) }
 }
 
-/// libmicrohttpd's connection callback: a new connection starts its request-head deadline; a closed one ends it.
+/// libmicrohttpd's connection callback: a new connection is counted against its address's limit and starts its
+/// request-head deadline; a closed one is forgotten.
 func batonConnectionNotified(
     _ cls: UnsafeMutableRawPointer?,
     _ connection: OpaquePointer?,
@@ -393,28 +456,49 @@ func batonConnectionNotified(
     switch code {
     case .CONNECTION_NOTIFY_STARTED:
         if core.countsConnectionsPerAddress, let socketContext, let address = CMicroHTTPD_client_address(connection).flatMap(addressBytes) {
-            // Remembered in the socket's slot, so the close forgets exactly what was counted.
-            socketContext.pointee = Unmanaged.passRetained(CountedAddress(address)).toOpaque()
-            if !core.connectionOpened(from: address) {
-                // One too many for this address: libmicrohttpd sees the end of the stream and closes it.
-                shutdown(CMicroHTTPD_connection_fd(connection), Int32(SHUT_RDWR))
+            let socket = CMicroHTTPD_connection_fd(connection)
+            let admission = core.connectionOpened(connection, socket: socket, from: address)
+            if admission != .counted {
+                core.logger.info("connection over the per-address limit", [
+                    "address": CMicroHTTPD_client_address(connection).flatMap(numericHost) ?? "?",
+                    "answer": admission == .refused ? "503 too_many_connections" : "none, closed",
+                ])
+            }
+            if admission == .dropped {
+                // libmicrohttpd sees the end of the stream and closes it.
+                shutdown(socket, Int32(SHUT_RDWR))
                 return
             }
+            // Remembered in the socket's slot, so the close forgets exactly what was counted, and the request is refused.
+            socketContext.pointee = Unmanaged.passRetained(CountedConnection(address: address, refused: admission == .refused)).toOpaque()
         }
         core.readingBegan(connection)
     default:
         if let socketContext, let slot = socketContext.pointee {
-            core.connectionClosed(from: Unmanaged<CountedAddress>.fromOpaque(slot).takeRetainedValue().bytes)
+            let counted = Unmanaged<CountedConnection>.fromOpaque(slot).takeRetainedValue()
+            core.connectionClosed(connection, from: counted.address, refused: counted.refused)
             socketContext.pointee = nil
         }
         core.readingEnded(connection)
     }
 }
 
-/// The client address a connection was counted under.
-private final class CountedAddress {
-    let bytes: [UInt8]
-    init(_ bytes: [UInt8]) { self.bytes = bytes }
+/// A connection counted against its client address's limit, or refused by it.
+final class CountedConnection {
+    let address: [UInt8]
+    /// Over the limit: the connection's request is answered 503 `too_many_connections`, then it is closed.
+    let refused: Bool
+
+    init(address: [UInt8], refused: Bool) {
+        self.address = address
+        self.refused = refused
+    }
+
+    /// Whether `connection` was refused (its socket's slot says so).
+    static func isRefused(_ connection: OpaquePointer) -> Bool {
+        guard let slot = CMicroHTTPD_socket_context(connection) else { return false }
+        return Unmanaged<CountedConnection>.fromOpaque(slot).takeUnretainedValue().refused
+    }
 }
 
 /// The address part of a socket address (4 bytes for IPv4, 16 for IPv6), without the port.

@@ -39,6 +39,17 @@ public struct HTTPError: Error, Sendable, Equatable, CustomStringConvertible {
     public static func payloadTooLarge(limit: Int) -> HTTPError {
         HTTPError(413, code: "payload_too_large", reason: "request body exceeds \(limit) bytes")
     }
+    /// 431 `request_head_too_large`: the request line and headers exceed `limit` bytes
+    /// (``HTTPServerConfiguration/maxHeaderSize``).
+    public static func requestHeadTooLarge(limit: Int) -> HTTPError {
+        HTTPError(431, code: "request_head_too_large", reason: "the request line and headers exceed \(limit) bytes")
+    }
+    /// 503 `too_many_connections` with `Retry-After: 1`: the client's address already holds `limit` connections
+    /// (``HTTPServerConfiguration/connectionsPerAddress``).
+    public static func tooManyConnections(limit: Int) -> HTTPError {
+        HTTPError(503, code: "too_many_connections", reason: "this address already holds \(limit) connections; reuse one or retry later",
+                  headers: ["Retry-After": "1"])
+    }
     /// 503 `timeout`: the handler did not answer within `limit` (``HTTPServerConfiguration/handlerTimeout``).
     public static func timeout(after limit: Duration) -> HTTPError {
         let milliseconds = limit.components.seconds * 1000 + limit.components.attoseconds / 1_000_000_000_000_000

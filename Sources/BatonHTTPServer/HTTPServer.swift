@@ -7,8 +7,12 @@ internal import CBatonMicroHTTPD
 public struct HTTPServerConfiguration: Sendable {
     /// Largest accepted request body in bytes; larger bodies get 413 `payload_too_large`. Default 64 KiB.
     public var maxBodySize: Int = 64 * 1024
-    /// Largest request head (request line and headers) in bytes; larger heads are refused by
-    /// libmicrohttpd with 431 (or the connection is closed). Default 16 KiB.
+    /// Largest request head (request line, headers and the empty line ending them) in bytes; a larger head is
+    /// answered 431 `request_head_too_large` and the connection closed. Default 16 KiB.
+    ///
+    /// libmicrohttpd's own limit is a connection's memory pool, which also holds the parsed header table and the
+    /// response's head, so it is set 8 KiB above this and the server checks the head's size itself; a head too large
+    /// even for the pool gets libmicrohttpd's own 431.
     public var maxHeaderSize: Int = 16 * 1024
     /// Seconds of inactivity after which a connection is closed (slow clients are cut off). Default 30.
     public var connectionTimeout: Int = 30
@@ -37,7 +41,9 @@ public struct HTTPServerConfiguration: Sendable {
     /// sent a complete request, head and body, however slowly it trickles bytes; past it the connection is
     /// closed. Nil (the default): only ``connectionTimeout``'s inactivity limit applies.
     public var requestHeadTimeout: Duration? = nil
-    /// Connections one client address may hold at once; further ones are closed on accept. 0 (the default): no limit.
+    /// Connections one client address may hold at once, counted across every daemon; one over it is answered 503
+    /// `too_many_connections` with `Retry-After: 1` and closed (as many as the limit at once; past those, closed
+    /// unanswered). A connection stops counting as soon as its client has closed it. 0 (the default): no limit.
     public var connectionsPerAddress: Int = 0
 
     /// The defaults above.
@@ -218,7 +224,6 @@ final class Daemon: @unchecked Sendable {
                 batonAccessHandler, context,
                 batonRequestCompleted, context,
                 batonConnectionNotified,
-                UInt32(clamping: configuration.connectionsPerAddress),
                 UInt32(clamping: max(1, configuration.connectionLimit / (loops ?? 1))),
                 UInt32(clamping: configuration.connectionTimeout),
                 configuration.maxHeaderSize + 8 * 1024,

@@ -6,7 +6,9 @@
 #include <sys/socket.h>
 #include <microhttpd.h>
 
-/// Starts a daemon on epoll with suspend/resume allowed and the limits given: with its own polling thread(s), or,
+/// Starts a daemon on epoll with suspend/resume allowed and the limits given (no per-address limit: libmicrohttpd's
+/// closes refused connections unanswered and counts closed ones until it has cleaned them up, so the server counts
+/// connections per address itself): with its own polling thread(s), or,
 /// when `external_polling` is set, polled by the caller (its epoll descriptor: CMicroHTTPD_epoll_fd; then MHD_run).
 /// `reuse_port` sets SO_REUSEPORT, so several daemons can listen on one port. `address` may be NULL (all
 /// interfaces); `ipv6` must match its family. The variadic `MHD_start_daemon` cannot be called from Swift, hence
@@ -20,7 +22,6 @@ static inline struct MHD_Daemon *CMicroHTTPD_start_daemon(
     MHD_RequestCompletedCallback completed,
     void *completed_cls,
     MHD_NotifyConnectionCallback notify_connection,
-    unsigned int per_ip_connection_limit,
     unsigned int connection_limit,
     unsigned int connection_timeout_seconds,
     size_t connection_memory_limit,
@@ -35,7 +36,6 @@ static inline struct MHD_Daemon *CMicroHTTPD_start_daemon(
     struct MHD_OptionItem options[] = {
         { MHD_OPTION_NOTIFY_COMPLETED, (intptr_t) completed, completed_cls },
         { MHD_OPTION_NOTIFY_CONNECTION, (intptr_t) notify_connection, completed_cls },
-        { MHD_OPTION_PER_IP_CONNECTION_LIMIT, (intptr_t) per_ip_connection_limit, NULL },
         { MHD_OPTION_CONNECTION_LIMIT, (intptr_t) connection_limit, NULL },
         { MHD_OPTION_CONNECTION_TIMEOUT, (intptr_t) connection_timeout_seconds, NULL },
         { MHD_OPTION_CONNECTION_MEMORY_LIMIT, (intptr_t) connection_memory_limit, NULL },
@@ -90,6 +90,21 @@ static inline int CMicroHTTPD_connection_fd(struct MHD_Connection *connection)
 {
     const union MHD_ConnectionInfo *info = MHD_get_connection_info(connection, MHD_CONNECTION_INFO_CONNECTION_FD);
     return info == NULL ? -1 : info->connect_fd;
+}
+
+/// The size of a connection's request head as received (request line, header lines and the empty line), or 0
+/// before it is complete.
+static inline size_t CMicroHTTPD_request_head_size(struct MHD_Connection *connection)
+{
+    const union MHD_ConnectionInfo *info = MHD_get_connection_info(connection, MHD_CONNECTION_INFO_REQUEST_HEADER_SIZE);
+    return info == NULL ? 0 : info->header_size;
+}
+
+/// What the connection callback stored in the connection's socket context, or NULL.
+static inline void *CMicroHTTPD_socket_context(struct MHD_Connection *connection)
+{
+    const union MHD_ConnectionInfo *info = MHD_get_connection_info(connection, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return info == NULL ? NULL : info->socket_context;
 }
 
 /// Whether a value returned by MHD is MHD_YES.

@@ -23,7 +23,7 @@ struct OpenAPISpecTests {
     static let plumbingErrorCodes: Set<String> = [
         "not_found", "method_not_allowed", "payload_too_large", "internal_error",
         "invalid_json", "invalid_form", "missing_field", "unsupported_media_type", "unauthorized", "forbidden",
-        "timeout", "shutting_down",
+        "timeout", "shutting_down", "too_many_connections", "request_head_too_large",
     ]
 
     @Test("every route in the spec exists in the service, and every route of the service is in the spec")

@@ -132,7 +132,9 @@ public struct BatonConfiguration: Sendable, Equatable, Codable {
         /// The longest a client may take to send a request's head and body, in milliseconds, however slowly it
         /// trickles bytes. Default 10,000; 100...600,000.
         public var requestHeadTimeoutMilliseconds: Int
-        /// Connections one client address may hold at once. Default 32; 1...10,000.
+        /// Connections one client address may hold at once, across the event loops; one more is answered 503
+        /// `too_many_connections`. Default 256 (a quarter of the server's 1,024, four times an application server's
+        /// 64-connection pool); 1...10,000.
         public var connectionsPerIP: Int
         /// Event loops serving HTTP, each a thread with its own pipeline connection for sign-ins; nil (the
         /// default): one per core. 1...64.
@@ -142,7 +144,7 @@ public struct BatonConfiguration: Sendable, Equatable, Codable {
         public var batchScheduling: Bool
 
         /// Creates the section with its defaults.
-        public init(requestTimeoutMilliseconds: Int = 10_000, requestHeadTimeoutMilliseconds: Int = 10_000, connectionsPerIP: Int = 32,
+        public init(requestTimeoutMilliseconds: Int = 10_000, requestHeadTimeoutMilliseconds: Int = 10_000, connectionsPerIP: Int = 256,
                     eventLoops: Int? = nil, batchScheduling: Bool = true) {
             self.requestTimeoutMilliseconds = requestTimeoutMilliseconds
             self.requestHeadTimeoutMilliseconds = requestHeadTimeoutMilliseconds
