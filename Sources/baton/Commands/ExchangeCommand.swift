@@ -17,7 +17,8 @@ let exchangeCommand = Command(
     options: bulkOptions,
     discussion: """
     Resumable and safe to run from several processes and machines at once. Refuses to start once the
-    60-day window after apple.transfer.accepted_at has closed.
+    60-day window after apple.transfer.accepted_at has closed. While Apple is unreachable the job
+    pauses (the progress line says for how long) and goes on when it is back, up to --max-outage.
     Exit status: 0 every user done, 1 some user failed or the job stopped, 2 usage or configuration.
     """,
     run: { parsed in
@@ -36,6 +37,7 @@ let bulkOptions: [Option] = [
     .flag("retry-failed", "make rows that failed their last attempt pending again first"),
     .flag("retry-unresolvable", "make rows marked unresolvable pending again first (after fixing a shared\ncause: the job stops after 10 consecutive failures with the same error)"),
     .number("db-retry-seconds", "S", default: 60, in: 0...86_400, "how long to ride out a lost database (restart, failover) before stopping:\nworkers wait with backoff, reconnect and go on"),
+    .number("max-outage", "S", default: 3_600, in: 0...5_184_000, "how long to wait while Apple answers no one (connection refused, timeouts,\n5xx, 429s) before stopping: the job pauses, retries with backoff and goes on\nwhen Apple is back; no user is failed for it"),
 ]
 
 /// Runs `baton exchange` (recipient) or `baton transfer-ids` (sender).
@@ -46,6 +48,7 @@ func runBulkCommand(_ parsed: Arguments, side: BatonConfiguration.TransferSide) 
     let lease = parsed.integer("lease")
     let maxFailures = parsed.integer("max-failures")
     let databaseRetrySeconds = parsed.number("db-retry-seconds")
+    let maxOutageSeconds = parsed.number("max-outage")
     let configuration = try await parsed.configuration()
     guard let transfer = configuration.apple.transfer else {
         throw CommandFailure.usage("no transfer is configured: set apple.transfer (see sample-config/README.md)")
@@ -163,7 +166,7 @@ func runBulkCommand(_ parsed: Arguments, side: BatonConfiguration.TransferSide) 
         work = .transferIdentifiers(targetTeamID: targetTeamID)
     }
     let run = try BulkRun(queue: queue, work: work, client: client, options: BulkJobOptions(workers: workers, rate: rate, maxConsecutiveFailures: maxFailures,
-                                                                                                 databaseRetrySeconds: databaseRetrySeconds),
+                                                                                                 databaseRetrySeconds: databaseRetrySeconds, maxOutageSeconds: maxOutageSeconds),
                           window: window, logger: logger)
     let summary = await run.run(total: pending)
     printSummary(name, summary)
