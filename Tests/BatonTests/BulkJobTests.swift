@@ -300,6 +300,39 @@ struct LegacySeederTests {
         }
     }
 
+    @Test("the recipient's walk: rows with a transfer identifier and no subject are queued by key, in keyset pages, once, beside rows an import or a sign-in made")
+    func transferColumnRows() async throws {
+        try await StoreFixture.run("seeder_recipient", poolSize: 2) { database in
+            try await database.pool.withConnection { connection in
+                try await connection.executeScript(unsafeSQL: """
+                    CREATE TABLE public.accounts (handle text PRIMARY KEY, sub text, mail text, tsub text UNIQUE, kind text);
+                    INSERT INTO public.accounts SELECT 'acct-' || lpad(i::text, 3, '0'), NULL, NULL, 'ts.' || i, 'apple' FROM generate_series(1, 20) AS i;
+                    -- Not awaiting an exchange: no transfer identifier, migrated already, another provider's row.
+                    INSERT INTO public.accounts VALUES ('acct-none', NULL, NULL, NULL, 'apple'), ('acct-done', 'new.1', NULL, 'ts.done', 'apple'),
+                                                       ('acct-other', NULL, NULL, 'ts.other', 'google');
+                    -- One imported as key,transfer_sub, one migrated by a sign-in.
+                    INSERT INTO baton.transfers (legacy_key, transfer_sub) VALUES ('acct-003', 'ts.3');
+                    INSERT INTO baton.transfers (legacy_key, transfer_sub, new_sub, state, method, migrated_at) VALUES ('acct-004', 'ts.4', 'new.4', 'migrated', 'signin', now());
+                    """)
+            }
+            let legacy = try BatonConfiguration.Legacy(table: "public.accounts", keyColumn: "handle", subjectColumn: "sub", emailColumn: "mail",
+                                                       transferColumn: "tsub", filters: ["kind": "apple"]).identifiers()
+            let unqueued = try #require(LegacySeeder.unqueuedTransferColumnCount(legacy))
+            #expect(try await database.pool.query(unqueued)[0].decode(Int.self, at: 0) == 18)
+            let seeder = LegacySeeder(pool: database.pool, legacy: legacy, pageSize: 3)
+            #expect(try await seeder.seedTransferColumn() == 18)
+            #expect(try await seeder.seedTransferColumn() == 0)
+            #expect(try await database.pool.query(unqueued)[0].decode(Int.self, at: 0) == 0)
+            #expect(try database.count("SELECT count(*) FROM baton.transfers WHERE old_sub IS NULL AND legacy_key = 'acct-' || lpad(substr(transfer_sub, 4), 3, '0')") == 20)
+            #expect(try database.count("SELECT count(*) FROM baton.transfers") == 20)
+            #expect(try await TransferQueue(pool: database.pool, kind: .exchange).pendingCount() == 19)
+            // Without a transfer column there is nothing to walk.
+            let plain = try BatonConfiguration.Legacy(table: "public.accounts", keyColumn: "handle", subjectColumn: "sub", emailColumn: "mail").identifiers()
+            #expect(LegacySeeder.unqueuedTransferColumnCount(plain) == nil)
+            #expect(try await LegacySeeder(pool: database.pool, legacy: plain).seedTransferColumn() == 0)
+        }
+    }
+
     @Test("answers stored at once go in shared statements: each caller learns whether its own row was written; a failed statement writes nothing and the next works")
     func groupCommitOfTransferIdentifiers() async throws {
         try await StoreFixture.run("groupcommit", poolSize: 2) { database in

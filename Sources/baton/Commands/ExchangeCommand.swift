@@ -90,9 +90,7 @@ func runBulkCommand(_ parsed: Arguments, side: BatonConfiguration.TransferSide) 
         }
         guard AppleIdentifierFormat.isTeamID(target) else { throw CommandFailure.usage("the target team '\(target)' is not a team ID (10 upper-case letters or digits)") }
         targetTeamID = target
-        let legacy: BatonConfiguration.LegacyIdentifiers
-        do { legacy = try configuration.legacy.identifiers() } catch let error as ConfigurationError { throw CommandFailure.usage("\(error)") }
-        let seeder = LegacySeeder(pool: pool, legacy: legacy)
+        let seeder = LegacySeeder(pool: pool, legacy: try legacyIdentifiers(configuration))
         let preview: (count: Int, sample: [String])
         do { preview = try await seeder.preview() } catch let error as PostgresError {
             throw CommandFailure.failed("baton \(name): cannot read the legacy table: \(error)")
@@ -120,6 +118,16 @@ func runBulkCommand(_ parsed: Arguments, side: BatonConfiguration.TransferSide) 
         }
     }
 
+    // The recipient between companies: rows of the legacy table carrying a transfer identifier in
+    // legacy.transfer_column join the queue (what `import transfers` of that column would load).
+    if side == .recipient, !parsed.flag("dry-run") {
+        do {
+            let added = try await LegacySeeder(pool: pool, legacy: try legacyIdentifiers(configuration)).seedTransferColumn()
+            if added > 0 { logger.info("transfer identifiers of the legacy table queued", ["added": String(added)]) }
+        } catch let error as PostgresError {
+            throw CommandFailure.failed("baton \(name): cannot walk the legacy table: \(error)")
+        }
+    }
     if parsed.flag("retry-failed"), !parsed.flag("dry-run") {
         let reset = try await queue.retryFailed()
         if reset > 0 { printError("\(reset) failed rows made pending again") }
@@ -144,7 +152,10 @@ func runBulkCommand(_ parsed: Arguments, side: BatonConfiguration.TransferSide) 
     }
 
     if parsed.flag("dry-run") {
-        if side == .sender { pending = try await LegacySeeder(pool: pool, legacy: try configuration.legacy.identifiers()).preview(sample: 0).count }
+        if side == .sender { pending = try await LegacySeeder(pool: pool, legacy: try legacyIdentifiers(configuration)).preview(sample: 0).count }
+        if side == .recipient, let unseeded = LegacySeeder.unqueuedTransferColumnCount(try legacyIdentifiers(configuration)) {
+            pending += try await pool.query(unseeded)[0].decode(Int.self, at: 0)
+        }
         // The same calls a real run starts with: the access token, and for the sender one transfer identifier
         // (the first user's; Apple gives the same one again, and nothing is stored).
         do {
@@ -192,8 +203,13 @@ func printSummary(_ name: String, _ summary: BulkJobSummary) {
 
 /// The migration store the exchange applies its answers through (the one sign-ins use).
 func migrationStore(configuration: BatonConfiguration, pool: PostgresPool) throws -> LegacyStore {
+    LegacyStore(pool: pool, legacy: try legacyIdentifiers(configuration))
+}
+
+/// The configuration's legacy table, validated; a usage error when it is not.
+func legacyIdentifiers(_ configuration: BatonConfiguration) throws -> BatonConfiguration.LegacyIdentifiers {
     do {
-        return LegacyStore(pool: pool, legacy: try configuration.legacy.identifiers())
+        return try configuration.legacy.identifiers()
     } catch let error as ConfigurationError {
         throw CommandFailure.usage("\(error)")
     }
