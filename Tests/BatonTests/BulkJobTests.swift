@@ -86,18 +86,27 @@ struct BulkJobTests {
         try await BulkJobFixture.run(users: 30) { fixture in
             let emulator = fixture.emulator
             try emulator.setFaults(EmulatorFaults(errorRate: 1, errorStatus: 503))
-            let job = try fixture.exchangeJob(options: Self.quickBackoff())
-            // Apple comes back once it has refused 200 requests (every worker many times over) and the job shows its pause.
+            // Through the entry point the commands use, so the progress lines are the operator's.
+            let run = try BulkRun(queue: TransferQueue(pool: fixture.database.pool, kind: .exchange), work: .exchange(applier: fixture.database.store),
+                                  client: try fixture.client(fixture.recipient), options: Self.quickBackoff(),
+                                  window: TransferWindow(acceptedAt: fixture.acceptedAt))
+            let job = run.job
+            let lines = LinesBox()
+            // Apple comes back once it has refused 200 requests (every worker many times over) and a progress line
+            // has shown the pause.
             let watcher = Task { () -> BulkJobPause? in
-                while Self.appleCalls(emulator) < 200 || job.pause == nil { try await Task.sleep(for: .milliseconds(2)) }
+                while Self.appleCalls(emulator) < 200 || job.pause == nil || !lines.all.contains(where: { $0.contains("paused=apple_unreachable") }) {
+                    try await Task.sleep(for: .milliseconds(2))
+                }
                 let pause = job.pause
                 try emulator.setFaults(EmulatorFaults())
                 return pause
             }
-            let summary = await job.run()
+            let summary = await run.run(total: 30, isTerminal: false, logInterval: 0.01, write: { lines.append($0) })
             let pause = try await watcher.value
             #expect(pause?.limit == 3_600)
             #expect(job.pause == nil)
+            #expect(lines.all.contains { $0.contains(" paused=apple_unreachable paused_s=") && $0.contains(" pause_limit_s=3600") })
             #expect(summary.stopReason == nil, "\(String(describing: summary.stopReason))")
             #expect(summary.counts.succeeded == 30)
             #expect(summary.counts.failed == 0 && summary.counts.unresolvable == 0)

@@ -178,6 +178,8 @@ public final class BulkJob: Sendable {
         /// The first outage failure since Apple last answered, and the outage failures since then.
         var unreachableSince: ContinuousClock.Instant?
         var unreachableFailures = 0
+        /// Whether a worker is past its quick retries, waiting for Apple to answer anyone.
+        var paused = false
     }
 
     /// Creates a job.
@@ -211,9 +213,9 @@ public final class BulkJob: Sendable {
 
     private var stopReason: BulkJobError? { control.withLock { $0.stopReason } }
 
-    /// The pause in progress while Apple answers no one, or nil.
+    /// The pause in progress while Apple answers no one (once a worker is past its quick retries), or nil.
     public var pause: BulkJobPause? {
-        control.withLock { $0.unreachableSince }.map { BulkJobPause(seconds: Self.seconds(ContinuousClock.now - $0), limit: options.maxOutageSeconds) }
+        control.withLock { $0.paused ? $0.unreachableSince : nil }.map { BulkJobPause(seconds: Self.seconds(ContinuousClock.now - $0), limit: options.maxOutageSeconds) }
     }
 
     private static func seconds(_ duration: Duration) -> Double {
@@ -445,12 +447,11 @@ public final class BulkJob: Sendable {
             defer {
                 control.unreachableSince = nil
                 control.unreachableFailures = 0
+                control.paused = false
             }
-            return control.unreachableSince
+            return control.paused ? control.unreachableSince : nil
         }
-        if let ended, ContinuousClock.now - ended >= .seconds(1) {
-            logger.info("Apple answers again; going on", ["paused_s": String(Int(Self.seconds(ContinuousClock.now - ended)))])
-        }
+        if let ended { logger.info("Apple answers again; going on", ["paused_s": String(Int(Self.seconds(ContinuousClock.now - ended)))]) }
     }
 
     /// Notes that Apple did not answer the request for a user (`outage` its failures so far) and decides what
@@ -460,15 +461,14 @@ public final class BulkJob: Sendable {
     private func appleDidNotAnswer(_ outage: inout UserOutage, reason: String) -> OutageAction {
         outage.tries += 1
         let now = ContinuousClock.now
-        let (answers, since, failures, began) = control.withLock { control in
-            let began = control.unreachableSince == nil
-            if began { control.unreachableSince = now }
+        let (answers, since, failures) = control.withLock { control in
+            let since = control.unreachableSince ?? now
+            control.unreachableSince = since
             control.unreachableFailures += 1
-            return (control.answers, control.unreachableSince ?? now, control.unreachableFailures, began)
+            return (control.answers, since, control.unreachableFailures)
         }
         let answersBefore = outage.answersBefore ?? answers
         outage.answersBefore = answersBefore
-        if began { logger.warning("Apple does not answer; pausing until it does", ["error": reason, "limit_s": String(Int(options.maxOutageSeconds))]) }
         if outage.tries <= options.transientRetries { return .wait(failures: failures) }
         if answers > answersBefore { return .deferUser }
         let unreachable = Self.seconds(now - since)
@@ -476,6 +476,11 @@ public final class BulkJob: Sendable {
             stop(BulkJobError(.appleUnreachable, "Apple has not answered for \(Int(unreachable)) s (the limit, --max-outage, is \(Int(options.maxOutageSeconds)) s; last error: \(reason)); no user was marked failed for it; rerun to continue once Apple answers"))
             return .stop
         }
+        let pausing = control.withLock { control in
+            defer { control.paused = true }
+            return !control.paused
+        }
+        if pausing { logger.warning("Apple answers no one; pausing until it does", ["error": reason, "limit_s": String(Int(options.maxOutageSeconds))]) }
         return .wait(failures: failures)
     }
 
