@@ -292,9 +292,9 @@ public struct ReportBuilder: Sendable {
         guard let unqueued = LegacySeeder.unqueuedTransferColumnRows(l), let column = l.transferColumn else { return queued }
         let awaiting: PostgresQuery = """
             SELECT u.\(column)::text, 'pending'::text, 0, NULL::text, u.\(l.keyColumn)::text, \(unsafeRaw: l.emailSQL)
-            FROM \(l.table) AS u\(unsafeRaw: l.emailJoinSQL) WHERE (\(after)::text IS NULL OR u.\(column)::text > \(after)) AND
+            FROM \(l.table) AS u\(unsafeRaw: l.emailJoinSQL) WHERE (\(after)::text IS NULL OR u.\(column)::text > \(after))
             """
-        return "SELECT * FROM ((" + queued + ") UNION ALL (" + awaiting + " " + unqueued + " ORDER BY 1 LIMIT \(limit))) AS unresolved ORDER BY 1 LIMIT \(limit)"
+        return "SELECT * FROM ((" + queued + ") UNION ALL (" + awaiting + " AND " + unqueued + " ORDER BY 1 LIMIT \(limit))) AS unresolved ORDER BY 1 LIMIT \(limit)"
     }
 
     // MARK: - Derived figures
