@@ -126,6 +126,33 @@ public struct AppleClientError: Error, Equatable, CustomStringConvertible {
         lhs.code == rhs.code && lhs.context?.operation == rhs.context?.operation && lhs.status == rhs.status && lhs.appleError == rhs.appleError
     }
 
+    /// What an error says about its cause, for a caller that tries again (the bulk jobs decide with it alone).
+    public enum Cause: Sendable, Equatable {
+        /// Apple is out of reach or failing for now: no connection, no answer in time, HTTP 5xx or 429. It passes,
+        /// and neither the user nor the configuration is at fault: wait, then ask again.
+        case outage
+        /// Apple answered with something this client does not understand (another status, a malformed body): it
+        /// may pass, but when it repeats the base URL is wrong.
+        case unexpectedAnswer
+        /// Apple refused the call for its user (`invalid_request`, `invalid_grant`): that user's case, or a shared
+        /// cause (a wrong target team, the wrong app) when user after user is refused alike.
+        case refused
+        /// The key, the credentials or an argument are refused (`invalid_client`, `unauthorized_client`, …): no
+        /// call succeeds until the configuration is fixed.
+        case configuration
+    }
+
+    /// The cause ``code`` points at.
+    public var cause: Cause {
+        switch code {
+        case .connectionFailed, .timeout, .serverError, .rateLimited: .outage
+        case .unexpectedStatus, .invalidResponse: .unexpectedAnswer
+        case .invalidRequest, .invalidGrant: .refused
+        case .invalidClient, .unauthorizedClient, .unsupportedGrantType, .invalidScope, .otherAppleError, .invalidParameter, .keyInvalid,
+             .keyUnreadable, .keyExposed: .configuration
+        }
+    }
+
     /// The code for Apple's `error` value.
     static func code(forAppleError value: String) -> Code {
         switch value {

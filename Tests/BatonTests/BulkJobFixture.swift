@@ -53,12 +53,13 @@ struct BulkJobFixture {
     }
 
     /// An exchange job over this fixture's database (its own pool when `pool` is given, for "other processes").
-    func exchangeJob(options: BulkJobOptions, pool: PostgresPool? = nil, leaseSeconds: Int = 30, retryBaseSeconds: Double = 0.2,
+    /// `team` is the recipient unless a test gives the wrong side's credentials.
+    func exchangeJob(options: BulkJobOptions, pool: PostgresPool? = nil, leaseSeconds: Int = 30, retryBaseSeconds: Double = 0.2, team: TeamCredentials? = nil,
                      now: @escaping @Sendable () -> Date = { Date() }) throws -> BulkJob {
         let pool = pool ?? database.pool
         let queue = TransferQueue(pool: pool, kind: .exchange, leaseSeconds: leaseSeconds, retryBaseSeconds: retryBaseSeconds)
         let store = LegacyStore(pool: pool, legacy: try StoreFixture.legacy.identifiers())
-        return BulkJob(queue: queue, step: ExchangeStep(client: try client(recipient), applier: store), options: options,
+        return BulkJob(queue: queue, step: ExchangeStep(client: try client(team ?? recipient), applier: store), options: options,
                        window: TransferWindow(acceptedAt: acceptedAt), requireOpenWindow: true, now: now)
     }
 

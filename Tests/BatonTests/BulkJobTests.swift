@@ -45,8 +45,7 @@ struct BulkJobTests {
     func serverErrorStorm() async throws {
         try await BulkJobFixture.run(users: 40) { fixture in
             try fixture.emulator.setFaults(EmulatorFaults(errorRate: 0.4, errorStatus: 503))
-            var options = BulkJobOptions(workers: 4, rate: 500, maxConsecutiveFailures: 1000)
-            options.retryDelay = 0.01
+            let options = BulkJobOptions(workers: 4, rate: 500, maxConsecutiveFailures: 1000, retryDelay: 0.01, maxRetryDelay: 0.05)
             let job = try fixture.exchangeJob(options: options)
             let summary = await job.run()
             #expect(summary.stopReason == nil)
@@ -57,18 +56,94 @@ struct BulkJobTests {
         }
     }
 
-    @Test("Apple failing on every request: the job stops after the consecutive-failure limit with a clear reason")
+    @Test("users refused one after the other: the job stops after the consecutive-failure limit with a clear reason")
     func stopsAfterConsecutiveFailures() async throws {
         try await BulkJobFixture.run(users: 30) { fixture in
-            try fixture.emulator.setFaults(EmulatorFaults(errorRate: 1, errorStatus: 500))
-            var options = BulkJobOptions(workers: 2, rate: 500, maxConsecutiveFailures: 5, transientRetries: 0)
-            options.retryDelay = 0
-            let summary = try await fixture.exchangeJob(options: options).run()
+            for user in fixture.users {
+                try fixture.emulator.revoke(clientID: BulkJobFixture.clientID, userIdentifier: user.userIdentifier)
+            }
+            let summary = try await fixture.exchangeJob(options: BulkJobOptions(workers: 1, rate: 500, maxConsecutiveFailures: 5)).run()
             #expect(summary.stopReason?.code == .stopped)
-            #expect(summary.stopReason?.reason.contains("5 consecutive failures") == true)
-            #expect(summary.remaining == 30)
+            #expect(summary.stopReason?.reason.contains("5 consecutive failures") == true, "\(String(describing: summary.stopReason))")
+            #expect(summary.remaining == 25)
             #expect(try fixture.count("SELECT count(*) FROM baton.events WHERE kind = 'migrated'") == 0)
             #expect(try fixture.count("SELECT count(*) FROM baton.transfers WHERE lease_owner IS NOT NULL") == 0)
+        }
+    }
+
+    /// Options that back off in milliseconds, so an outage of many failed requests passes quickly.
+    static func quickBackoff(workers: Int = 4, maxOutageSeconds: Double = 3_600) -> BulkJobOptions {
+        BulkJobOptions(workers: workers, rate: 2_000, retryDelay: 0.001, maxRetryDelay: 0.01, maxOutageSeconds: maxOutageSeconds)
+    }
+
+    /// Requests the emulator received on `/auth/*`, answered or not.
+    static func appleCalls(_ emulator: AppleEmulator) -> Int {
+        emulator.stats().endpoints.values.reduce(0) { $0 + $1.calls }
+    }
+
+    @Test("Apple failing every request for far longer than the 10 identical failures that used to stop the job: paused, then every user exchanged once, nobody failed")
+    func outagePausesThenResumes() async throws {
+        try await BulkJobFixture.run(users: 30) { fixture in
+            let emulator = fixture.emulator
+            try emulator.setFaults(EmulatorFaults(errorRate: 1, errorStatus: 503))
+            // Through the entry point the commands use, so the progress lines are the operator's.
+            let run = try BulkRun(queue: TransferQueue(pool: fixture.database.pool, kind: .exchange), work: .exchange(applier: fixture.database.store),
+                                  client: try fixture.client(fixture.recipient), options: Self.quickBackoff(),
+                                  window: TransferWindow(acceptedAt: fixture.acceptedAt))
+            let job = run.job
+            let lines = LinesBox()
+            // Apple comes back once it has refused 200 requests (every worker many times over) and a progress line
+            // has shown the pause.
+            let watcher = Task { () -> BulkJobPause? in
+                while Self.appleCalls(emulator) < 200 || job.pause == nil || !lines.all.contains(where: { $0.contains("paused=apple_unreachable") }) {
+                    try await Task.sleep(for: .milliseconds(2))
+                }
+                let pause = job.pause
+                try emulator.setFaults(EmulatorFaults())
+                return pause
+            }
+            let summary = await run.run(total: 30, isTerminal: false, logInterval: 0.01, write: { lines.append($0) })
+            let pause = try await watcher.value
+            #expect(pause?.limit == 3_600)
+            #expect(job.pause == nil)
+            #expect(lines.all.contains { $0.contains(" paused=apple_unreachable paused_s=") && $0.contains(" pause_limit_s=3600") })
+            #expect(summary.stopReason == nil, "\(String(describing: summary.stopReason))")
+            #expect(summary.counts.succeeded == 30)
+            #expect(summary.counts.failed == 0 && summary.counts.unresolvable == 0)
+            #expect(summary.remaining == 0)
+            #expect(try fixture.count("SELECT count(*) FROM baton.events WHERE kind = 'migrated' AND method = 'exchange'") == 30)
+            #expect(try fixture.count("SELECT count(*) FROM (SELECT old_sub FROM baton.events GROUP BY old_sub HAVING count(*) > 1) d") == 0)
+            #expect(try fixture.count("SELECT count(*) FROM baton.transfers WHERE state <> 'migrated' OR last_error IS NOT NULL") == 0)
+        }
+    }
+
+    @Test("Apple unreachable past the outage limit: the job stops with apple_unreachable, every user still pending and unmarked; a rerun finishes")
+    func outageLimitStops() async throws {
+        try await BulkJobFixture.run(users: 30) { fixture in
+            try fixture.emulator.setFaults(EmulatorFaults(errorRate: 1, errorStatus: 500))
+            let summary = try await fixture.exchangeJob(options: Self.quickBackoff(maxOutageSeconds: 0.2)).run()
+            #expect(summary.stopReason?.code == .appleUnreachable, "\(String(describing: summary.stopReason))")
+            #expect(summary.stopReason?.reason.contains("rerun to continue") == true)
+            #expect(summary.hasFailures)
+            #expect(summary.counts.failed == 0 && summary.counts.unresolvable == 0)
+            #expect(summary.remaining == 30)
+            #expect(try fixture.count("SELECT count(*) FROM baton.transfers WHERE state = 'pending' AND attempts = 0 AND last_error IS NULL AND lease_owner IS NULL") == 30)
+            try fixture.emulator.setFaults(EmulatorFaults())
+            let rerun = try await fixture.exchangeJob(options: Self.quickBackoff()).run()
+            #expect(rerun.stopReason == nil && rerun.counts.succeeded == 30 && rerun.remaining == 0)
+            #expect(try fixture.count("SELECT count(*) FROM baton.events WHERE kind = 'migrated'") == 30)
+        }
+    }
+
+    @Test("the wrong side's credentials (invalid_client) still stop the job at once, however many users are left")
+    func invalidClientStops() async throws {
+        try await BulkJobFixture.run(users: 30) { fixture in
+            let summary = try await fixture.exchangeJob(options: Self.quickBackoff(), team: fixture.sender).run()
+            #expect(summary.stopReason?.code == .stopped)
+            #expect(summary.stopReason?.reason.contains("invalid_client") == true, "\(String(describing: summary.stopReason))")
+            #expect(summary.remaining == 30)
+            #expect(summary.counts.requests <= 4)
+            #expect(try fixture.count("SELECT count(*) FROM baton.transfers WHERE state <> 'pending' OR lease_owner IS NOT NULL") == 0)
         }
     }
 
@@ -231,6 +306,39 @@ struct LegacySeederTests {
             #expect(try database.count("SELECT count(*) FROM baton.transfers WHERE old_sub = 'new.1'") == 0)
             #expect(try await TransferQueue(pool: database.pool, kind: .transferIdentifiers).pendingCount() == 19)
             #expect(try await seeder.preview().count == 19)
+        }
+    }
+
+    @Test("the recipient's walk: rows with a transfer identifier and no subject are queued by key, in keyset pages, once, beside rows an import or a sign-in made")
+    func transferColumnRows() async throws {
+        try await StoreFixture.run("seeder_recipient", poolSize: 2) { database in
+            try await database.pool.withConnection { connection in
+                try await connection.executeScript(unsafeSQL: """
+                    CREATE TABLE public.accounts (handle text PRIMARY KEY, sub text, mail text, tsub text UNIQUE, kind text);
+                    INSERT INTO public.accounts SELECT 'acct-' || lpad(i::text, 3, '0'), NULL, NULL, 'ts.' || i, 'apple' FROM generate_series(1, 20) AS i;
+                    -- Not awaiting an exchange: no transfer identifier, migrated already, another provider's row.
+                    INSERT INTO public.accounts VALUES ('acct-none', NULL, NULL, NULL, 'apple'), ('acct-done', 'new.1', NULL, 'ts.done', 'apple'),
+                                                       ('acct-other', NULL, NULL, 'ts.other', 'google');
+                    -- One imported as key,transfer_sub, one migrated by a sign-in.
+                    INSERT INTO baton.transfers (legacy_key, transfer_sub) VALUES ('acct-003', 'ts.3');
+                    INSERT INTO baton.transfers (legacy_key, transfer_sub, new_sub, state, method, migrated_at) VALUES ('acct-004', 'ts.4', 'new.4', 'migrated', 'signin', now());
+                    """)
+            }
+            let legacy = try BatonConfiguration.Legacy(table: "public.accounts", keyColumn: "handle", subjectColumn: "sub", emailColumn: "mail",
+                                                       transferColumn: "tsub", filters: ["kind": "apple"]).identifiers()
+            let unqueued = try #require(LegacySeeder.unqueuedTransferColumnCount(legacy))
+            #expect(try await database.pool.query(unqueued)[0].decode(Int.self, at: 0) == 18)
+            let seeder = LegacySeeder(pool: database.pool, legacy: legacy, pageSize: 3)
+            #expect(try await seeder.seedTransferColumn() == 18)
+            #expect(try await seeder.seedTransferColumn() == 0)
+            #expect(try await database.pool.query(unqueued)[0].decode(Int.self, at: 0) == 0)
+            #expect(try database.count("SELECT count(*) FROM baton.transfers WHERE old_sub IS NULL AND legacy_key = 'acct-' || lpad(substr(transfer_sub, 4), 3, '0')") == 20)
+            #expect(try database.count("SELECT count(*) FROM baton.transfers") == 20)
+            #expect(try await TransferQueue(pool: database.pool, kind: .exchange).pendingCount() == 19)
+            // Without a transfer column there is nothing to walk.
+            let plain = try BatonConfiguration.Legacy(table: "public.accounts", keyColumn: "handle", subjectColumn: "sub", emailColumn: "mail").identifiers()
+            #expect(LegacySeeder.unqueuedTransferColumnCount(plain) == nil)
+            #expect(try await LegacySeeder(pool: database.pool, legacy: plain).seedTransferColumn() == 0)
         }
     }
 

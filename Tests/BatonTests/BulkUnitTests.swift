@@ -134,6 +134,18 @@ struct ProgressTests {
         #expect(formatter.bar(counts, elapsed: 5) == "[#####.....] 500/1000 50% 100.0/s errors 2 left 5 seconds")
     }
 
+    @Test("while Apple is unreachable, the bar and the log line say for how long, and the limit")
+    func paused() {
+        var counts = JobCounters.Snapshot()
+        counts.succeeded = 500
+        var formatter = ProgressFormatter(total: 1000)
+        formatter.barWidth = 10
+        let pause = BulkJobPause(seconds: 42.7, limit: 3_600)
+        #expect(formatter.bar(counts, elapsed: 5, paused: pause)
+                == "[#####.....] 500/1000 50% 100.0/s errors 0 left 5 seconds paused: apple unreachable for 42 s (limit 3600 s)")
+        #expect(formatter.logLine(counts, elapsed: 5, paused: pause).hasSuffix(" eta_s=5 paused=apple_unreachable paused_s=42 pause_limit_s=3600"))
+    }
+
     @Test("the log line is key=value")
     func logLine() {
         var counts = JobCounters.Snapshot()
@@ -219,12 +231,12 @@ struct ImportLineTests {
 @Suite("Failure classification")
 struct FailureKindTests {
     static let appleCases: [(AppleClientError.Code, FailureKind)] = [
-        (.rateLimited, .rateLimited), (.serverError, .transient), (.timeout, .transient),
-        (.connectionFailed, .transient), (.invalidRequest, .user), (.invalidGrant, .user), (.invalidClient, .fatal),
-        (.unauthorizedClient, .fatal), (.keyInvalid, .fatal),
+        (.rateLimited, .rateLimited), (.serverError, .outage), (.timeout, .outage), (.connectionFailed, .outage),
+        (.unexpectedStatus, .transient), (.invalidResponse, .transient), (.invalidRequest, .user), (.invalidGrant, .user),
+        (.invalidClient, .fatal), (.unauthorizedClient, .fatal), (.keyInvalid, .fatal), (.otherAppleError, .fatal),
     ]
 
-    @Test("Apple's errors decide retry, per-user record, or stop", arguments: appleCases)
+    @Test("Apple's errors decide wait, retry, per-user record, or stop", arguments: appleCases)
     func apple(code: AppleClientError.Code, kind: FailureKind) {
         #expect(FailureKind.of(AppleClientError(code)) == kind)
     }

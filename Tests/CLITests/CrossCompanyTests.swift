@@ -6,10 +6,11 @@ import Testing
 
 /// A transfer between two companies: the sender's database and the recipient's are two databases of one
 /// cluster, and only transfer identifiers travel between them (`transfer-ids --export`, then the recipient's
-/// rows with a NULL subject and `import transfers` in the `key,transfer_sub` form).
+/// rows with a NULL subject and the transfer identifier in `legacy.transfer_column`; `import transfers` in the
+/// `key,transfer_sub` form is not needed, and changes nothing when run as well).
 @Suite("Transfers between companies, through the built binary")
 struct CrossCompanyTests {
-    @Test("export without identifiers, recipient rows with NULL subjects, sign-in, exchange, report, credential state")
+    @Test("export without identifiers, recipient rows with NULL subjects, sign-in, report and exchange from the transfer column alone")
     func endToEnd() async throws {
         let emulator = try await AppleEmulator.start()
         let directory = try KeyDirectory()
@@ -84,14 +85,6 @@ struct CrossCompanyTests {
                                                   "table": "public.user", "key_column": "id", "subject_column": "appleSub", "email_column": "email",
                                                   "transfer_column": "transferSub", "email_policy": "always",
                                               ])
-        let csv = directory.path("keys.csv")
-        try (["key,transfer_sub"] + lines.dropFirst().map { line in
-            let fields = line.split(separator: ",").map(String.init)
-            return "acct-\(fields[0]),\(fields[1])"
-        }).joined(separator: "\n").write(toFile: csv, atomically: true, encoding: .utf8)
-        let imported = try await runBatonOffPool(["import", "transfers", csv, "--config", recipientConfig])
-        #expect(imported.status == 0, "\(imported.stdout)\(imported.stderr)")
-        #expect(try TestDatabase.psql(recipientURL, "SELECT count(*) FROM baton.transfers WHERE old_sub IS NULL AND legacy_key LIKE 'acct-%'") == "4")
 
         // A sign-in carrying transfer_sub finds the row from the transfer identifier alone.
         let first = users[0]
@@ -119,16 +112,33 @@ struct CrossCompanyTests {
         let row = try TestDatabase.psql(recipientURL, "SELECT \"appleSub\" || '|' || \"email\" FROM public.\"user\" WHERE \"transferSub\" = '\(transfers[first.userIdentifier]!)'")
         #expect(row == "\(authorization.userIdentifier)|\(claims["email"]!.stringValue!)")
 
-        // The report lists the users still pending by their transfer identifiers, with the recipient's keys.
+        // The report counts and lists the users still pending by their transfer identifiers, with the recipient's
+        // keys, from the transfer column alone.
         let pending = try await runBatonOffPool(["report", "--format", "json", "--config", recipientConfig])
-        let listed = try JSON.parseObject(Array(pending.stdout.utf8))["unresolved"]?["users"]?.arrayValue ?? []
+        #expect(pending.status == 0, "\(pending.stderr)")
+        let before = try JSON.parseObject(Array(pending.stdout.utf8))
+        #expect(before["totals"]?["migrated"]?.intValue == 1 && before["totals"]?["pending"]?.intValue == 3, "\(pending.stdout.prefix(600))")
+        #expect(before["totals"]?["total"]?.intValue == 4)
+        let listed = before["unresolved"]?["users"]?.arrayValue ?? []
         #expect(listed.count == 3, "\(pending.stdout.prefix(600))")
-        #expect(listed.allSatisfy { $0["legacy_key"]?.stringValue?.hasPrefix("acct-") == true })
+        #expect(listed.allSatisfy { $0["legacy_key"]?.stringValue?.hasPrefix("acct-") == true && $0["state"]?.stringValue == "pending" })
         #expect(Set(listed.compactMap { $0["old_sub"]?.stringValue }) == Set(users.dropFirst().map { transfers[$0.userIdentifier]! }))
 
-        // The exchange migrates the others from key,transfer_sub rows.
+        // A team that also imports some of them as key,transfer_sub (the earlier way) gets no second row.
+        let csv = directory.path("keys.csv")
+        try (["key,transfer_sub"] + lines.dropFirst(2).prefix(2).map { line in
+            let fields = line.split(separator: ",").map(String.init)
+            return "acct-\(fields[0]),\(fields[1])"
+        }).joined(separator: "\n").write(toFile: csv, atomically: true, encoding: .utf8)
+        let imported = try await runBatonOffPool(["import", "transfers", csv, "--config", recipientConfig])
+        #expect(imported.status == 0, "\(imported.stdout)\(imported.stderr)")
+
+        // The exchange queues the rest from the transfer column and migrates everyone.
         let exchange = try await runBatonOffPool(["exchange", "--config", recipientConfig])
         #expect(exchange.status == 0, "\(exchange.stdout)\(exchange.stderr)")
+        #expect(exchange.stdout.contains("done 3,") && exchange.stdout.contains("remaining 0"), "\(exchange.stdout)")
+        #expect(try TestDatabase.psql(recipientURL, "SELECT count(*) FROM baton.transfers") == "4")
+        #expect(try TestDatabase.psql(recipientURL, "SELECT count(DISTINCT legacy_key) FROM baton.transfers WHERE legacy_key LIKE 'acct-%'") == "4")
         #expect(try TestDatabase.psql(recipientURL, "SELECT count(*) FROM public.\"user\" WHERE \"appleSub\" IS NOT NULL") == "4")
         #expect(try TestDatabase.psql(recipientURL, "SELECT count(*) FROM baton.transfers WHERE state = 'migrated' AND old_sub IS NULL") == "4")
         #expect(try TestDatabase.psql(recipientURL, "SELECT count(*) FROM baton.events WHERE kind = 'migrated'") == "4")

@@ -92,6 +92,23 @@ struct ExchangeCommandTests {
             #expect(try TestDatabase.psql(fixture.databaseURL, "SELECT state || ' ' || last_error FROM baton.transfers WHERE old_sub = '\(sub)'") == "unresolvable invalid_request")
         }
     }
+
+    @Test("Apple failing past --max-outage: exit 1 with the reason, every user still pending and unmarked; a rerun once Apple is back finishes")
+    func outageLimit() async throws {
+        try await CommandFixture.run(users: 6) { fixture in
+            try fixture.emulator.setFaults(EmulatorFaults(errorRate: 1, errorStatus: 503))
+            let config = try fixture.configuration()
+            let stopped = try await runBatonOffPool(["exchange", "--config", config, "--rate", "50", "--max-outage", "1"])
+            #expect(stopped.status == 1, "\(stopped.stdout)\(stopped.stderr)")
+            #expect(stopped.stderr.contains("Apple has not answered") && stopped.stderr.contains("--max-outage"), "\(stopped.stderr)")
+            #expect(stopped.stdout.contains("failed 0, remaining 6"), "\(stopped.stdout)")
+            #expect(try fixture.count("SELECT count(*) FROM baton.transfers WHERE state = 'pending' AND attempts = 0 AND last_error IS NULL") == 6)
+            try fixture.emulator.setFaults(EmulatorFaults())
+            let rerun = try await runBatonOffPool(["exchange", "--config", config, "--rate", "50"])
+            #expect(rerun.status == 0, "\(rerun.stdout)\(rerun.stderr)")
+            try fixture.expectEveryoneMigratedOnce(6)
+        }
+    }
 }
 
 @Suite("baton transfer-ids", .serialized)

@@ -30,32 +30,46 @@ public struct BulkJobOptions: Sendable, Equatable {
     public var rate: Double
     /// Failures in a row (after retries) that stop the job; default 25.
     public var maxConsecutiveFailures: Int
-    /// In-process retries of a 5xx, timeout or connection failure before the row is deferred; default 2.
+    /// In-process retries of one user's request after a 5xx, timeout, connection failure or unexpected answer;
+    /// default 2. Past them, an unexpected answer defers the row, and so does an outage that spares other users
+    /// (Apple answered them meanwhile); an outage that spares nobody pauses the job (``maxOutageSeconds``).
     public var transientRetries: Int
-    /// The first in-process retry's delay, in seconds, doubled per retry; default 0.5.
+    /// The first wait of the job's one backoff, in seconds; default 0.5. Every wait (a retry, Apple or the
+    /// database out of reach) is `RetryPolicy.backoff`: doubled per failure in a row, up to ``maxRetryDelay``,
+    /// with half of it jittered.
     public var retryDelay: Double
-    /// 429s for one user before the row is deferred; default 20.
+    /// The longest wait of the backoff, in seconds; default 10.
+    public var maxRetryDelay: Double
+    /// 429s for one user before the job takes it as an outage (``maxOutageSeconds``); default 20.
     public var maxRateLimitedRetries: Int
-    /// Failures in a row with the same reason that stop the job; default 10. A shared cause (a mistyped target
-    /// team makes Apple refuse every user with `invalid_request`) then stops the job after a few rows instead of
-    /// marking the whole table `unresolvable`; `--retry-unresolvable` gives those rows another chance.
+    /// Failures in a row with the same reason that stop the job; default 10. Only refusals and unexpected answers
+    /// count (they point at a shared cause: a mistyped target team makes Apple refuse every user with
+    /// `invalid_request`), never an outage; the job then stops after a few rows instead of marking the whole table
+    /// `unresolvable`, and `--retry-unresolvable` gives those rows another chance.
     public var maxIdenticalFailures: Int
     /// How long the job rides out a lost database (a restart, a failover) before it stops, in seconds: a
-    /// worker whose statement fails with a connection error waits with bounded backoff, reconnects and goes
+    /// worker whose statement fails with a connection error waits with the backoff, reconnects and goes
     /// on; default 60.
     public var databaseRetrySeconds: Double
+    /// How long the job waits for Apple while it answers no one (connection refused, timeouts, 5xx, 429s past
+    /// ``maxRateLimitedRetries``) before it stops, in seconds; default 3,600. Meanwhile workers keep their users
+    /// and retry them with the backoff; no user is deferred or failed because of the outage.
+    public var maxOutageSeconds: Double
 
     /// Creates options.
     public init(workers: Int = 4, rate: Double = 10, maxConsecutiveFailures: Int = 25, transientRetries: Int = 2, retryDelay: Double = 0.5,
-                maxRateLimitedRetries: Int = 20, maxIdenticalFailures: Int = 10, databaseRetrySeconds: Double = 60) {
+                maxRetryDelay: Double = 10, maxRateLimitedRetries: Int = 20, maxIdenticalFailures: Int = 10, databaseRetrySeconds: Double = 60,
+                maxOutageSeconds: Double = 3_600) {
         self.workers = max(1, workers)
         self.rate = rate
         self.maxConsecutiveFailures = max(1, maxConsecutiveFailures)
         self.transientRetries = max(0, transientRetries)
         self.retryDelay = max(0, retryDelay)
+        self.maxRetryDelay = max(self.retryDelay, maxRetryDelay)
         self.maxRateLimitedRetries = max(0, maxRateLimitedRetries)
         self.maxIdenticalFailures = max(1, maxIdenticalFailures)
         self.databaseRetrySeconds = max(0, databaseRetrySeconds)
+        self.maxOutageSeconds = max(0, maxOutageSeconds)
     }
 }
 
@@ -78,11 +92,14 @@ public struct BulkJobSummary: Sendable, Equatable {
     public var hasFailures: Bool { stopReason != nil || counts.unresolvable > 0 || counts.failedForGood > 0 }
 }
 
-/// How an error from a step is handled.
+/// How an error from a step is handled; Apple's errors by their ``AppleSignIn/AppleClientError/cause``.
 enum FailureKind: Equatable {
-    /// 429: wait as Apple says, lower the rate, try the same user again.
+    /// 429: wait as Apple says, lower the rate, try the same user again; past the limit, an outage.
     case rateLimited
-    /// 5xx, timeout, unreachable, a transient database error: retry with backoff, then defer the row.
+    /// Apple out of reach or failing (no connection, timeout, 5xx): retry with backoff; while Apple answers no
+    /// one, pause up to the outage limit; when it answers others, defer the row.
+    case outage
+    /// An unexpected answer, a transient database error: retry with backoff, then defer the row.
     case transient
     /// Apple refused this user for good: record `unresolvable` and go on.
     case user
@@ -91,12 +108,12 @@ enum FailureKind: Equatable {
 
     static func of(_ error: any Error) -> FailureKind {
         if let error = error as? AppleClientError {
-            switch error.code {
-            case .rateLimited: return .rateLimited
-            case .serverError, .timeout, .connectionFailed, .unexpectedStatus, .invalidResponse: return .transient
-            case .invalidRequest, .invalidGrant: return .user
-            case .invalidClient, .unauthorizedClient, .unsupportedGrantType, .invalidScope, .otherAppleError, .invalidParameter, .keyInvalid, .keyUnreadable, .keyExposed:
-                return .fatal
+            if error.code == .rateLimited { return .rateLimited }
+            switch error.cause {
+            case .outage: return .outage
+            case .unexpectedAnswer: return .transient
+            case .refused: return .user
+            case .configuration: return .fatal
             }
         }
         if let error = error as? PostgresError { return error.isTransient ? .transient : .fatal }
@@ -113,9 +130,27 @@ enum FailureKind: Equatable {
     }
 }
 
+/// A bulk job waiting for Apple, which has answered no one for ``seconds``; it stops once that reaches ``limit``.
+public struct BulkJobPause: Sendable, Equatable {
+    /// Seconds since Apple last answered (since the first failure after its last answer).
+    public var seconds: Double
+    /// ``BulkJobOptions/maxOutageSeconds``.
+    public var limit: Double
+
+    /// Creates a pause.
+    public init(seconds: Double, limit: Double) {
+        self.seconds = seconds
+        self.limit = limit
+    }
+}
+
 /// Runs a bulk job: `workers` tasks take leased rows from a ``TransferQueue``, wait for the shared
 /// ``RateLimiter``, and run the ``BulkJobStep`` for each, until no row is left, the window closes, or the job is
-/// stopped (credentials refused, too many consecutive failures).
+/// stopped (credentials refused, too many consecutive failures, Apple out of reach past the outage limit).
+///
+/// While Apple answers no one (connection refused, timeouts, 5xx), the job pauses: each worker keeps its user
+/// and asks again after the job's backoff, until Apple answers (then everyone goes on, nothing lost) or
+/// ``BulkJobOptions/maxOutageSeconds`` have passed (then it stops, every row still pending, for a rerun).
 ///
 /// Resumable by construction: a row is finished in the same transaction that stores Apple's answer, and an
 /// unfinished lease simply expires, so a crash loses nothing and a rerun continues.
@@ -138,6 +173,13 @@ public final class BulkJob: Sendable {
         var consecutiveFailures = 0
         var identicalFailures = 0
         var lastFailure = ""
+        /// Requests Apple answered in this run (anything but an outage's failure or a 429).
+        var answers = 0
+        /// The first outage failure since Apple last answered, and the outage failures since then.
+        var unreachableSince: ContinuousClock.Instant?
+        var unreachableFailures = 0
+        /// Whether a worker is past its quick retries, waiting for Apple to answer anyone.
+        var paused = false
     }
 
     /// Creates a job.
@@ -171,6 +213,23 @@ public final class BulkJob: Sendable {
 
     private var stopReason: BulkJobError? { control.withLock { $0.stopReason } }
 
+    /// The pause in progress while Apple answers no one (once a worker is past its quick retries), or nil.
+    public var pause: BulkJobPause? {
+        control.withLock { $0.paused ? $0.unreachableSince : nil }.map { BulkJobPause(seconds: Self.seconds(ContinuousClock.now - $0), limit: options.maxOutageSeconds) }
+    }
+
+    private static func seconds(_ duration: Duration) -> Double {
+        Double(duration.components.seconds) + Double(duration.components.attoseconds) / 1e18
+    }
+
+    /// Waits the job's one backoff after the `failures`-th failure in a row (retries, Apple's outages and the
+    /// database's alike): ``BulkJobOptions/retryDelay`` doubled per failure up to ``BulkJobOptions/maxRetryDelay``,
+    /// half of it jittered. Returns early when the task is cancelled.
+    private func backOff(afterFailure failures: Int) async {
+        let delay = RetryPolicy(baseDelay: options.retryDelay, maxDelay: options.maxRetryDelay).backoff(afterAttempt: failures, jitter: Double.random(in: 0...1))
+        try? await Task.sleep(nanoseconds: RetryPolicy.nanoseconds(delay))
+    }
+
     /// Stops the job (the first reason wins); workers finish their current request and give back their rows.
     public func stop(_ reason: BulkJobError) {
         control.withLock { control in
@@ -189,12 +248,11 @@ public final class BulkJob: Sendable {
         }
         await feeder.releaseAll()
         let remaining = try? await ridingOutage { try await queue.pendingCount() }
-        let elapsed = ContinuousClock.now - started
         return BulkJobSummary(
             counts: counters.snapshot,
             remaining: remaining,
             stopReason: stopReason,
-            elapsed: Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18,
+            elapsed: Self.seconds(ContinuousClock.now - started),
             finalRate: limiter.currentRate
         )
     }
@@ -228,12 +286,12 @@ public final class BulkJob: Sendable {
         return error.isUnavailable && error.code != .poolClosed
     }
 
-    /// Runs `operation`; while it fails with a database outage, waits (0.1 s doubling to 2 s, jittered) and runs it
-    /// again, for at most ``BulkJobOptions/databaseRetrySeconds`` from the first failure. A stopped job waits no more.
+    /// Runs `operation`; while it fails with a database outage, waits with the backoff and runs it again, for at
+    /// most ``BulkJobOptions/databaseRetrySeconds`` from the first failure. A stopped job waits no more.
     /// - Throws: the last error once the time is up, or any other error at once.
     private func ridingOutage<T>(_ operation: () async throws -> T) async throws -> T {
         var outageStarted: ContinuousClock.Instant?
-        var delay = 0.1
+        var failures = 0
         while true {
             do {
                 return try await operation()
@@ -244,8 +302,8 @@ public final class BulkJob: Sendable {
                     logger.warning("database unavailable; waiting for it", ["error": FailureKind.reason(error)])
                 }
                 guard ContinuousClock.now - started < .seconds(options.databaseRetrySeconds), !Task.isCancelled, stopReason == nil else { throw error }
-                try? await Task.sleep(for: .milliseconds(Int64(delay * Double.random(in: 0.5...1) * 1000)))
-                delay = min(2, delay * 2)
+                failures += 1
+                await backOff(afterFailure: failures)
             }
         }
     }
@@ -260,8 +318,9 @@ public final class BulkJob: Sendable {
     /// Works on `item` until it is finished, recorded, deferred or given back; `holdingSlot` says whether the
     /// rate limiter's slot for the first request was already taken (later requests wait for their own).
     private func process(_ item: TransferQueue.Item, holdingSlot: Bool) async {
-        var transientTries = 0
+        var retries = 0
         var rateLimitedTries = 0
+        var outage = UserOutage()
         var holdingSlot = holdingSlot
         while true {
             if stopReason != nil || Date() >= item.leaseEnds {
@@ -278,6 +337,7 @@ public final class BulkJob: Sendable {
                 }
                 counters.update { $0.requests += 1 }
                 let outcome = try await step.perform(item)
+                appleAnswered()
                 switch outcome {
                 case .done: counters.update { $0.succeeded += 1 }
                 case .alreadyDone: counters.update { $0.alreadyDone += 1 }
@@ -296,6 +356,7 @@ public final class BulkJob: Sendable {
             } catch where BulkJob.isDatabaseOutage(error) {
                 // Apple answered, but the database did not store it: wait for the database, then give the row
                 // back; it is simply leased again (the answer is asked for again, and applying it twice is a no-op).
+                appleAnswered()
                 do {
                     try await ridingOutage { try await queue.release([item]) }
                 } catch {
@@ -311,18 +372,32 @@ public final class BulkJob: Sendable {
                     limiter.rateLimited(retryAfter: (error as? AppleClientError)?.retryAfter)
                     rateLimitedTries += 1
                     if rateLimitedTries <= options.maxRateLimitedRetries { continue }
-                    await recordFailure(item, reason: reason)
-                    return
+                    // Throttled past the limit: as good as unreachable.
+                    outage.tries = max(outage.tries, options.transientRetries)
+                    fallthrough
+                case .outage:
+                    switch appleDidNotAnswer(&outage, reason: reason) {
+                    case .wait(let failures):
+                        await backOff(afterFailure: failures)
+                        continue
+                    case .deferUser:
+                        await recordFailure(item, reason: reason, sharedCause: false)
+                        return
+                    case .stop:
+                        try? await queue.release([item])
+                        return
+                    }
                 case .transient:
-                    transientTries += 1
-                    if transientTries <= options.transientRetries {
-                        let delay = options.retryDelay * pow(2, Double(transientTries - 1)) * Double.random(in: 0.5...1)
-                        try? await Task.sleep(nanoseconds: RetryPolicy.nanoseconds(delay))
+                    appleAnswered()
+                    retries += 1
+                    if retries <= options.transientRetries {
+                        await backOff(afterFailure: retries)
                         continue
                     }
-                    await recordFailure(item, reason: reason)
+                    await recordFailure(item, reason: reason, sharedCause: true)
                     return
                 case .user:
+                    appleAnswered()
                     // After the window, Apple refuses everyone with invalid_request: that is the window, not the user.
                     guard windowAllows(now()) else {
                         stop(windowClosedError())
@@ -332,6 +407,7 @@ public final class BulkJob: Sendable {
                     await recordUnresolvable(item, reason: reason)
                     return
                 case .fatal:
+                    appleAnswered()
                     // After the window the sender no longer owns the app: invalid_client is the window too.
                     guard windowAllows(now()) else {
                         stop(windowClosedError())
@@ -347,11 +423,72 @@ public final class BulkJob: Sendable {
         }
     }
 
+    /// One user's run of failures while Apple did not answer: how many, and how many requests Apple had answered
+    /// (for anyone) before the first.
+    private struct UserOutage {
+        var tries = 0
+        var answersBefore: Int?
+    }
+
+    /// What a worker does after Apple did not answer its user.
+    private enum OutageAction {
+        /// Waits the backoff after this many failures in a row, then asks again for the same user.
+        case wait(failures: Int)
+        /// Apple answers others: the trouble is this user's, so the row is deferred.
+        case deferUser
+        /// Apple has answered no one for longer than the limit: the job is stopped.
+        case stop
+    }
+
+    /// Notes that Apple answered a request (whatever it said): an outage, if any, is over.
+    private func appleAnswered() {
+        let ended = control.withLock { control -> ContinuousClock.Instant? in
+            control.answers += 1
+            defer {
+                control.unreachableSince = nil
+                control.unreachableFailures = 0
+                control.paused = false
+            }
+            return control.paused ? control.unreachableSince : nil
+        }
+        if let ended { logger.info("Apple answers again; going on", ["paused_s": String(Int(Self.seconds(ContinuousClock.now - ended)))]) }
+    }
+
+    /// Notes that Apple did not answer the request for a user (`outage` its failures so far) and decides what
+    /// the worker does: a few quick retries of its own; then, while Apple answers no one, waits for it up to
+    /// ``BulkJobOptions/maxOutageSeconds`` (counted from Apple's last answer); when Apple answered others since
+    /// this user's first failure, defers the user.
+    private func appleDidNotAnswer(_ outage: inout UserOutage, reason: String) -> OutageAction {
+        outage.tries += 1
+        let now = ContinuousClock.now
+        let (answers, since, failures) = control.withLock { control in
+            let since = control.unreachableSince ?? now
+            control.unreachableSince = since
+            control.unreachableFailures += 1
+            return (control.answers, since, control.unreachableFailures)
+        }
+        let answersBefore = outage.answersBefore ?? answers
+        outage.answersBefore = answersBefore
+        if outage.tries <= options.transientRetries { return .wait(failures: failures) }
+        if answers > answersBefore { return .deferUser }
+        let unreachable = Self.seconds(now - since)
+        guard unreachable < options.maxOutageSeconds else {
+            stop(BulkJobError(.appleUnreachable, "Apple has not answered for \(Int(unreachable)) s (the limit, --max-outage, is \(Int(options.maxOutageSeconds)) s; last error: \(reason)); no user was marked failed for it; rerun to continue once Apple answers"))
+            return .stop
+        }
+        let pausing = control.withLock { control in
+            defer { control.paused = true }
+            return !control.paused
+        }
+        if pausing { logger.warning("Apple answers no one; pausing until it does", ["error": reason, "limit_s": String(Int(options.maxOutageSeconds))]) }
+        return .wait(failures: failures)
+    }
+
     /// Records the row `unresolvable` and counts a failure.
     private func recordUnresolvable(_ item: TransferQueue.Item, reason: String) async {
         // A shared cause (every row refused alike) stops the job before this row is marked.
         if identicalFailuresWouldStop(reason) {
-            noteFailure(reason)
+            noteFailure(reason, sharedCause: true)
             try? await ridingOutage { try await queue.release([item]) }
             return
         }
@@ -364,11 +501,12 @@ public final class BulkJob: Sendable {
         }
         counters.update { $0.unresolvable += 1 }
         logger.info("user unresolvable", ["reason": reason])
-        noteFailure(reason)
+        noteFailure(reason, sharedCause: true)
     }
 
-    /// Defers the row (or fails it after its last attempt) and counts a failure.
-    private func recordFailure(_ item: TransferQueue.Item, reason: String) async {
+    /// Defers the row (or fails it after its last attempt) and counts a failure; `sharedCause` says whether it
+    /// counts towards ``BulkJobOptions/maxIdenticalFailures``.
+    private func recordFailure(_ item: TransferQueue.Item, reason: String, sharedCause: Bool) async {
         let final: Bool
         do {
             final = try await ridingOutage { try await queue.postpone(item, reason: reason) }
@@ -381,7 +519,7 @@ public final class BulkJob: Sendable {
             if final { $0.failedForGood += 1 }
         }
         logger.info("attempt failed", ["reason": reason])
-        noteFailure(reason)
+        noteFailure(reason, sharedCause: sharedCause)
     }
 
     /// Whether one more failure with `reason` makes ``BulkJobOptions/maxIdenticalFailures`` in a row.
@@ -391,11 +529,15 @@ public final class BulkJob: Sendable {
         }
     }
 
-    private func noteFailure(_ reason: String) {
+    /// Counts a failure in a row, and when `sharedCause` (a refusal or an unexpected answer, never an outage) one
+    /// with the same reason; stops the job at either limit.
+    private func noteFailure(_ reason: String, sharedCause: Bool) {
         let (count, identical, stopNow) = control.withLock { control -> (Int, Int, Bool) in
             control.consecutiveFailures += 1
-            control.identicalFailures = control.lastFailure == reason ? control.identicalFailures + 1 : 1
-            control.lastFailure = reason
+            if sharedCause {
+                control.identicalFailures = control.lastFailure == reason ? control.identicalFailures + 1 : 1
+                control.lastFailure = reason
+            }
             return (control.consecutiveFailures, control.identicalFailures,
                     control.consecutiveFailures >= options.maxConsecutiveFailures || control.identicalFailures >= options.maxIdenticalFailures)
         }

@@ -21,6 +21,8 @@ public struct BulkJobError: Error, Equatable, CustomStringConvertible {
         case configuration
         /// The job stopped: credentials refused, too many consecutive failures, or the database failing.
         case stopped
+        /// The job stopped because Apple answered no one for longer than its outage limit (`--max-outage`).
+        case appleUnreachable = "apple_unreachable"
     }
 
     /// The stable code.

@@ -42,7 +42,8 @@ public struct BulkRun: Sendable {
     /// the summary.
     public func run(total: Int, isTerminal: Bool = isatty(STDERR_FILENO) == 1, logInterval: Double = 5,
                     write: @escaping @Sendable (String) -> Void = { FileHandle.standardError.write(Data($0.utf8)) }) async -> BulkJobSummary {
-        let reporter = ProgressReporter(total: total, counters: job.counters, window: window, isTerminal: isTerminal, logInterval: logInterval, write: write)
+        let reporter = ProgressReporter(total: total, counters: job.counters, window: window, isTerminal: isTerminal, logInterval: logInterval, write: write,
+                                        paused: { [job] in job.pause })
         reporter.start()
         let summary = await job.run()
         await reporter.finish()

@@ -2,7 +2,9 @@ import Foundation
 import BatonPostgres
 
 /// Walks the application's legacy user table in key order, a page at a time (keyset pagination: never
-/// OFFSET, never all rows at once), and gives every user with an Apple subject a row in `baton.transfers`.
+/// OFFSET, never all rows at once), and gives its users rows in `baton.transfers`: on the sender's side every
+/// user with an Apple subject (``seed()``), on the recipient's side between companies every row whose transfer
+/// column holds a transfer identifier (``seedTransferColumn()``).
 ///
 /// Users who already have one are skipped (`ON CONFLICT DO NOTHING`), so the walk is idempotent and several
 /// processes may walk at once. When the configuration names a transfer column, a value found there is stored
@@ -22,8 +24,45 @@ public struct LegacySeeder: Sendable {
         self.pageSize = max(1, pageSize)
     }
 
-    /// Walks the whole table; returns the rows added.
+    /// The sender's walk, over the whole table; returns the rows added.
     public func seed() async throws -> Int {
+        try await walk(where: "true", insert: Self.insertSubjects)
+    }
+
+    /// The recipient's walk between companies: every row whose ``BatonConfiguration/LegacyIdentifiers/transferColumn``
+    /// holds a transfer identifier (loaded from the sender's export, the subject still NULL) that no
+    /// `baton.transfers` row knows gets a pending row naming it by key, as `baton import transfers` of a
+    /// `key,transfer_sub` file made from that column would; returns the rows added (0 without a transfer column).
+    public func seedTransferColumn() async throws -> Int {
+        guard legacy.transferColumn != nil else { return 0 }
+        return try await walk(where: Self.awaitingExchange(legacy), insert: Self.insertTransferColumn)
+    }
+
+    /// The condition on a legacy row (alias `u`) that ``seedTransferColumn()`` would queue and has not yet: a
+    /// transfer identifier in the transfer column that no `baton.transfers` row holds, no subject, the configured
+    /// filters. Nil without a transfer column. Such users are pending all the same: the report counts and lists
+    /// them, `--dry-run` counts them.
+    public static func unqueuedTransferColumnRows(_ legacy: BatonConfiguration.LegacyIdentifiers) -> PostgresQuery? {
+        guard let column = legacy.transferColumn else { return nil }
+        return "\(unsafeRaw: awaitingExchange(legacy))" + legacy.filterSQL()
+            + " AND NOT EXISTS (SELECT 1 FROM baton.transfers t WHERE t.transfer_sub = u.\(column)::text)"
+    }
+
+    /// How many legacy rows meet ``unqueuedTransferColumnRows(_:)`` (the statement; nil without a transfer column).
+    public static func unqueuedTransferColumnCount(_ legacy: BatonConfiguration.LegacyIdentifiers) -> PostgresQuery? {
+        unqueuedTransferColumnRows(legacy).map { "SELECT count(*) FROM \(legacy.table) u WHERE " + $0 }
+    }
+
+    /// The recipient's rows awaiting an exchange: a transfer identifier in the transfer column, no subject yet.
+    private static func awaitingExchange(_ legacy: BatonConfiguration.LegacyIdentifiers) -> String {
+        guard let column = legacy.transferColumn else { return "false" }
+        let subject = "u.\(legacy.subjectColumn.quoted)"
+        return "u.\(column.quoted) IS NOT NULL AND u.\(column.quoted)::text <> '' AND (\(subject) IS NULL OR \(subject)::text = '')"
+    }
+
+    /// Walks the rows of the legacy table meeting `condition` (and the configured filters) in key order, a page at
+    /// a time, running `insert` over each page; returns the rows added.
+    private func walk(where condition: String, insert: String) async throws -> Int {
         var after: String?
         var added = 0
         while true {
@@ -31,11 +70,11 @@ public struct LegacySeeder: Sendable {
             let page: PostgresQuery
             let common = """
                 SELECT u.\(legacy.keyColumn.quoted) AS key, u.\(legacy.subjectColumn.quoted)::text AS subject, \(transfer) AS transfer_sub
-                FROM \(legacy.table.quoted) u WHERE true
+                FROM \(legacy.table.quoted) u WHERE \(condition)
                 """
             let afterKey: PostgresQuery = after.map { "AND u.\(legacy.keyColumn) > \($0)" } ?? ""
             page = "WITH page AS (\(unsafeRaw: common)" + legacy.filterSQL() + " " + afterKey
-                + " ORDER BY u.\(legacy.keyColumn) LIMIT \(pageSize)), \(unsafeRaw: Self.insertAndReport)"
+                + " ORDER BY u.\(legacy.keyColumn) LIMIT \(pageSize)), \(unsafeRaw: insert) \(unsafeRaw: Self.report)"
             let row = try await pool.query(page)[0]
             guard let last = try row.decode(String?.self, at: 0) else { return added }
             added += try row.decode(Int.self, at: 1)
@@ -60,9 +99,8 @@ public struct LegacySeeder: Sendable {
         return (count, try rows.map { try $0.decode(String.self, at: 0) })
     }
 
-    /// Inserts the page's users that have a subject and are not already known (as old or new identifier), and
-    /// returns the page's last key (as text) and the rows added.
-    private static let insertAndReport = """
+    /// Inserts the page's users that have a subject and are not already known (as old or new identifier).
+    private static let insertSubjects = """
         added AS (
             INSERT INTO baton.transfers (old_sub, transfer_sub)
             SELECT p.subject, p.transfer_sub FROM page p
@@ -72,6 +110,19 @@ public struct LegacySeeder: Sendable {
             ON CONFLICT (old_sub) DO NOTHING
             RETURNING 1
         )
-        SELECT (SELECT key::text FROM page ORDER BY key DESC LIMIT 1), (SELECT count(*) FROM added)
         """
+
+    /// Inserts the page's transfer identifiers that no row holds yet (one `import transfers` already loaded, or a
+    /// sign-in already migrated), each with the row's key.
+    private static let insertTransferColumn = """
+        added AS (
+            INSERT INTO baton.transfers (legacy_key, transfer_sub)
+            SELECT p.key::text, p.transfer_sub FROM page p
+            ON CONFLICT (transfer_sub) DO NOTHING
+            RETURNING 1
+        )
+        """
+
+    /// The page's last key (as text) and the rows added.
+    private static let report = "SELECT (SELECT key::text FROM page ORDER BY key DESC LIMIT 1), (SELECT count(*) FROM added)"
 }

@@ -83,8 +83,9 @@ public struct ProgressFormatter: Sendable {
     /// `[#########.....................] 1200/4000 30% 198.5/s errors 3 left 14 seconds, by day 12: before day 60`
     ///
     /// The part after the ETA appears with an open ``window``: `after day 60` warns that at this rate the
-    /// job would still be running when Apple stops answering.
-    public func bar(_ counts: JobCounters.Snapshot, elapsed: TimeInterval, now: Date = Date()) -> String {
+    /// job would still be running when Apple stops answering. While the job is `paused` for Apple, the line
+    /// ends with `paused: apple unreachable for 42 s (limit 3600 s)`.
+    public func bar(_ counts: JobCounters.Snapshot, elapsed: TimeInterval, now: Date = Date(), paused: BulkJobPause? = nil) -> String {
         let done = min(counts.processed, total)
         let fraction = total > 0 ? Double(done) / Double(total) : 1
         let filled = Int((fraction * Double(barWidth)).rounded(.down))
@@ -94,17 +95,20 @@ public struct ProgressFormatter: Sendable {
         if let left, let landing = landing(secondsLeft: left, now: now) {
             leftText += ", by day \(landing.day): \(landing.beforeDeadline ? "before" : "after") day 60"
         }
-        return "[\(bar)] \(done)/\(total) \(Int((fraction * 100).rounded(.down)))% \(String(format: "%.1f", perSecond))/s errors \(counts.errors) left \(leftText)"
+        let pausedText = paused.map { " paused: apple unreachable for \(Int($0.seconds)) s (limit \(Int($0.limit)) s)" } ?? ""
+        return "[\(bar)] \(done)/\(total) \(Int((fraction * 100).rounded(.down)))% \(String(format: "%.1f", perSecond))/s errors \(counts.errors) left \(leftText)\(pausedText)"
     }
 
     /// `progress done=1200 total=4000 rate_per_s=198.5 errors=3 rate_limited=0 eta_s=14`, then with an open
-    /// ``window`` ` eta_day=12 eta_before_day_60=true`.
-    public func logLine(_ counts: JobCounters.Snapshot, elapsed: TimeInterval, now: Date = Date()) -> String {
+    /// ``window`` ` eta_day=12 eta_before_day_60=true`, and while `paused` for Apple
+    /// ` paused=apple_unreachable paused_s=42 pause_limit_s=3600`.
+    public func logLine(_ counts: JobCounters.Snapshot, elapsed: TimeInterval, now: Date = Date(), paused: BulkJobPause? = nil) -> String {
         let (perSecond, left) = rates(counts, elapsed: elapsed)
         var line = "progress done=\(counts.processed) total=\(total) rate_per_s=\(String(format: "%.1f", perSecond)) errors=\(counts.errors) rate_limited=\(counts.rateLimited) eta_s=\(left.map { String(Int($0.rounded())) } ?? "unknown")"
         if let left, let landing = landing(secondsLeft: left, now: now) {
             line += " eta_day=\(landing.day) eta_before_day_60=\(landing.beforeDeadline)"
         }
+        if let paused { line += " paused=apple_unreachable paused_s=\(Int(paused.seconds)) pause_limit_s=\(Int(paused.limit))" }
         return line
     }
 }
@@ -117,6 +121,7 @@ public final class ProgressReporter: Sendable {
     private let isTerminal: Bool
     private let interval: Duration
     private let write: @Sendable (String) -> Void
+    private let paused: @Sendable () -> BulkJobPause?
     private let started = ContinuousClock.now
     private let task = Mutex<Task<Void, Never>?>(nil)
 
@@ -125,13 +130,16 @@ public final class ProgressReporter: Sendable {
     ///   - window: the transfer's window, so the ETA says whether it lands before or after day 60; default nil.
     ///   - isTerminal: draw a bar (true) or print log lines (false); default: whether standard error is a terminal.
     ///   - logInterval: seconds between log lines; default 5.
+    ///   - paused: the job's pause while Apple is unreachable (``BulkJob/pause``), shown on the line; default none.
     public init(total: Int, counters: JobCounters, window: TransferWindow? = nil, isTerminal: Bool = isatty(STDERR_FILENO) == 1, logInterval: Double = 5,
-                write: @escaping @Sendable (String) -> Void = { FileHandle.standardError.write(Data($0.utf8)) }) {
+                write: @escaping @Sendable (String) -> Void = { FileHandle.standardError.write(Data($0.utf8)) },
+                paused: @escaping @Sendable () -> BulkJobPause? = { nil }) {
         formatter = ProgressFormatter(total: total, window: window)
         self.counters = counters
         self.isTerminal = isTerminal
         interval = isTerminal ? .milliseconds(250) : .milliseconds(Int64(logInterval * 1000))
         self.write = write
+        self.paused = paused
     }
 
     private var elapsed: TimeInterval {
@@ -153,9 +161,9 @@ public final class ProgressReporter: Sendable {
 
     private func draw() {
         if isTerminal {
-            write("\r" + formatter.bar(counters.snapshot, elapsed: elapsed) + "\u{1B}[K")
+            write("\r" + formatter.bar(counters.snapshot, elapsed: elapsed, paused: paused()) + "\u{1B}[K")
         } else {
-            write(formatter.logLine(counters.snapshot, elapsed: elapsed) + "\n")
+            write(formatter.logLine(counters.snapshot, elapsed: elapsed, paused: paused()) + "\n")
         }
     }
 

@@ -82,7 +82,7 @@ public struct ReportBuilder: Sendable {
         let identifiers = try legacy?.identifiers()
         // One more unresolved user than asked, to know whether another page follows.
         let pageLimit = limit == 0 || limit == .max ? limit : limit + 1
-        let (counts, days, pace, reasons, listed) = try await pool.withConnection { connection in
+        let (counts, days, pace, reasons, listed, unqueued) = try await pool.withConnection { connection in
             // One snapshot for every figure and the list, so they agree even while workers write.
             try await connection.withTransaction(isolation: .repeatableRead) { connection in
                 (
@@ -90,7 +90,8 @@ public struct ReportBuilder: Sendable {
                     try await dayCounts(connection),
                     try await paceCount(connection),
                     try await reasonCounts(connection),
-                    try await page(connection, after: after, limit: pageLimit, identifiers: identifiers)
+                    try await page(connection, after: after, limit: pageLimit, identifiers: identifiers),
+                    try await unqueuedTransferColumnCount(connection, identifiers)
                 )
             }
         }
@@ -104,7 +105,7 @@ public struct ReportBuilder: Sendable {
         let byState = { (state: String) in counts.filter { $0.key.state == state }.reduce(0) { $0 + $1.value } }
         let totals = MigrationReport.Totals(
             migrated: byState("migrated"),
-            pending: byState("pending"),
+            pending: byState("pending") + unqueued,
             failed: byState("failed"),
             unresolvable: byState("unresolvable"),
             unmatchedSignins: try await pool.query("""
@@ -219,6 +220,12 @@ public struct ReportBuilder: Sendable {
         return (try rows.first?.decode(Int.self, at: 0) ?? 0, days)
     }
 
+    /// The recipient's rows carrying a transfer identifier that `baton exchange` has not queued yet: pending too.
+    private func unqueuedTransferColumnCount(_ connection: PostgresConnection, _ identifiers: BatonConfiguration.LegacyIdentifiers?) async throws -> Int {
+        guard let query = identifiers.flatMap(LegacySeeder.unqueuedTransferColumnCount) else { return 0 }
+        return try await connection.query(query)[0].decode(Int.self, at: 0)
+    }
+
     private func reasonCounts(_ connection: PostgresConnection) async throws -> MigrationReport.Failures {
         let rows = try await connection.query("""
             SELECT state, reason, n, count(*) OVER () AS groups
@@ -259,7 +266,9 @@ public struct ReportBuilder: Sendable {
 
     /// One page of users not migrated, in `old_sub` order (the transfer identifier standing in for a row known
     /// only by it), each with its legacy row's key and email (the Apple row carrying `old_sub`, or between
-    /// companies the row the transfer identifier leads to): an index scan of `transfers_unresolved_idx`.
+    /// companies the row the transfer identifier leads to): an index scan of `transfers_unresolved_idx`. Between
+    /// companies, rows of the legacy table whose transfer identifier the exchange has not queued yet are merged in
+    /// as pending, by their transfer identifier.
     static func unresolvedQuery(after: String?, limit: Int, identifiers: BatonConfiguration.LegacyIdentifiers?) -> PostgresQuery {
         guard let identifiers else {
             return """
@@ -281,12 +290,18 @@ public struct ReportBuilder: Sendable {
             LEFT JOIN LATERAL (
                 (\(unsafeRaw: select)u.\(l.subjectColumn) = t.old_sub
             """
-        return legacyRow + l.filterSQL() + " LIMIT 1) UNION ALL (\(unsafeRaw: select)t.old_sub IS NULL AND " + byTransfer + l.filterSQL() + """
+        let queued = legacyRow + l.filterSQL() + " LIMIT 1) UNION ALL (\(unsafeRaw: select)t.old_sub IS NULL AND " + byTransfer + l.filterSQL() + """
              LIMIT 1) LIMIT 1) AS legacy ON true
             WHERE t.state <> 'migrated' AND (\(after)::text IS NULL OR COALESCE(t.old_sub, t.transfer_sub) > \(after))
             ORDER BY COALESCE(t.old_sub, t.transfer_sub)
             LIMIT \(limit)
             """
+        guard let unqueued = LegacySeeder.unqueuedTransferColumnRows(l), let column = l.transferColumn else { return queued }
+        let awaiting: PostgresQuery = """
+            SELECT u.\(column)::text, 'pending'::text, 0, NULL::text, u.\(l.keyColumn)::text, \(unsafeRaw: l.emailSQL)
+            FROM \(l.table) AS u\(unsafeRaw: l.emailJoinSQL) WHERE (\(after)::text IS NULL OR u.\(column)::text > \(after))
+            """
+        return "SELECT * FROM ((" + queued + ") UNION ALL (" + awaiting + " AND " + unqueued + " ORDER BY 1 LIMIT \(limit))) AS unresolved ORDER BY 1 LIMIT \(limit)"
     }
 
     // MARK: - Derived figures

@@ -17,7 +17,8 @@ let exchangeCommand = Command(
     options: bulkOptions,
     discussion: """
     Resumable and safe to run from several processes and machines at once. Refuses to start once the
-    60-day window after apple.transfer.accepted_at has closed.
+    60-day window after apple.transfer.accepted_at has closed. While Apple is unreachable the job
+    pauses (the progress line says for how long) and goes on when it is back, up to --max-outage.
     Exit status: 0 every user done, 1 some user failed or the job stopped, 2 usage or configuration.
     """,
     run: { parsed in
@@ -36,6 +37,7 @@ let bulkOptions: [Option] = [
     .flag("retry-failed", "make rows that failed their last attempt pending again first"),
     .flag("retry-unresolvable", "make rows marked unresolvable pending again first (after fixing a shared\ncause: the job stops after 10 consecutive failures with the same error)"),
     .number("db-retry-seconds", "S", default: 60, in: 0...86_400, "how long to ride out a lost database (restart, failover) before stopping:\nworkers wait with backoff, reconnect and go on"),
+    .number("max-outage", "S", default: 3_600, in: 0...5_184_000, "how long to wait while Apple answers no one (connection refused, timeouts,\n5xx, 429s) before stopping: the job pauses, retries with backoff and goes on\nwhen Apple is back; no user is failed for it"),
 ]
 
 /// Runs `baton exchange` (recipient) or `baton transfer-ids` (sender).
@@ -46,6 +48,7 @@ func runBulkCommand(_ parsed: Arguments, side: BatonConfiguration.TransferSide) 
     let lease = parsed.integer("lease")
     let maxFailures = parsed.integer("max-failures")
     let databaseRetrySeconds = parsed.number("db-retry-seconds")
+    let maxOutageSeconds = parsed.number("max-outage")
     let configuration = try await parsed.configuration()
     guard let transfer = configuration.apple.transfer else {
         throw CommandFailure.usage("no transfer is configured: set apple.transfer (see sample-config/README.md)")
@@ -87,9 +90,7 @@ func runBulkCommand(_ parsed: Arguments, side: BatonConfiguration.TransferSide) 
         }
         guard AppleIdentifierFormat.isTeamID(target) else { throw CommandFailure.usage("the target team '\(target)' is not a team ID (10 upper-case letters or digits)") }
         targetTeamID = target
-        let legacy: BatonConfiguration.LegacyIdentifiers
-        do { legacy = try configuration.legacy.identifiers() } catch let error as ConfigurationError { throw CommandFailure.usage("\(error)") }
-        let seeder = LegacySeeder(pool: pool, legacy: legacy)
+        let seeder = LegacySeeder(pool: pool, legacy: try legacyIdentifiers(configuration))
         let preview: (count: Int, sample: [String])
         do { preview = try await seeder.preview() } catch let error as PostgresError {
             throw CommandFailure.failed("baton \(name): cannot read the legacy table: \(error)")
@@ -117,6 +118,16 @@ func runBulkCommand(_ parsed: Arguments, side: BatonConfiguration.TransferSide) 
         }
     }
 
+    // The recipient between companies: rows of the legacy table carrying a transfer identifier in
+    // legacy.transfer_column join the queue (what `import transfers` of that column would load).
+    if side == .recipient, !parsed.flag("dry-run") {
+        do {
+            let added = try await LegacySeeder(pool: pool, legacy: try legacyIdentifiers(configuration)).seedTransferColumn()
+            if added > 0 { logger.info("transfer identifiers of the legacy table queued", ["added": String(added)]) }
+        } catch let error as PostgresError {
+            throw CommandFailure.failed("baton \(name): cannot walk the legacy table: \(error)")
+        }
+    }
     if parsed.flag("retry-failed"), !parsed.flag("dry-run") {
         let reset = try await queue.retryFailed()
         if reset > 0 { printError("\(reset) failed rows made pending again") }
@@ -141,7 +152,10 @@ func runBulkCommand(_ parsed: Arguments, side: BatonConfiguration.TransferSide) 
     }
 
     if parsed.flag("dry-run") {
-        if side == .sender { pending = try await LegacySeeder(pool: pool, legacy: try configuration.legacy.identifiers()).preview(sample: 0).count }
+        if side == .sender { pending = try await LegacySeeder(pool: pool, legacy: try legacyIdentifiers(configuration)).preview(sample: 0).count }
+        if side == .recipient, let unseeded = LegacySeeder.unqueuedTransferColumnCount(try legacyIdentifiers(configuration)) {
+            pending += try await pool.query(unseeded)[0].decode(Int.self, at: 0)
+        }
         // The same calls a real run starts with: the access token, and for the sender one transfer identifier
         // (the first user's; Apple gives the same one again, and nothing is stored).
         do {
@@ -163,7 +177,7 @@ func runBulkCommand(_ parsed: Arguments, side: BatonConfiguration.TransferSide) 
         work = .transferIdentifiers(targetTeamID: targetTeamID)
     }
     let run = try BulkRun(queue: queue, work: work, client: client, options: BulkJobOptions(workers: workers, rate: rate, maxConsecutiveFailures: maxFailures,
-                                                                                                 databaseRetrySeconds: databaseRetrySeconds),
+                                                                                                 databaseRetrySeconds: databaseRetrySeconds, maxOutageSeconds: maxOutageSeconds),
                           window: window, logger: logger)
     let summary = await run.run(total: pending)
     printSummary(name, summary)
@@ -189,8 +203,13 @@ func printSummary(_ name: String, _ summary: BulkJobSummary) {
 
 /// The migration store the exchange applies its answers through (the one sign-ins use).
 func migrationStore(configuration: BatonConfiguration, pool: PostgresPool) throws -> LegacyStore {
+    LegacyStore(pool: pool, legacy: try legacyIdentifiers(configuration))
+}
+
+/// The configuration's legacy table, validated; a usage error when it is not.
+func legacyIdentifiers(_ configuration: BatonConfiguration) throws -> BatonConfiguration.LegacyIdentifiers {
     do {
-        return LegacyStore(pool: pool, legacy: try configuration.legacy.identifiers())
+        return try configuration.legacy.identifiers()
     } catch let error as ConfigurationError {
         throw CommandFailure.usage("\(error)")
     }
