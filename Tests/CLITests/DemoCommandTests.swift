@@ -85,6 +85,22 @@ struct DemoCommandTests {
         }
     }
 
+    @Test("--late-start: the service starts an hour after acceptance; the second accounts made meanwhile are found and merged")
+    func lateStart() async throws {
+        let databaseURL = try TestDatabase.create("demo_late")
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("demo-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let result = try await runBatonOffPool(["demo", "--database-url", databaseURL, "--users", "60", "--concurrency", "4", "--stragglers", "0",
+                                                "--late-start", "--out", directory.appendingPathComponent("r.html").path])
+        #expect(result.status == 0, "\(result.stdout)\n\(result.stderr)")
+        #expect(result.stdout.contains("meanwhile 3 users signed in at the login endpoint without it"), "\(result.stdout)")
+        #expect(result.stdout.contains("3 of the 3 second accounts met by the exchange"), "\(result.stdout)")
+        #expect(result.stdout.contains("Duplicates (3; 0 waiting for baton merge)"))
+        // The second accounts are not users: 20 sign in on a device, 40 are exchanged (3 of them merged).
+        #expect(Account(result.stdout) == Account(signIn: 20, exchange: 40, unresolved: 0, sum: 60, total: 60))
+    }
+
     @Test("drops its tables afterwards unless asked to keep them; with no stragglers nobody is left")
     func cleansUp() async throws {
         let databaseURL = try TestDatabase.create("demo_clean")
@@ -145,6 +161,7 @@ struct DemoCommandTests {
         ["demo", "--database-url", "postgresql:///x", "--stragglers", "-1"],
         ["demo", "--database-url", "postgresql:///x", "extra"],
         ["demo", "--database-url", "postgresql:///x", "--unknown"],
+        ["demo", "--database-url", "postgresql:///x", "--late-start", "--schema", "allauth"],
     ])
     func usageErrors(arguments: [String]) async throws {
         let result = try await runBatonOffPool(arguments, environment: ["BATON_DATABASE_URL": ""])

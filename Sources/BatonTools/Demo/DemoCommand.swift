@@ -24,6 +24,7 @@ package let demoCommand = Command(
         .choice("schema", DemoSchema.allCases.map(\.rawValue), default: DemoSchema.users.rawValue,
                 "the app's tables: users (public.users), or the tables an auth framework creates\n(docs/schemas.md); DEMO_FLAGS=--schema allauth"),
         .flag("cross-company", "team B is another company: team A exports keys and transfer identifiers only\n(transfer-ids --export), team B loads them with NULL subjects into a database of\nits own (created beside the given one) and imports key,transfer_sub"),
+        .flag("late-start", "Baton's service starts an hour after acceptance: users who signed in meanwhile got\na second account, which the exchange finds and merges (users schema only)"),
     ],
     discussion: """
     Everything it starts (the emulator, the service, the jobs) runs in this process on 127.0.0.1 and
@@ -38,6 +39,9 @@ package let demoCommand = Command(
         let users = parsed.integer("users")
         // A choice of the schemas' names, so the value always names one.
         let schema = DemoSchema(rawValue: parsed.required("schema")) ?? .users
+        if parsed.flag("late-start") && (schema != .users || parsed.flag("cross-company")) {
+            throw CommandFailure.usage("--late-start runs on the users schema, without --cross-company")
+        }
         let options = DemoOptions(
             databaseURL: url,
             users: users,
@@ -48,7 +52,8 @@ package let demoCommand = Command(
             keepData: parsed.flag("keep-data"),
             throwawayDatabase: environment["BATON_TEST_PG_DIR"] != nil && environment["BATON_TEST_DATABASE_URL"] == url,
             schema: schema,
-            crossCompany: parsed.flag("cross-company")
+            crossCompany: parsed.flag("cross-company"),
+            lateStart: parsed.flag("late-start")
         )
         stopOnInterrupt()
         do {

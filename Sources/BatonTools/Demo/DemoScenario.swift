@@ -5,6 +5,7 @@ import Baton
 import BatonService
 import Foundation
 import BatonHTTPServer
+import BatonJOSE
 import BatonLogging
 import BatonPostgres
 import Synchronization
@@ -32,6 +33,9 @@ struct DemoOptions: Sendable {
     /// Whether the recipient is another company (`--cross-company`): a database of its own that receives
     /// transfer identifiers only.
     var crossCompany = false
+    /// Whether Baton's service starts an hour after acceptance (`--late-start`): users who signed in meanwhile got
+    /// a second account, which the exchange finds and merges (`legacy.on_duplicate` `merge`).
+    var lateStart = false
 }
 
 /// The demo's figures, checked at the end: every user is accounted for.
@@ -70,8 +74,12 @@ struct DemoScenario {
 
     /// The transferred app.
     static let clientID = "com.example.app"
-    /// The legacy table, as `--schema` shapes it.
-    var legacy: BatonConfiguration.Legacy { options.schema.legacy }
+    /// The legacy table, as `--schema` shapes it (merging duplicates with `--late-start`).
+    var legacy: BatonConfiguration.Legacy {
+        var legacy = options.schema.legacy
+        if options.lateStart { legacy.onDuplicate = .merge }
+        return legacy
+    }
     /// The application's tables, for the wording.
     var tableNames: String { options.schema.tables.joined(separator: " and ") }
 
@@ -223,18 +231,21 @@ struct DemoScenario {
 
         // 5. Team B accepts: the 60-day window opens.
         output.step(5, "Team B accepts: the 60-day window opens")
+        if options.lateStart { _ = try emulator.setClock(to: Date().addingTimeInterval(-3_600)) }  // accepted an hour ago
         let acceptedAt = try emulator.acceptTransfer(clientID: clientID)
         let closesAt = acceptedAt.addingTimeInterval(BatonConfiguration.Transfer.window)
         output.line("accepted \(DemoFormat.timestamp(acceptedAt)); the window closes \(DemoFormat.timestamp(closesAt))")
         output.line("until then identity tokens carry transfer_sub, and team B can exchange transfer identifiers itself")
         output.line("Baton's configuration: apple.transfer.accepted_at = \(ISO8601DateFormatter().string(from: acceptedAt))")
 
+        let secondAccounts = options.lateStart ? try await startLate(pool: pool, emulator: emulator, people: people, acceptedAt: acceptedAt) : 0
         let recipient = options.crossCompany
             ? try await handOver(pool: pool, legacy: legacy)
             : DemoRecipient(pool: pool, url: options.databaseURL, legacy: self.legacy, appleRows: options.schema.appleRows,
                             rewrittenRows: options.schema.rewrittenRows, database: nil)
         do {
-            let rest = try await fromService(pool: recipient.pool, emulator: emulator, teamB: teamB, people: people, acceptedAt: acceptedAt, recipient: recipient)
+            let rest = try await fromService(pool: recipient.pool, emulator: emulator, teamB: teamB, people: people, acceptedAt: acceptedAt,
+                                             recipient: recipient, secondAccounts: secondAccounts)
             try await dropRecipient(recipient, mainPool: pool)
             return healthy && rest
         } catch {
@@ -245,7 +256,7 @@ struct DemoScenario {
 
     /// Step 6, the service on the recipient's database; then the rest with it running.
     private func fromService(pool: PostgresPool, emulator: AppleEmulator, teamB: TeamCredentials, people: [EmulatedUser], acceptedAt: Date,
-                             recipient: DemoRecipient) async throws -> Bool {
+                             recipient: DemoRecipient, secondAccounts: Int) async throws -> Bool {
         let clientID = DemoScenario.clientID
         // 6. Baton's service.
         output.step(6, "Baton's HTTP service (baton serve)")
@@ -266,7 +277,7 @@ struct DemoScenario {
 
         do {
             let rest = try await afterService(pool: pool, emulator: emulator, teamB: teamB, people: people, serviceURL: serviceURL, acceptedAt: acceptedAt,
-                                              adminToken: adminToken, side: recipient)
+                                              adminToken: adminToken, side: recipient, secondAccounts: secondAccounts)
             await server.stop()
             return rest
         } catch {
@@ -277,7 +288,7 @@ struct DemoScenario {
 
     /// Steps 7 to 10: devices, the exchange, day 61, the report and the final account.
     private func afterService(pool: PostgresPool, emulator: AppleEmulator, teamB: TeamCredentials, people: [EmulatedUser],
-                              serviceURL: URL, acceptedAt: Date, adminToken: String, side: DemoRecipient) async throws -> Bool {
+                              serviceURL: URL, acceptedAt: Date, adminToken: String, side: DemoRecipient, secondAccounts: Int) async throws -> Bool {
         let clientID = DemoScenario.clientID
         let legacy = try side.legacy.identifiers()
         var healthy = true
@@ -336,6 +347,15 @@ struct DemoScenario {
             healthy = false
             output.line("GET /v1/report DID NOT ANSWER")
         }
+        if secondAccounts > 0 {
+            let counts = try await MigrationReport.Duplicates.read(from: pool, limit: 0)
+            output.line("\(DemoFormat.count(counts.count)) of the \(DemoFormat.count(secondAccounts)) second accounts met by the exchange (the new identifier already taken): recorded in baton.duplicates and merged at once (legacy.on_duplicate merge), \(DemoFormat.count(counts.unmerged)) left")
+            output.line("a team arriving after acceptance runs: baton merge --dry-run, then baton merge --yes (docs/runbook.md, \"Arriving after acceptance\")")
+            if counts.unmerged > 0 || counts.count == 0 {
+                healthy = false
+                output.line("THE SECOND ACCOUNTS WERE NOT MERGED")
+            }
+        }
         if exchanged != pending - stragglers || (exchangeSummary.remaining ?? 0) != stragglers {
             healthy = false
             output.line("THE EXCHANGE DID NOT DO EVERY USER IT WAS GIVEN")
@@ -364,7 +384,7 @@ struct DemoScenario {
 
         // 10. The report.
         output.step(10, "The report (baton report)")
-        let account = try await accountFor(pool: pool, recipient: side)
+        let account = try await accountFor(pool: pool, recipient: side, secondAccounts: secondAccounts)
         let report = try await ReportBuilder(pool: pool, legacy: side.legacy, acceptedAt: acceptedAt, now: emulator.now, limit: 100).build()
         output.write("\n" + report.renderTable(listLimit: 5).split(separator: "\n", omittingEmptySubsequences: false).map { "      " + $0 }.joined(separator: "\n") + "\n")
         let html = report.renderHTML()
@@ -384,6 +404,24 @@ struct DemoScenario {
         }
 
         return healthy
+    }
+
+    /// `--late-start`: the transfer was accepted an hour ago on the emulator's clock, and some users (none of those whose
+    /// devices sign in through Baton later) signed in half an hour later at the login endpoint, which had no Baton in
+    /// front of it yet: the application made each a second account under team B's identifier. The clock then comes
+    /// back to the present, where Baton's service starts. Returns how many second accounts there are.
+    private func startLate(pool: PostgresPool, emulator: AppleEmulator, people: [EmulatedUser], acceptedAt: Date) async throws -> Int {
+        _ = try emulator.setClock(to: acceptedAt.addingTimeInterval(1_800))
+        let early = people.enumerated().filter { $0.offset % 3 == 1 }.prefix(max(3, people.count / 100)).map(\.element)
+        for person in early {
+            let authorization = try emulator.authorize(clientID: DemoScenario.clientID, user: person.id)
+            let email = try CompactJWS.parse(authorization.idToken).claims()["email"]?.stringValue
+            try await pool.execute("INSERT INTO public.users (apple_sub, email) VALUES (\(authorization.userIdentifier), \(email))")
+        }
+        let now = try emulator.setClock(to: Date())
+        output.line("--late-start: the transfer was accepted an hour ago; Baton's service starts only now (\(DemoFormat.timestamp(now))).")
+        output.line("meanwhile \(DemoFormat.count(early.count)) users signed in at the login endpoint without it, and the app made each a SECOND account under team B's identifier")
+        return early.count
     }
 
     /// Runs a bulk job with the demo's rate and workers, printing its progress.
@@ -411,7 +449,7 @@ struct DemoScenario {
     }
 
     /// Counts the outcome of every user from the database.
-    private func accountFor(pool: PostgresPool, recipient: DemoRecipient) async throws -> DemoAccount {
+    private func accountFor(pool: PostgresPool, recipient: DemoRecipient, secondAccounts: Int) async throws -> DemoAccount {
         let row = try await pool.query("""
             SELECT (\(unsafeRaw: recipient.appleRows)),
                    count(*) FILTER (WHERE state = 'migrated' AND method = 'signin'),
@@ -422,7 +460,7 @@ struct DemoScenario {
                    (SELECT count(*) FROM baton.events WHERE kind = 'migrated')
             FROM baton.transfers
             """)[0]
-        return DemoAccount(legacyUsers: try row.decode(Int.self, at: 0), bySignIn: try row.decode(Int.self, at: 1),
+        return DemoAccount(legacyUsers: try row.decode(Int.self, at: 0) - secondAccounts, bySignIn: try row.decode(Int.self, at: 1),
                            byExchange: try row.decode(Int.self, at: 2), byLink: try row.decode(Int.self, at: 3),
                            unresolved: try row.decode(Int.self, at: 4), rewrittenRecords: try row.decode(Int.self, at: 5),
                            migrationEvents: try row.decode(Int.self, at: 6))
