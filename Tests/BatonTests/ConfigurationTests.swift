@@ -309,7 +309,7 @@ struct ConfigurationTests {
         full.serviceTokenFile = "/etc/baton/service-token"
         full.legacy.filters = ["provider": "apple"]
         full.legacy.email = LegacyEmailTable(table: "public.auth_user", column: "email", keyColumn: "id", referenceColumn: "user_id")
-        full.legacy.json = LegacyJSONCopy(column: "extra_data", subjectKeys: ["sub"], emailKeys: ["email"])
+        full.legacy.json = LegacyJSONCopy(column: "extra_data", subjectKeys: ["sub"], emailKeys: ["email"], emailTableColumn: "meta")
         full.legacy.emailPolicy = .relay
         full.legacy.emailCopies = [LegacyEmailCopy(table: "public.account_emailaddress", column: "email", userColumn: "user_id", filters: ["kind": "x"])]
         full.server.eventLoops = 2

@@ -218,3 +218,72 @@ struct LegacyEmailCopiesTests {
         }
     }
 }
+
+@Suite("legacy.json.email_table_column: the users row's JSON copy follows where it holds the old values")
+struct LegacyUsersJSONCopyTests {
+    static let old1 = "a1@privaterelay.appleid.com", new1 = "b1@privaterelay.appleid.com"
+
+    /// Supabase's shape: `identities.identity_data` and `users.meta` both copy the claims; user 2 last signed in
+    /// with another provider, whose claims are in `users.meta`.
+    private static func fixture(_ name: String, policy: EmailPolicy = .relay) async throws -> (url: String, pool: PostgresPool, store: LegacyStore) {
+        let url = try TestDatabase.create(name)
+        _ = try TestDatabase.psql(url, """
+            CREATE TABLE public.users (id text PRIMARY KEY, email text UNIQUE, meta jsonb);
+            CREATE TABLE public.identities (id text PRIMARY KEY, provider text, provider_id text, user_id text REFERENCES public.users (id),
+                identity_data jsonb, UNIQUE (provider_id, provider));
+            INSERT INTO public.users VALUES
+                ('u1', '\(old1)', '{"sub": "old.1", "provider_id": "old.1", "email": "\(old1)", "name": "n", "custom_claims": {"sub": "old.1"}}'),
+                ('u2', 'a2@privaterelay.appleid.com', '{"sub": "g.2", "provider_id": "g.2", "email": "me@gmail.com"}');
+            INSERT INTO public.identities VALUES
+                ('i1', 'apple', 'old.1', 'u1', '{"sub": "old.1", "provider_id": "old.1", "email": "\(old1)"}'),
+                ('i2', 'apple', 'old.2', 'u2', '{"sub": "old.2", "provider_id": "old.2", "email": "a2@privaterelay.appleid.com"}'),
+                ('g2', 'google', 'g.2', 'u2', '{"sub": "g.2", "email": "me@gmail.com"}');
+            """)
+        let pool = PostgresPool(url: url, maxConnections: 2)
+        _ = try await BatonSchema.migrator().migrate(pool)
+        let legacy = BatonConfiguration.Legacy(
+            table: "public.identities", keyColumn: "id", subjectColumn: "provider_id", emailColumn: nil, filters: ["provider": "apple"],
+            email: LegacyEmailTable(table: "public.users", column: "email", keyColumn: "id", referenceColumn: "user_id"),
+            json: LegacyJSONCopy(column: "identity_data", subjectKeys: ["sub", "provider_id"], emailKeys: ["email"], emailTableColumn: "meta"),
+            emailPolicy: policy)
+        return (url, pool, LegacyStore(pool: pool, legacy: try legacy.identifiers()))
+    }
+
+    @Test("a migration rewrites the users row's keys holding the old subject and email; another provider's claims there are kept")
+    func migration() async throws {
+        let (url, pool, store) = try await Self.fixture("users_json")
+        let inspection = try await store.validateLegacyTable()
+        #expect(inspection.findings.first { $0.name == "json copy" }?.detail.contains("(and in public.users.meta, where they hold the old values)") == true)
+        #expect(try await store.applyMigration(oldSub: "old.1", newSub: "new.1", newEmail: Self.new1, isPrivateEmail: true, transferSub: nil, method: .exchange)
+                == .migrated(LegacyUser(key: "i1", subject: "new.1", email: Self.new1)))
+        #expect(try await store.applyMigration(oldSub: "old.2", newSub: "new.2", newEmail: "b2@privaterelay.appleid.com", isPrivateEmail: true, transferSub: nil, method: .exchange)
+                == .migrated(LegacyUser(key: "i2", subject: "new.2", email: "b2@privaterelay.appleid.com")))
+        #expect(try TestDatabase.psql(url, "SELECT string_agg(id || ' ' || email || ' ' || meta::text, ';' ORDER BY id) FROM public.users") == """
+            u1 \(Self.new1) {"sub": "new.1", "name": "n", "email": "\(Self.new1)", "provider_id": "new.1", "custom_claims": {"sub": "old.1"}};\
+            u2 b2@privaterelay.appleid.com {"sub": "g.2", "email": "me@gmail.com", "provider_id": "g.2"}
+            """)
+        // A current user's new relay address reaches the users row's email key too; the subject keys stay.
+        _ = try await store.updateEmail(of: LegacyUser(key: "i1", subject: "new.1", email: Self.new1), to: "c1@privaterelay.appleid.com")
+        #expect(try TestDatabase.psql(url, "SELECT meta->>'email' || ' ' || (meta->>'sub') FROM public.users WHERE id = 'u1'") == "c1@privaterelay.appleid.com new.1")
+        await pool.close()
+    }
+
+    @Test("under email_policy never the users row's subject keys still follow, its email keys stay")
+    func never() async throws {
+        let (url, pool, store) = try await Self.fixture("users_json_never", policy: .never)
+        _ = try await store.applyMigration(oldSub: "old.1", newSub: "new.1", newEmail: Self.new1, isPrivateEmail: true, transferSub: nil, method: .signin)
+        #expect(try TestDatabase.psql(url, "SELECT email || ' ' || (meta->>'email') || ' ' || (meta->>'sub') || ' ' || (meta->>'provider_id') FROM public.users WHERE id = 'u1'")
+                == "\(Self.old1) \(Self.old1) new.1 new.1")
+        await pool.close()
+    }
+
+    @Test("email_table_column needs legacy.email and a column other than its email column")
+    func configuration() throws {
+        var legacy = BatonConfiguration.Legacy(table: "public.identities", keyColumn: "id", subjectColumn: "provider_id", emailColumn: "mail",
+                                               json: LegacyJSONCopy(column: "identity_data", emailTableColumn: "meta"))
+        #expect((#expect(throws: ConfigurationError.self) { try legacy.identifiers() })?.key == "legacy.json.email_table_column")
+        legacy.emailColumn = nil
+        legacy.email = LegacyEmailTable(table: "public.users", column: "meta", keyColumn: "id", referenceColumn: "user_id")
+        #expect((#expect(throws: ConfigurationError.self) { try legacy.identifiers() })?.key == "legacy.json.email_table_column")
+    }
+}

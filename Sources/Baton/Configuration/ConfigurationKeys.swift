@@ -143,6 +143,8 @@ extension BatonConfiguration {
             "its top-level keys rewritten with the new subject (a missing key is not added)"),
         Key("legacy.json.email_keys", .list, .absent("`[]`"),
             "its top-level keys rewritten with the new email, under `legacy.email_policy`"),
+        Key("legacy.json.email_table_column", .string, .absent("`null`"),
+            "a json, jsonb or text column of `legacy.email.table` holding the same keys (Supabase's `auth.users.raw_user_meta_data`); there a key is rewritten only where it holds the old subject or email, since that row copies whichever provider signed in last"),
         Key("legacy.email_copies", .records, .absent("none"),
             "further tables holding their own copy of the user's email, one row per address (allauth's `account_emailaddress`): the user's row holding the old address gets the new one under `legacy.email_policy`, its other columns kept, no row added or deleted; another row already holding the new address keeps the old one and records an `email_conflict`; from the environment a JSON array"),
         Key("legacy.email_copies[].table", .string, .required,

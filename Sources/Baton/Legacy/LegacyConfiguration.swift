@@ -92,18 +92,24 @@ public struct LegacyJSONCopy: Sendable, Equatable, Codable {
     public var subjectKeys: [String]?
     /// Keys holding the email (default none); rewritten under `legacy.email_policy`.
     public var emailKeys: [String]?
+    /// A json/jsonb/text column of the email table (`legacy.email.table`) holding the same keys: Supabase's
+    /// `auth.users.raw_user_meta_data`. There a key is rewritten only where it holds the old subject or email,
+    /// since the users row copies whichever provider signed in last.
+    public var emailTableColumn: String?
 
     /// Creates the section.
-    public init(column: String, subjectKeys: [String]? = nil, emailKeys: [String]? = nil) {
+    public init(column: String, subjectKeys: [String]? = nil, emailKeys: [String]? = nil, emailTableColumn: String? = nil) {
         self.column = column
         self.subjectKeys = subjectKeys
         self.emailKeys = emailKeys
+        self.emailTableColumn = emailTableColumn
     }
 
     enum CodingKeys: String, CodingKey {
         case column
         case subjectKeys = "subject_keys"
         case emailKeys = "email_keys"
+        case emailTableColumn = "email_table_column"
     }
 }
 
@@ -138,6 +144,8 @@ extension BatonConfiguration {
             public var subjectKeys: [String]
             /// Keys rewritten with the email.
             public var emailKeys: [String]
+            /// The same keys in a column of the email table, rewritten where they hold the old values.
+            public var emailTableColumn: PostgresIdentifier?
         }
 
         /// A further table holding a copy of the email (`legacy.email_copies`).
@@ -207,7 +215,8 @@ extension BatonConfiguration {
                 guard Set(subjectKeys).isDisjoint(with: emailKeys) else {
                     throw ConfigurationError(.invalidValue, key: "legacy.json.email_keys", reason: "must not repeat a key of legacy.json.subject_keys")
                 }
-                return JSONCopy(column: try column(copy.column, "legacy.json.column"), subjectKeys: subjectKeys, emailKeys: emailKeys)
+                return JSONCopy(column: try column(copy.column, "legacy.json.column"), subjectKeys: subjectKeys, emailKeys: emailKeys,
+                                emailTableColumn: try copy.emailTableColumn.map { try column($0, "legacy.json.email_table_column") })
             }
             emailCopies = try (legacy.emailCopies ?? []).enumerated().map { index, copy in
                 let key = "legacy.email_copies[\(index)]"
@@ -235,6 +244,9 @@ extension BatonConfiguration {
             }
             if let json, json.column == subjectColumn || json.column == emailColumn || json.column == transferColumn {
                 throw ConfigurationError(.invalidValue, key: "legacy.json.column", reason: "must differ from the subject, email and transfer columns")
+            }
+            if let column = json?.emailTableColumn, emailTable == nil || column == emailTable?.column {
+                throw ConfigurationError(.invalidValue, key: "legacy.json.email_table_column", reason: "needs legacy.email, and must differ from legacy.email.column")
             }
             if !emailCopies.isEmpty && !hasEmail {
                 throw ConfigurationError(.invalidValue, key: "legacy.email_copies", reason: "needs the email's own location: set legacy.email_column or legacy.email")

@@ -103,13 +103,19 @@ extension LegacyStore {
                 add(.failure, "email", "legacy.email.table \(mail.table) does not exist", fix: "name the users table in legacy.email.table")
                 return LegacyInspection(findings: findings)
             }
-            let absent = [("legacy.email.column", mail.column), ("legacy.email.key_column", mail.keyColumn)].filter { mailColumns[$0.1.name] == nil }
+            let jsonColumn = l.json?.emailTableColumn
+            let absent = ([("legacy.email.column", mail.column), ("legacy.email.key_column", mail.keyColumn)]
+                          + (jsonColumn.map { [("legacy.json.email_table_column", $0)] } ?? [])).filter { mailColumns[$0.1.name] == nil }
             if let first = absent.first {
                 add(.failure, "email", "legacy.email.table \(mail.table) has no column \(first.1.name) (\(first.0))", fix: "name an existing column")
                 return LegacyInspection(findings: findings)
             }
-            if mailColumns[mail.column.name]?.generated == true {
-                add(.failure, "email", "\(mail.table).\(mail.column.name) is a generated column", fix: "name the column it is computed from")
+            if let generated = [mail.column, jsonColumn].compactMap({ $0 }).first(where: { mailColumns[$0.name]?.generated == true }) {
+                add(.failure, "email", "\(mail.table).\(generated.name) is a generated column", fix: "name the column it is computed from")
+                return LegacyInspection(findings: findings)
+            }
+            if let jsonColumn, let type = mailColumns[jsonColumn.name]?.type, !Self.holdsJSON(type) {
+                add(.failure, "json copy", "legacy.json.email_table_column \(jsonColumn.name) is of type \(type), not json, jsonb or text", fix: "name a JSON column")
                 return LegacyInspection(findings: findings)
             }
             let unique = try await uniqueIndexes(of: mail.table).contains { $0.columns == [mail.column.name] }
@@ -127,8 +133,12 @@ extension LegacyStore {
         if let json = l.json {
             let type = columns[json.column.name]?.type ?? ""
             let emailKeys = json.emailKeys.isEmpty ? "" : ", email keys \(json.emailKeys.joined(separator: ", "))"
-            if ["json", "jsonb", "text"].contains(type) || type.hasPrefix("character varying") {
-                add(.ok, "json copy", "\(l.table).\(json.column.name) (\(type)): subject keys \(json.subjectKeys.joined(separator: ", "))\(emailKeys) are rewritten; other keys untouched")
+            var usersCopy = ""
+            if let mail = l.emailTable, let column = json.emailTableColumn {
+                usersCopy = " (and in \(mail.table).\(column.name), where they hold the old values)"
+            }
+            if Self.holdsJSON(type) {
+                add(.ok, "json copy", "\(l.table).\(json.column.name) (\(type)): subject keys \(json.subjectKeys.joined(separator: ", "))\(emailKeys) are rewritten\(usersCopy); other keys untouched")
             } else {
                 add(.failure, "json copy", "legacy.json.column \(json.column.name) is of type \(type), not json, jsonb or text", fix: "name a JSON column")
             }
@@ -188,6 +198,11 @@ extension LegacyStore {
             throw BatonError(.invalidLegacyTable, failure.detail + (failure.fix.map { "; fix: \($0)" } ?? ""))
         }
         return inspection
+    }
+
+    /// Whether a column of type `type` (`format_type`'s text) can hold a JSON copy.
+    private static func holdsJSON(_ type: String) -> Bool {
+        ["json", "jsonb", "text"].contains(type) || type.hasPrefix("character varying")
     }
 
     private struct ColumnInfo {

@@ -245,12 +245,21 @@ extension LegacyStore {
             )
             """
 
-        // The email table, when the email lives there.
+        // The email table, when the email lives there: its email, and its JSON copy's keys that hold the old values.
         var finalEmail = "moved.e"
-        if let mail = l.emailTable, l.emailPolicy != .never {
-            query = query + ", mail AS (UPDATE \(mail.table) AS m SET \(mail.column) = \(newEmail) FROM moved WHERE m.\(mail.keyColumn) = moved.r AND "
-                + mayWrite + " AND m.\(mail.column) IS DISTINCT FROM \(newEmail)::text AND (\(unsafeRaw: l.policySQL(stored: "m.\(mail.column.quoted)::text")))"
-                + " RETURNING m.\(mail.column)::text AS e)"
+        let mailJSON = l.json.flatMap { json in json.emailTableColumn.map { (json, $0) } }
+        if let mail = l.emailTable, l.emailPolicy != .never || mailJSON != nil {
+            let writesEmail: PostgresQuery = l.emailPolicy == .never ? "false" : mayWrite + " AND m.\(mail.column) IS DISTINCT FROM \(newEmail)::text AND ("
+                + "\(unsafeRaw: l.policySQL(stored: "m.\(mail.column.quoted)::text")))"
+            var set: PostgresQuery = "\(mail.column) = CASE WHEN " + writesEmail + " THEN \(newEmail) ELSE m.\(mail.column) END"
+            var changes = writesEmail
+            if let (json, column) = mailJSON {
+                let value = l.jsonSQL(json, in: "m.\(column.quoted)", held: ("old.s", "old.e"), newSub: newSub, newEmail: newEmail, write: writeEmail)
+                set = set + ", \(column) = " + value
+                changes = "(" + changes + ") OR m.\(column)::jsonb IS DISTINCT FROM (" + value + ")"
+            }
+            query = query + ", mail AS (UPDATE \(mail.table) AS m SET " + set + " FROM moved, old WHERE m.\(mail.keyColumn) = moved.r AND (" + changes
+                + ") RETURNING m.\(mail.column)::text AS e)"
             finalEmail = "COALESCE((SELECT e FROM mail), (SELECT e FROM old))"
         } else if l.emailTable != nil {
             finalEmail = "(SELECT e FROM old)"

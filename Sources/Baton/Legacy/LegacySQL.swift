@@ -82,17 +82,22 @@ extension BatonConfiguration.LegacyIdentifiers {
         }
     }
 
-    /// The new value of the JSON column (alias `u`): its `subjectKeys` set to `newSub` (when given), its
-    /// `emailKeys` set to `newEmail` where `write` is true and the policy allows replacing the key's value;
-    /// keys that are absent are not added; a value that is not a JSON object is left as it is.
-    func jsonSQL<Subject: PostgresEncodable, Email: PostgresEncodable>(_ json: JSONCopy, newSub: Subject?, newEmail: Email?,
-                                                                       write: Bool) -> PostgresQuery {
-        let value = "u.\(json.column.quoted)::jsonb"
+    /// The new value of a JSON copy (by default the legacy table's, `u."column"`): its `subjectKeys` set to
+    /// `newSub` (when given), its `emailKeys` set to `newEmail` where `write` is true and the policy allows replacing
+    /// the key's value; keys that are absent are not added; a value that is not a JSON object is left as it is.
+    /// With `held` (SQL expressions of the old subject and email), a key is rewritten only where it holds that old
+    /// value (the email ignoring case): the users table's copy, which another provider's sign-in may have written.
+    func jsonSQL<Subject: PostgresEncodable, Email: PostgresEncodable>(_ json: JSONCopy, in column: String? = nil,
+                                                                       held: (subject: String, email: String)? = nil,
+                                                                       newSub: Subject?, newEmail: Email?, write: Bool) -> PostgresQuery {
+        let value = "\(column ?? "u.\(json.column.quoted)")::jsonb"
         let subjectKeys = newSub == nil ? [] : json.subjectKeys
-        let subjectTest = Self.inList("k", subjectKeys)
+        let subjectHeld = held.map { " AND (\(value) ->> k) = \($0.subject)" } ?? ""
+        let emailHeld = held.map { " AND lower(\(value) ->> k) = lower(\($0.email))" } ?? ""
+        let subjectTest = subjectKeys.isEmpty ? Self.inList("k", []) : "(" + Self.inList("k", subjectKeys) + "\(unsafeRaw: subjectHeld))"
         let emailTest = json.emailKeys.isEmpty || emailPolicy == .never
             ? PostgresQuery(unsafeSQL: "false")
-            : "(" + Self.inList("k", json.emailKeys) + " AND \(write) AND \(newEmail)::text IS NOT NULL AND (\(unsafeRaw: policySQL(stored: "(\(value) ->> k)"))))"
+            : "(" + Self.inList("k", json.emailKeys) + " AND \(write) AND \(newEmail)::text IS NOT NULL AND (\(unsafeRaw: policySQL(stored: "(\(value) ->> k)")))\(unsafeRaw: emailHeld))"
         return "CASE WHEN jsonb_typeof(\(unsafeRaw: value)) = 'object' THEN \(unsafeRaw: value) || COALESCE((SELECT jsonb_object_agg(k, CASE WHEN "
             + subjectTest + " THEN to_jsonb(\(newSub)::text) ELSE to_jsonb(\(newEmail)::text) END) FROM jsonb_object_keys(\(unsafeRaw: value)) AS k WHERE "
             + subjectTest + " OR " + emailTest + "), '{}'::jsonb) ELSE \(unsafeRaw: value) END"

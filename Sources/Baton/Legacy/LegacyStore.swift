@@ -242,10 +242,12 @@ public struct LegacyStore: BatonStore {
             query = query + ", changed AS (UPDATE \(l.table) AS u SET " + set + " FROM old WHERE u.\(l.keyColumn) = old.k" + l.filterSQL()
                 + " AND" + wanted + " RETURNING u.\(l.keyColumn)::text AS k, u.\(column)::text AS e)"
         } else if let mail = l.emailTable {
-            query = query + """
-                , changed AS (UPDATE \(mail.table) AS m SET \(mail.column) = \(email) FROM old
-                              WHERE m.\(mail.keyColumn) = old.r AND
-                """ + wanted + " RETURNING old.k::text AS k, m.\(mail.column)::text AS e)"
+            var set: PostgresQuery = "\(mail.column) = \(email)"
+            if let json = l.json, let column = json.emailTableColumn, !json.emailKeys.isEmpty {
+                set = set + ", \(column) = " + l.jsonSQL(json, in: "m.\(column.quoted)", held: ("NULL", "old.e"), newSub: nil as String?, newEmail: email, write: true)
+            }
+            query = query + ", changed AS (UPDATE \(mail.table) AS m SET " + set + " FROM old WHERE m.\(mail.keyColumn) = old.r AND "
+                + wanted + " RETURNING old.k::text AS k, m.\(mail.column)::text AS e)"
             if let json = l.json, !json.emailKeys.isEmpty {
                 query = query + ", json_copy AS (UPDATE \(l.table) AS u SET \(json.column) = "
                     + l.jsonSQL(json, newSub: nil as String?, newEmail: email, write: true)
