@@ -6,7 +6,8 @@ extension LegacyStore {
     /// One statement, hence one transaction, on one pooled connection:
     /// 1. locks the Apple row (`legacy.where`) whose subject is `oldSub` (`SELECT … FOR UPDATE OF u`);
     /// 2. checks that no Apple row already carries `newSub`;
-    /// 3. sets the subject column to `newSub` and the JSON copy's subject keys (`legacy.json`) with it;
+    /// 3. sets the subject column to `newSub` and the JSON copy's subject keys (`legacy.json`) with it, and in the
+    ///    email table's JSON copy (`legacy.json.email_table_column`) the keys holding the old subject or email;
     ///    replaces the email (in `email_column`, or in the email table `legacy.email`, and the JSON email keys)
     ///    by `newEmail` only when `newEmail` is given and `legacy.email_policy` allows it for the stored email
     ///    (`relay`, the default: only a private relay address is replaced); so does each email copy

@@ -8,7 +8,7 @@ import Synchronization
 /// The table may be a users table with an `apple_sub` column or a multi-provider identity table: every
 /// statement reads and writes only the Apple rows (`legacy.where`), finds the email where it lives (a column,
 /// or the users table the row references), rewrites the JSON copy's keys with the subject, and writes emails
-/// only as `legacy.email_policy` allows. The statements are built from the fragments in `Legacy/LegacySQL.swift`;
+/// (and their further copies, `legacy.email_copies`) only as `legacy.email_policy` allows. The statements are built from the fragments in `Legacy/LegacySQL.swift`;
 /// the migration is in `Legacy/LegacyMigration.swift`, the start-up inspection in `Legacy/LegacyInspection.swift`.
 ///
 /// This is where the migration rules live, so that a sign-in (`method = signin`), a bulk exchange
