@@ -3,8 +3,9 @@ import Foundation
 /// A small value-type logger: one machine-readable `key=value` line per event.
 ///
 /// Libraries receive a `Logger` and log at `info` or below; the executable decides the level
-/// and where lines go. Never pass tokens, secrets or whole emails as metadata: use
-/// ``Logger/maskEmail(_:)`` for addresses.
+/// and where events go: by default a line on standard error, or, through the ``Handler`` seam, the
+/// embedding server's own logging system (a swift-log bridge is a few lines: docs/library.md). Never pass
+/// tokens, secrets or whole emails as metadata: use ``Logger/maskEmail(_:)`` for addresses.
 public struct Logger: Sendable {
     /// Severity, from the most verbose to the most severe.
     public enum Level: Int, Sendable, Comparable, CustomStringConvertible {
@@ -37,8 +38,31 @@ public struct Logger: Sendable {
         }
     }
 
-    /// Where finished lines go.
-    public typealias Sink = @Sendable (String) -> Void
+    /// One event, before it is formatted: what a ``Handler`` receives.
+    public struct Event: Sendable, Equatable {
+        /// Its severity.
+        public var level: Level
+        /// The logging component, e.g. `baton.service`.
+        public var label: String
+        /// What happened.
+        public var message: String
+        /// The logger's metadata merged with the call's (the call's win); emails in it are already masked.
+        public var metadata: [String: String]
+
+        /// Creates an event.
+        public init(level: Level, label: String, message: String, metadata: [String: String]) {
+            self.level = level
+            self.label = label
+            self.message = message
+            self.metadata = metadata
+        }
+
+        /// Baton's own line for it: `ts=… level=… label=… msg="…" key=value …`, keys sorted, control characters escaped.
+        public var line: String { Logger.format(level: level, label: label, message: message, metadata: metadata) }
+    }
+
+    /// Where events at or above the logger's level go.
+    public typealias Handler = @Sendable (Event) -> Void
 
     /// The component that logs, e.g. `baton.service`.
     public var label: String
@@ -46,24 +70,29 @@ public struct Logger: Sendable {
     public var level: Level
     /// Metadata added to every line.
     public var metadata: [String: String]
-    private let sink: Sink
+    private let handler: Handler
 
-    /// Creates a logger; by default lines go to standard error at `info`.
-    public init(label: String, level: Level = .info, metadata: [String: String] = [:], sink: @escaping Sink = Logger.standardError) {
+    /// Creates a logger; by default events go to standard error as lines, at `info` and above.
+    public init(label: String, level: Level = .info, metadata: [String: String] = [:], handler: @escaping Handler = Logger.standardError) {
         self.label = label
         self.level = level
         self.metadata = metadata
-        self.sink = sink
+        self.handler = handler
     }
 
     /// A logger that drops everything.
     public static func disabled(label: String = "disabled") -> Logger {
-        Logger(label: label, level: .error, sink: { _ in })
+        Logger(label: label, level: .error, handler: { _ in })
     }
 
-    /// Writes a line to standard error.
-    public static let standardError: Sink = { line in
+    /// Writes each event's ``Event/line`` to standard error.
+    public static let standardError: Handler = lines { line in
         FileHandle.standardError.write(Data((line + "\n").utf8))
+    }
+
+    /// A handler passing each event's ``Event/line`` to `write`.
+    public static func lines(_ write: @escaping @Sendable (String) -> Void) -> Handler {
+        { event in write(event.line) }
     }
 
     /// A copy whose lines carry one more metadata pair.
@@ -76,7 +105,7 @@ public struct Logger: Sendable {
     /// Logs `message` at `level` with extra metadata.
     public func log(_ level: Level, _ message: @autoclosure () -> String, _ extra: [String: String] = [:]) {
         guard level >= self.level else { return }
-        sink(Logger.format(level: level, label: label, message: message(), metadata: metadata.merging(extra) { _, new in new }))
+        handler(Event(level: level, label: label, message: message(), metadata: metadata.merging(extra) { _, new in new }))
     }
 
     public func trace(_ message: @autoclosure () -> String, _ extra: [String: String] = [:]) { log(.trace, message(), extra) }

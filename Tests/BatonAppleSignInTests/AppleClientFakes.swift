@@ -128,7 +128,7 @@ final class LogCapture: Sendable {
     var all: [String] { lines.withLock { $0 } }
 
     var logger: Logger {
-        Logger(label: "test", level: .trace, sink: { [self] line in lines.withLock { $0.append(line) } })
+        Logger(label: "test", level: .trace, handler: Logger.lines { [self] line in lines.withLock { $0.append(line) } })
     }
 }
 

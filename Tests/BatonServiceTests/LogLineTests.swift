@@ -1,6 +1,7 @@
 @testable import BatonService
 import Foundation
 @testable import BatonLogging
+import Synchronization
 import Testing
 
 /// The hand-built parts of a request's log line print what Foundation's formatters printed.
@@ -32,5 +33,33 @@ struct LogLineTests {
         let line = Logger.format(level: .info, label: "test", message: value, metadata: ["field": value])
         #expect(!line.unicodeScalars.contains { $0.value < 0x20 || (0x7F...0x9F).contains($0.value) || $0.value == 0x2028 || $0.value == 0x2029 })
         #expect(line.contains("msg=\""))
+    }
+}
+
+@Suite("The logger's handler seam")
+struct LogHandlerTests {
+    @Test("a handler receives each event at or above the level, structured: level, label, message, merged metadata")
+    func structuredEvents() {
+        let events = Mutex<[Logger.Event]>([])
+        let logger = Logger(label: "baton.test", level: .info, metadata: ["route": "signin", "outcome": "x"]) { event in
+            events.withLock { $0.append(event) }
+        }
+        logger.debug("dropped")
+        logger.with("request", "r1").warning("slow\nline", ["outcome": "migrated", "email": Logger.maskEmail("jane@example.com")])
+        let received = events.withLock { $0 }
+        #expect(received == [Logger.Event(level: .warning, label: "baton.test", message: "slow\nline",
+                                          metadata: ["route": "signin", "request": "r1", "outcome": "migrated", "email": "j***@example.com"])])
+        // The default output is the same event as Baton's one line: escaped, keys sorted, the email masked by the caller.
+        let line = received[0].line
+        #expect(line.hasPrefix("ts=") && line.hasSuffix(#" level=warning label=baton.test msg="slow\nline" email=j***@example.com outcome=migrated request=r1 route=signin"#), "\(line)")
+    }
+
+    @Test("Logger.lines hands each formatted line to a writer")
+    func lines() {
+        let written = Mutex<[String]>([])
+        let logger = Logger(label: "l", level: .trace, handler: Logger.lines { line in written.withLock { $0.append(line) } })
+        logger.trace("t", ["k": "v w"])
+        #expect(written.withLock { $0 }.count == 1)
+        #expect(written.withLock { $0 }.first?.hasSuffix(#"level=trace label=l msg=t k="v w""#) == true)
     }
 }

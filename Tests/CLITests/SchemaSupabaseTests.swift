@@ -4,7 +4,7 @@ import Testing
 
 /// Supabase Auth: `auth.identities (provider_id, provider, user_id uuid, identity_data jsonb)` with a generated
 /// `email` column computed from `identity_data`, unique on `(provider_id, provider)`, uuid keys; the email in
-/// `auth.users` under a partial unique index.
+/// `auth.users` under a partial unique index, whose `raw_user_meta_data` copies the claims again.
 extension Framework {
     static var supabase: Framework { Framework(
         name: "supabase",
@@ -29,7 +29,9 @@ extension Framework {
             """
             WITH u AS (INSERT INTO auth.users (id, aud, "role", email, raw_app_meta_data, raw_user_meta_data, created_at)
                        VALUES (gen_random_uuid(), 'authenticated', 'authenticated', '\(email)', '{"provider":"apple","providers":["apple"]}',
-                               '{"test_user":"apple\(i)"}', '2024-01-01T00:00:00Z') RETURNING id)
+                               jsonb_build_object('test_user', 'apple\(i)', 'iss', 'https://appleid.apple.com', 'sub', '\(sub)', 'provider_id', '\(sub)',
+                                                  'email', '\(email)', 'email_verified', true, 'custom_claims', jsonb_build_object('is_private_email', true)),
+                               '2024-01-01T00:00:00Z') RETURNING id)
             INSERT INTO auth.identities (provider_id, user_id, identity_data, provider, created_at)
             SELECT '\(sub)', id, jsonb_build_object('iss', 'https://appleid.apple.com', 'sub', '\(sub)', 'email', '\(email)',
                                                     'provider_id', '\(sub)', 'email_verified', true, 'phone_verified', false),
@@ -59,9 +61,11 @@ extension Framework {
                 UNION ALL SELECT concat_ws(',', i.id, i.provider, i.user_id, i.last_sign_in_at, i.created_at, i.updated_at,
                                            (i.identity_data - 'sub' - 'provider_id' - 'email')::text)
                           FROM auth.identities i WHERE i.provider = 'apple'
-                UNION ALL SELECT (to_jsonb(u) - 'email')::text FROM auth.users u WHERE u.raw_user_meta_data->>'test_user' LIKE 'apple%'
+                UNION ALL SELECT (to_jsonb(u) - 'email' - 'raw_user_meta_data')::text || (u.raw_user_meta_data - 'sub' - 'provider_id' - 'email')::text
+                          FROM auth.users u WHERE u.raw_user_meta_data->>'test_user' LIKE 'apple%'
             ) AS rows
             """,
+        emailCopy: { i in "SELECT raw_user_meta_data->>'email' FROM auth.users WHERE raw_user_meta_data->>'test_user' = 'apple\(i)'" },
         jsonSubjectKeys: ["sub", "provider_id"]
     ) }
 }
@@ -79,6 +83,9 @@ struct SchemaSupabaseTests {
             let config = try world.configuration { legacy in
                 legacy["email"] = nil
                 legacy["email_column"] = "email"
+                var json = legacy["json"] as? [String: Any]
+                json?["email_table_column"] = nil  // the users table's copy needs legacy.email
+                legacy["json"] = json
             }
             let result = try await runBatonOffPool(["serve", "--config", config])
             #expect(result.status == 1)

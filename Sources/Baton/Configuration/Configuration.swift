@@ -326,6 +326,8 @@ public struct BatonConfiguration: Sendable, Equatable, Codable {
         public var email: LegacyEmailTable?
         /// A JSON column of `table` holding copies of the claims, rewritten with the subject.
         public var json: LegacyJSONCopy?
+        /// Further tables holding a copy of the email, one row per address (allauth's `account_emailaddress`).
+        public var emailCopies: [LegacyEmailCopy]?
         /// When Baton replaces a stored email (default `relay`).
         public var emailPolicy: EmailPolicy?
         /// What Baton does with a second account made under the new team's identifier (default `report`).
@@ -336,7 +338,8 @@ public struct BatonConfiguration: Sendable, Equatable, Codable {
         /// Creates the section.
         public init(table: String, keyColumn: String, subjectColumn: String, emailColumn: String?, transferColumn: String? = nil,
                     filters: [String: String]? = nil, email: LegacyEmailTable? = nil, json: LegacyJSONCopy? = nil,
-                    emailPolicy: EmailPolicy? = nil, onDuplicate: DuplicatePolicy? = nil, createdAtColumn: String? = nil) {
+                    emailCopies: [LegacyEmailCopy]? = nil, emailPolicy: EmailPolicy? = nil, onDuplicate: DuplicatePolicy? = nil,
+                    createdAtColumn: String? = nil) {
             self.table = table
             self.keyColumn = keyColumn
             self.subjectColumn = subjectColumn
@@ -345,6 +348,7 @@ public struct BatonConfiguration: Sendable, Equatable, Codable {
             self.filters = filters
             self.email = email
             self.json = json
+            self.emailCopies = emailCopies
             self.emailPolicy = emailPolicy
             self.onDuplicate = onDuplicate
             self.createdAtColumn = createdAtColumn
@@ -359,6 +363,7 @@ public struct BatonConfiguration: Sendable, Equatable, Codable {
             case filters = "where"
             case email
             case json
+            case emailCopies = "email_copies"
             case emailPolicy = "email_policy"
             case onDuplicate = "on_duplicate"
             case createdAtColumn = "created_at_column"

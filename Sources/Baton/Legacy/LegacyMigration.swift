@@ -6,10 +6,13 @@ extension LegacyStore {
     /// One statement, hence one transaction, on one pooled connection:
     /// 1. locks the Apple row (`legacy.where`) whose subject is `oldSub` (`SELECT … FOR UPDATE OF u`);
     /// 2. checks that no Apple row already carries `newSub`;
-    /// 3. sets the subject column to `newSub` and the JSON copy's subject keys (`legacy.json`) with it;
+    /// 3. sets the subject column to `newSub` and the JSON copy's subject keys (`legacy.json`) with it, and in the
+    ///    email table's JSON copy (`legacy.json.email_table_column`) the keys holding the old subject or email;
     ///    replaces the email (in `email_column`, or in the email table `legacy.email`, and the JSON email keys)
     ///    by `newEmail` only when `newEmail` is given and `legacy.email_policy` allows it for the stored email
-    ///    (`relay`, the default: only a private relay address is replaced);
+    ///    (`relay`, the default: only a private relay address is replaced); so does each email copy
+    ///    (`legacy.email_copies`) in the user's row holding the old address, unless another row of that table
+    ///    already holds `newEmail` (then it keeps the old one and an `email_conflict` event names the copy);
     /// 4. records the migration in `baton.transfers` (the row of `oldSub` or of `transferSub`, created when
     ///    neither exists): `state = 'migrated'`, `method`, `new_sub`, `new_email`, `is_private_email`,
     ///    `migrated_at`, the legacy key; lease and last error cleared;
@@ -266,16 +269,29 @@ extension LegacyStore {
             )
             """
 
-        // The email table, when the email lives there.
+        // The email table, when the email lives there: its email, and its JSON copy's keys that hold the old values.
         var finalEmail = "moved.e"
-        if let mail = l.emailTable, l.emailPolicy != .never {
-            query = query + ", mail AS (UPDATE \(mail.table) AS m SET \(mail.column) = \(newEmail) FROM moved WHERE m.\(mail.keyColumn) = moved.r AND "
-                + mayWrite + " AND m.\(mail.column) IS DISTINCT FROM \(newEmail)::text AND (\(unsafeRaw: l.policySQL(stored: "m.\(mail.column.quoted)::text")))"
-                + " RETURNING m.\(mail.column)::text AS e)"
+        let mailJSON = l.json.flatMap { json in json.emailTableColumn.map { (json, $0) } }
+        if let mail = l.emailTable, l.emailPolicy != .never || mailJSON != nil {
+            let writesEmail: PostgresQuery = l.emailPolicy == .never ? "false" : mayWrite + " AND m.\(mail.column) IS DISTINCT FROM \(newEmail)::text AND ("
+                + "\(unsafeRaw: l.policySQL(stored: "m.\(mail.column.quoted)::text")))"
+            var set: PostgresQuery = "\(mail.column) = CASE WHEN " + writesEmail + " THEN \(newEmail) ELSE m.\(mail.column) END"
+            var changes = writesEmail
+            if let (json, column) = mailJSON {
+                let value = l.jsonSQL(json, in: "m.\(column.quoted)", held: ("old.s", "old.e"), newSub: newSub, newEmail: newEmail, write: writeEmail)
+                set = set + ", \(column) = " + value
+                changes = "(" + changes + ") OR m.\(column)::jsonb IS DISTINCT FROM (" + value + ")"
+            }
+            query = query + ", mail AS (UPDATE \(mail.table) AS m SET " + set + " FROM moved, old WHERE m.\(mail.keyColumn) = moved.r AND (" + changes
+                + ") RETURNING m.\(mail.column)::text AS e)"
             finalEmail = "COALESCE((SELECT e FROM mail), (SELECT e FROM old))"
         } else if l.emailTable != nil {
             finalEmail = "(SELECT e FROM old)"
         }
+        // The email's further copies: the user's row holding the old address gets the new one.
+        query = query + l.emailCopiesSQL(from: "moved, old", user: l.copyUserInOld, oldEmail: "old.e", newEmail: newEmail, write: writeEmail, event: (
+            "method, legacy_key, old_sub, new_sub, old_email, new_email, transfer_sub",
+            "\(method)::text, moved.k, old.s, \(newSub)::text, old.e, \(newEmail)::text, \(transferSub)::text"))
 
         let rest: PostgresQuery = """
             , updated AS (

@@ -8,7 +8,7 @@ import Synchronization
 /// The table may be a users table with an `apple_sub` column or a multi-provider identity table: every
 /// statement reads and writes only the Apple rows (`legacy.where`), finds the email where it lives (a column,
 /// or the users table the row references), rewrites the JSON copy's keys with the subject, and writes emails
-/// only as `legacy.email_policy` allows. The statements are built from the fragments in `Legacy/LegacySQL.swift`;
+/// (and their further copies, `legacy.email_copies`) only as `legacy.email_policy` allows. The statements are built from the fragments in `Legacy/LegacySQL.swift`;
 /// the migration is in `Legacy/LegacyMigration.swift`, the start-up inspection in `Legacy/LegacyInspection.swift`.
 ///
 /// This is where the migration rules live, so that a sign-in (`method = signin`), a bulk exchange
@@ -207,7 +207,8 @@ public struct LegacyStore: BatonStore {
     public var duplicatePolicy: DuplicatePolicy { legacy.duplicatePolicy }
 
     /// Replaces the email of `user` (matched by key and subject) with `email` when ``emailPolicy`` allows it
-    /// for the stored email, and appends an `email_changed` event; the JSON copy's email keys follow. When
+    /// for the stored email, and appends an `email_changed` event; the JSON copy's email keys and the email copies
+    /// (`legacy.email_copies`: the user's row holding the old address) follow. When
     /// another row already holds `email` under a unique constraint, the email is left as it was and an
     /// `email_conflict` event records both values. Returns the record as stored, or nil when it no longer
     /// matches.
@@ -245,16 +246,20 @@ public struct LegacyStore: BatonStore {
             query = query + ", changed AS (UPDATE \(l.table) AS u SET " + set + " FROM old WHERE u.\(l.keyColumn) = old.k" + l.filterSQL()
                 + " AND" + wanted + " RETURNING u.\(l.keyColumn)::text AS k, u.\(column)::text AS e)"
         } else if let mail = l.emailTable {
-            query = query + """
-                , changed AS (UPDATE \(mail.table) AS m SET \(mail.column) = \(email) FROM old
-                              WHERE m.\(mail.keyColumn) = old.r AND
-                """ + wanted + " RETURNING old.k::text AS k, m.\(mail.column)::text AS e)"
+            var set: PostgresQuery = "\(mail.column) = \(email)"
+            if let json = l.json, let column = json.emailTableColumn, !json.emailKeys.isEmpty {
+                set = set + ", \(column) = " + l.jsonSQL(json, in: "m.\(column.quoted)", held: ("NULL", "old.e"), newSub: nil as String?, newEmail: email, write: true)
+            }
+            query = query + ", changed AS (UPDATE \(mail.table) AS m SET " + set + " FROM old WHERE m.\(mail.keyColumn) = old.r AND "
+                + wanted + " RETURNING old.k::text AS k, m.\(mail.column)::text AS e)"
             if let json = l.json, !json.emailKeys.isEmpty {
                 query = query + ", json_copy AS (UPDATE \(l.table) AS u SET \(json.column) = "
                     + l.jsonSQL(json, newSub: nil as String?, newEmail: email, write: true)
                     + " FROM old WHERE u.\(l.keyColumn) = old.k AND EXISTS (SELECT 1 FROM changed)" + l.filterSQL() + ")"
             }
         }
+        query = query + l.emailCopiesSQL(from: "old", user: l.copyUserInOld, oldEmail: "old.e", newEmail: email, write: write, event: (
+            "legacy_key, old_sub, new_sub, old_email, new_email", "old.k::text, \(user.subject)::text, \(user.subject)::text, old.e, \(email)::text"))
         return query + """
             , event AS (
                 INSERT INTO baton.events (kind, legacy_key, old_sub, new_sub, old_email, new_email)
