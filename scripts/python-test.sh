@@ -21,7 +21,9 @@ BATON_BINARY=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
 shift
 python=$("$root/scripts/python-env.sh")
 cd "$root/integrations/python/tests"
+status=0
 for framework in allauth social; do
     echo "== $framework" >&2
-    BATON_TEST_FRAMEWORK=$framework "$python" -m pytest -p no:cacheprovider -q "test_$framework.py" "$@"
+    BATON_TEST_FRAMEWORK=$framework "$python" -m pytest -p no:cacheprovider -q "test_$framework.py" "$@" || status=1
 done
+exit $status
