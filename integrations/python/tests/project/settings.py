@@ -31,7 +31,7 @@ TEMPLATES = [{
 LOGIN_REDIRECT_URL = "/"
 
 if FRAMEWORK == "allauth":
-    INSTALLED_APPS += ["allauth", "allauth.account", "allauth.socialaccount", "allauth.socialaccount.providers.apple",
+    INSTALLED_APPS += ["allauth", "allauth.account", "allauth.socialaccount", "allauth.headless", "allauth.socialaccount.providers.apple",
                        "allauth.socialaccount.providers.google"]
     MIDDLEWARE += ["allauth.account.middleware.AccountMiddleware"]
     AUTHENTICATION_BACKENDS = ["django.contrib.auth.backends.ModelBackend", "allauth.account.auth_backends.AuthenticationBackend"]
