@@ -210,6 +210,10 @@ struct ConfigurationTests {
         ("transfer column equals email column", "legacy.transfer_column", "email", .invalidValue),
         ("unknown top-level key", "databse", ["url": "x"], .unknownKey),
         ("unknown nested key", "apple.transfer.sendr", ["team_id": "AAAAAAAAAA"], .unknownKey),
+        ("unknown member of an email copy", "legacy.email_copies", [["table": "public.emailaddress", "column": "email", "user_column": "id", "user_colum": "x"]], .unknownKey),
+        ("email copy without its user column", "legacy.email_copies", [["table": "public.emailaddress", "column": "email"]], .missing),
+        ("email copy on the legacy table", "legacy.email_copies", [["table": "public.users", "column": "email", "user_column": "id"]], .invalidValue),
+        ("email copies not a list", "legacy.email_copies", ["table": "public.emailaddress"], .invalidValue),
     ] }
 
     @Test("each bad value is refused with an error naming its key", arguments: invalid.indices)
@@ -223,6 +227,18 @@ struct ConfigurationTests {
             #expect(error?.environmentVariable == nil)
         } else {
             #expect(error?.description.contains(BatonConfiguration.environmentVariable(for: path)) == true, "\(String(describing: error))")
+        }
+    }
+
+    @Test("legacy.email_copies from the environment: a JSON array of objects, its members checked as in the file")
+    func emailCopiesFromEnvironment() throws {
+        let variable = BatonConfiguration.environmentVariable(for: "legacy.email_copies")
+        let configuration = try load(try configJSON(), [variable: #"[{"table": "public.emailaddress", "column": "email", "user_column": "id", "where": {"kind": "login"}}]"#])
+        #expect(configuration.legacy.emailCopies == [LegacyEmailCopy(table: "public.emailaddress", column: "email", userColumn: "id", filters: ["kind": "login"])])
+        #expect(try configuration.legacy.identifiers().emailCopies.map(\.table.description) == ["public.emailaddress"])
+        for (text, code) in [("public.emailaddress", ConfigurationError.Code.invalidValue), (#"[{"table": "public.e", "colum": "email"}]"#, .unknownKey)] {
+            let error = #expect(throws: ConfigurationError.self) { try load(try configJSON(), [variable: text]) }
+            #expect(error?.code == code && error?.key.hasPrefix("legacy.email_copies") == true, "\(String(describing: error))")
         }
     }
 
@@ -295,6 +311,7 @@ struct ConfigurationTests {
         full.legacy.email = LegacyEmailTable(table: "public.auth_user", column: "email", keyColumn: "id", referenceColumn: "user_id")
         full.legacy.json = LegacyJSONCopy(column: "extra_data", subjectKeys: ["sub"], emailKeys: ["email"])
         full.legacy.emailPolicy = .relay
+        full.legacy.emailCopies = [LegacyEmailCopy(table: "public.account_emailaddress", column: "email", userColumn: "user_id", filters: ["kind": "x"])]
         full.server.eventLoops = 2
         let encoder = JSONEncoder()
         encoder.dateEncodingStrategy = .iso8601
@@ -302,8 +319,10 @@ struct ConfigurationTests {
         func leaves(_ object: [String: Any], _ prefix: String) -> [String] {
             object.flatMap { name, value -> [String] in
                 let path = prefix.isEmpty ? name : "\(prefix).\(name)"
-                // `legacy.where` is one key whose value is an object of column filters.
-                guard let child = value as? [String: Any], path != "legacy.where" else { return [path] }
+                // `legacy.where` is one key whose value is an object of column filters, and so is each copy's `where`;
+                // a list of objects is a key and its members (`legacy.email_copies[].table`).
+                if let items = value as? [[String: Any]], let first = items.first { return [path] + leaves(first, path + "[]") }
+                guard let child = value as? [String: Any], !path.hasSuffix("where") else { return [path] }
                 return leaves(child, path)
             }
         }

@@ -324,13 +324,15 @@ public struct BatonConfiguration: Sendable, Equatable, Codable {
         public var email: LegacyEmailTable?
         /// A JSON column of `table` holding copies of the claims, rewritten with the subject.
         public var json: LegacyJSONCopy?
+        /// Further tables holding a copy of the email, one row per address (allauth's `account_emailaddress`).
+        public var emailCopies: [LegacyEmailCopy]?
         /// When Baton replaces a stored email (default `relay`).
         public var emailPolicy: EmailPolicy?
 
         /// Creates the section.
         public init(table: String, keyColumn: String, subjectColumn: String, emailColumn: String?, transferColumn: String? = nil,
                     filters: [String: String]? = nil, email: LegacyEmailTable? = nil, json: LegacyJSONCopy? = nil,
-                    emailPolicy: EmailPolicy? = nil) {
+                    emailCopies: [LegacyEmailCopy]? = nil, emailPolicy: EmailPolicy? = nil) {
             self.table = table
             self.keyColumn = keyColumn
             self.subjectColumn = subjectColumn
@@ -339,6 +341,7 @@ public struct BatonConfiguration: Sendable, Equatable, Codable {
             self.filters = filters
             self.email = email
             self.json = json
+            self.emailCopies = emailCopies
             self.emailPolicy = emailPolicy
         }
 
@@ -351,6 +354,7 @@ public struct BatonConfiguration: Sendable, Equatable, Codable {
             case filters = "where"
             case email
             case json
+            case emailCopies = "email_copies"
             case emailPolicy = "email_policy"
         }
 

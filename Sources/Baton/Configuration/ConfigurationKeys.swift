@@ -16,6 +16,8 @@ extension BatonConfiguration {
         case filters
         /// `true` or `false` (also `1` and `0` in the environment).
         case boolean
+        /// A list of objects whose members are declared as keys `path[].member`: a JSON array in the environment.
+        case records
     }
 
     /// What an absent key means.
@@ -56,6 +58,10 @@ extension BatonConfiguration {
         /// The environment variable that overrides it.
         public var environmentVariable: String { BatonConfiguration.environmentVariable(for: path) }
 
+        /// Whether the key is a member of a ``KeyKind/records`` list's objects (`legacy.email_copies[].table`), read
+        /// from the environment only as part of the list's variable.
+        public var isRecordMember: Bool { path.contains("[].") }
+
         /// Whether the key must be present when its section is.
         public var required: Bool { defaultValue == .required }
 
@@ -64,6 +70,7 @@ extension BatonConfiguration {
             switch defaultValue {
             case .required:
                 let sections = path.split(separator: ".").dropLast()
+                if let list = sections.last, list.hasSuffix("[]") { return "required in each `\(list.dropLast(2))` entry" }
                 return sections.count < 2 ? "required" : "required in `\(sections.last!)`"
             case .absent(let text), .value(_, let text), .appending(_, _, let text):
                 return text
@@ -136,6 +143,16 @@ extension BatonConfiguration {
             "its top-level keys rewritten with the new subject (a missing key is not added)"),
         Key("legacy.json.email_keys", .list, .absent("`[]`"),
             "its top-level keys rewritten with the new email, under `legacy.email_policy`"),
+        Key("legacy.email_copies", .records, .absent("none"),
+            "further tables holding their own copy of the user's email, one row per address (allauth's `account_emailaddress`): the user's row holding the old address gets the new one under `legacy.email_policy`, its other columns kept, no row added or deleted; another row already holding the new address keeps the old one and records an `email_conflict`; from the environment a JSON array"),
+        Key("legacy.email_copies[].table", .string, .required,
+            "the table, optionally schema-qualified; not `legacy.table` nor `legacy.email.table`"),
+        Key("legacy.email_copies[].column", .string, .required,
+            "its email column (text, varchar or citext)"),
+        Key("legacy.email_copies[].user_column", .string, .required,
+            "its column holding the user's key: `legacy.email.key_column`'s value when the email is in `legacy.email`, else `legacy.key_column`'s"),
+        Key("legacy.email_copies[].where", .filters, .absent("`null`"),
+            "equality filters narrowing the rows that are copies, as `legacy.where`"),
         Key("legacy.email_policy", .string, .absent("`relay`"),
             "`relay`: replace a stored email only when it is a private relay address (at migration, or when Apple's relay address changes); `always`; `never`. Without an email location Baton never writes emails"),
         Key("admin_token_file", .path, .absent("absent"),
@@ -167,10 +184,12 @@ extension BatonConfiguration {
     /// `BATON_` + the path upper-cased with `.` as `_`: `database.url` → `BATON_DATABASE_URL`.
     /// An index in a list (`apple.client_ids[1]`) names the list's variable.
     /// `legacy.email.column` would collide with `legacy.email_column`, so it is `BATON_LEGACY_EMAIL_TABLE_COLUMN`.
+    /// A member of a list's objects (`legacy.email_copies[0].table`) names the list's variable.
     public static func environmentVariable(for path: String) -> String {
         let key = keyPath(of: path)
         if key == "legacy.email.column" { return "BATON_LEGACY_EMAIL_TABLE_COLUMN" }
-        return "BATON_" + key.uppercased().replacingOccurrences(of: ".", with: "_")
+        let list = key.split(separator: "[", maxSplits: 1).first.map(String.init) ?? key
+        return "BATON_" + list.uppercased().replacingOccurrences(of: ".", with: "_")
     }
 
     /// Whether `path` (an index such as `[0]` ignored) is one of ``keys``, rather than a section.
@@ -186,8 +205,16 @@ extension BatonConfiguration {
             .map { "\($0.path) (\($0.environmentVariable))" }.joined(separator: ", ")
     }
 
-    /// `path` without a list index: `apple.client_ids[1]` → `apple.client_ids`.
+    /// `path` with its list indexes as `[]`, a last one dropped: `apple.client_ids[1]` → `apple.client_ids`,
+    /// `legacy.email_copies[0].table` → `legacy.email_copies[].table`.
     private static func keyPath(of path: String) -> String {
-        path.split(separator: "[", maxSplits: 1).first.map(String.init) ?? path
+        var key = ""
+        var inIndex = false
+        for character in path {
+            if character == "]" { inIndex = false }
+            if !inIndex { key.append(character) }
+            if character == "[" { inIndex = true }
+        }
+        return key.hasSuffix("[]") ? String(key.dropLast(2)) : key
     }
 }

@@ -50,13 +50,13 @@ extension BatonConfiguration {
         guard case .object(var tree) = parsed else {
             throw ConfigurationError(.invalidJSON, key: "", reason: "the configuration file must hold a JSON object")
         }
-        try checkKnownKeys(tree, prefix: "")
         for key in keys where key.kind == .path {
             if case .string(let relative)? = value(at: key.path, in: tree), !relative.isEmpty, !relative.hasPrefix("/") {
                 try set(.string(URL(fileURLWithPath: baseDirectory).appendingPathComponent(relative).standardized.path), at: key.path, in: &tree)
             }
         }
         try applyEnvironment(environment, to: &tree)
+        try checkKnownKeys(tree, prefix: "")
         try applyDefaults(to: &tree)
 
         let normalized = Data(JSON.serializeBytes(.object(tree)))
@@ -104,7 +104,12 @@ extension BatonConfiguration {
             if path == "admin_token" || path == "service_token" {
                 throw ConfigurationError(.unknownKey, key: path, reason: "a token is never read from the configuration file: put it in the file named by \(path)_file, or in \(environmentVariable(for: path))")
             }
-            if keys.contains(where: { $0.path == path }) { continue }
+            if let key = keys.first(where: { $0.path == path }) {
+                if key.kind == .records, case .array(let items) = member.value {
+                    for case .object(let item) in items { try checkKnownKeys(item, prefix: path + "[]") }
+                }
+                continue
+            }
             guard keys.contains(where: { $0.path.hasPrefix(path + ".") }) else {
                 throw ConfigurationError(.unknownKey, key: path, reason: "unknown key (a typo?)")
             }
@@ -116,7 +121,7 @@ extension BatonConfiguration {
 
     /// Sets every key whose environment variable is present: an empty value removes the key.
     private static func applyEnvironment(_ environment: [String: String], to tree: inout JSONObject) throws {
-        for key in keys {
+        for key in keys where !key.isRecordMember {
             guard let text = environment[key.environmentVariable] else { continue }
             let trimmed = text.trimmingCharacters(in: .whitespacesAndNewlines)
             if trimmed.isEmpty {
@@ -150,6 +155,11 @@ extension BatonConfiguration {
                     filters[pair[0]] = .string(pair[1])
                 }
                 try set(.object(filters), at: key.path, in: &tree)
+            case .records:
+                guard case .array(let items)? = try? JSON.parse(Array(trimmed.utf8)), items.allSatisfy({ $0.objectValue != nil }) else {
+                    throw ConfigurationError(.invalidValue, key: key.path, reason: "expected a JSON array of objects")
+                }
+                try set(.array(items), at: key.path, in: &tree)
             }
         }
     }
@@ -159,13 +169,13 @@ extension BatonConfiguration {
     private static func applyDefaults(to tree: inout JSONObject) throws {
         // A section none of whose keys is required (`server`) may be left out whole: it is created, then filled.
         let sections = Set(keys.map { $0.path.split(separator: ".").dropLast().joined(separator: ".") }).filter { !$0.isEmpty }
-        for section in sections.sorted() where value(at: section, in: tree) == nil {
+        for section in sections.sorted() where !section.hasSuffix("[]") && value(at: section, in: tree) == nil {
             let members = keys.filter { $0.path.hasPrefix(section + ".") }
             if members.allSatisfy({ if case .required = $0.defaultValue { false } else { true } }) {
                 try set(.object(JSONObject()), at: section, in: &tree)
             }
         }
-        for key in keys {
+        for key in keys where !key.isRecordMember {
             let parts = key.path.split(separator: ".")
             let section = parts.dropLast().joined(separator: ".")
             guard section.isEmpty || value(at: section, in: tree)?.objectValue != nil else { continue }

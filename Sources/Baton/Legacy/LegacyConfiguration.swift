@@ -53,6 +53,35 @@ public struct LegacyEmailTable: Sendable, Equatable, Codable {
     }
 }
 
+/// One entry of `legacy.email_copies`: a further table keeping its own copy of the user's email, one row per
+/// address (allauth's `account_emailaddress`). The row of the user holding the old address is rewritten with the
+/// new one, under `legacy.email_policy`; its other columns are kept and no row is added or deleted.
+public struct LegacyEmailCopy: Sendable, Equatable, Codable {
+    /// The table, optionally schema-qualified: `public.account_emailaddress`.
+    public var table: String
+    /// Its email column.
+    public var column: String
+    /// Its column holding the user's key: the key of `legacy.email.table` when the email lives there, else the
+    /// key of `legacy.table`.
+    public var userColumn: String
+    /// Equality filters (column → text value) narrowing the rows that are copies; nil: every row of the user.
+    public var filters: [String: String]?
+
+    /// Creates an entry.
+    public init(table: String, column: String, userColumn: String, filters: [String: String]? = nil) {
+        self.table = table
+        self.column = column
+        self.userColumn = userColumn
+        self.filters = filters
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case table, column
+        case userColumn = "user_column"
+        case filters = "where"
+    }
+}
+
 /// `legacy.json`: a json/jsonb (or text holding JSON) column of `legacy.table` whose top-level keys copy
 /// the claims; the listed keys are rewritten with the new subject and email, other keys never touched, a
 /// missing key never added.
@@ -111,6 +140,18 @@ extension BatonConfiguration {
             public var emailKeys: [String]
         }
 
+        /// A further table holding a copy of the email (`legacy.email_copies`).
+        public struct EmailCopy: Sendable, Equatable {
+            /// The table.
+            public var table: PostgresIdentifier
+            /// Its email column.
+            public var column: PostgresIdentifier
+            /// Its column holding the user's key (the email table's key, else the legacy table's).
+            public var userColumn: PostgresIdentifier
+            /// The filters narrowing its rows, ordered by column name (empty: every row of the user).
+            public var filters: [Filter]
+        }
+
         /// The table, possibly schema-qualified.
         public var table: PostgresIdentifier
         /// The primary key column.
@@ -127,6 +168,8 @@ extension BatonConfiguration {
         public var emailTable: EmailTable?
         /// The JSON copy, if configured.
         public var json: JSONCopy?
+        /// The further copies of the email, in configuration order.
+        public var emailCopies: [EmailCopy]
         /// When emails are replaced; `never` when no email location is configured.
         public var emailPolicy: EmailPolicy
 
@@ -144,9 +187,10 @@ extension BatonConfiguration {
             subjectColumn = try column(legacy.subjectColumn, "legacy.subject_column")
             emailColumn = try legacy.emailColumn.map { try column($0, "legacy.email_column") }
             transferColumn = try legacy.transferColumn.map { try column($0, "legacy.transfer_column") }
-            filters = try (legacy.filters ?? [:]).sorted { $0.key < $1.key }.map {
-                Filter(column: try column($0.key, "legacy.where"), value: $0.value)
+            func parseFilters(_ filters: [String: String]?, _ key: String) throws -> [Filter] {
+                try (filters ?? [:]).sorted { $0.key < $1.key }.map { Filter(column: try column($0.key, key), value: $0.value) }
             }
+            filters = try parseFilters(legacy.filters, "legacy.where")
             emailTable = try legacy.email.map {
                 EmailTable(table: try BatonConfiguration.identifier($0.table, key: "legacy.email.table", allowSchema: true),
                            column: try column($0.column, "legacy.email.column"),
@@ -164,6 +208,12 @@ extension BatonConfiguration {
                     throw ConfigurationError(.invalidValue, key: "legacy.json.email_keys", reason: "must not repeat a key of legacy.json.subject_keys")
                 }
                 return JSONCopy(column: try column(copy.column, "legacy.json.column"), subjectKeys: subjectKeys, emailKeys: emailKeys)
+            }
+            emailCopies = try (legacy.emailCopies ?? []).enumerated().map { index, copy in
+                let key = "legacy.email_copies[\(index)]"
+                return EmailCopy(table: try BatonConfiguration.identifier(copy.table, key: key + ".table", allowSchema: true),
+                                 column: try column(copy.column, key + ".column"), userColumn: try column(copy.userColumn, key + ".user_column"),
+                                 filters: try parseFilters(copy.filters, key + ".where"))
             }
             emailPolicy = (emailColumn == nil && emailTable == nil) ? .never : (legacy.emailPolicy ?? .relay)
             try checkDistinct()
@@ -185,6 +235,22 @@ extension BatonConfiguration {
             }
             if let json, json.column == subjectColumn || json.column == emailColumn || json.column == transferColumn {
                 throw ConfigurationError(.invalidValue, key: "legacy.json.column", reason: "must differ from the subject, email and transfer columns")
+            }
+            if !emailCopies.isEmpty && !hasEmail {
+                throw ConfigurationError(.invalidValue, key: "legacy.email_copies", reason: "needs the email's own location: set legacy.email_column or legacy.email")
+            }
+            for (index, copy) in emailCopies.enumerated() {
+                let key = "legacy.email_copies[\(index)]"
+                // Two writes to one row in one statement: PostgreSQL would apply only one of them.
+                if copy.table == table || copy.table == emailTable?.table {
+                    throw ConfigurationError(.invalidValue, key: key + ".table", reason: "must be another table than legacy.table and legacy.email.table")
+                }
+                if emailCopies[..<index].contains(where: { $0.table == copy.table }) {
+                    throw ConfigurationError(.invalidValue, key: key + ".table", reason: "names a table of an earlier entry: one entry per table")
+                }
+                if copy.userColumn == copy.column || copy.filters.contains(where: { $0.column == copy.column || $0.column == copy.userColumn }) {
+                    throw ConfigurationError(.invalidValue, key: key, reason: "column, user_column and the where columns must differ")
+                }
             }
         }
     }

@@ -35,8 +35,8 @@ public struct LegacyInspection: Sendable, Equatable {
 extension LegacyStore {
     /// Inspects the legacy table (catalog queries, plus one count of the Apple rows): the tables and columns
     /// exist, none Baton writes is a generated column, a unique index covers the subject (with the `where`
-    /// columns) and the key, where emails are and which JSON keys Baton rewrites, and whether Baton's schema is
-    /// applied.
+    /// columns) and the key, where emails are (with their further copies, `legacy.email_copies`) and which JSON
+    /// keys Baton rewrites, and whether Baton's schema is applied.
     /// - Throws: ``PostgresError`` when the database cannot be queried.
     public func inspectLegacyTable() async throws -> LegacyInspection {
         let l = legacy
@@ -119,6 +119,11 @@ extension LegacyStore {
         } else {
             add(.ok, "email", "no email location configured: Baton never reads or writes emails")
         }
+        for (index, copy) in l.emailCopies.enumerated() {
+            let finding = try await inspectEmailCopy(copy, key: "legacy.email_copies[\(index)]")
+            findings.append(finding)
+            if finding.status == .failure { return LegacyInspection(findings: findings) }
+        }
         if let json = l.json {
             let type = columns[json.column.name]?.type ?? ""
             let emailKeys = json.emailKeys.isEmpty ? "" : ", email keys \(json.emailKeys.joined(separator: ", "))"
@@ -129,6 +134,47 @@ extension LegacyStore {
             }
         }
         return LegacyInspection(findings: findings)
+    }
+
+    /// The finding on one email copy: its table and columns exist, the email column is text and not generated,
+    /// `user_column` compares with the key it references, and an index leads with it (else a warning: each
+    /// migration would read the whole table).
+    private func inspectEmailCopy(_ copy: BatonConfiguration.LegacyIdentifiers.EmailCopy, key: String) async throws -> LegacyInspection.Finding {
+        let l = legacy
+        func failure(_ detail: String, fix: String) -> LegacyInspection.Finding {
+            .init(status: .failure, name: "email copy", detail: detail, fix: fix)
+        }
+        guard let columns = try await columnInfo(of: copy.table) else {
+            return failure("\(key).table \(copy.table) does not exist", fix: "name the table holding the copy (names are case-sensitive)")
+        }
+        let wanted = [("column", copy.column), ("user_column", copy.userColumn)] + copy.filters.map { ("where", $0.column) }
+        if let absent = wanted.first(where: { columns[$0.1.name] == nil }) {
+            return failure("\(key).table \(copy.table) has no column \(absent.1.name) (\(key).\(absent.0))", fix: "name an existing column")
+        }
+        let type = columns[copy.column.name]!
+        if type.generated {
+            return failure("\(copy.table).\(copy.column.name) is a generated column", fix: "name the column it is computed from")
+        }
+        guard ["text", "citext"].contains(type.type) || type.type.hasPrefix("character") else {
+            return failure("\(key).column \(copy.column.name) is of type \(type.type), not text, varchar or citext", fix: "name the email column")
+        }
+        let (referenced, referencedKey) = l.emailTable.map { ($0.table, $0.keyColumn) } ?? (l.table, l.keyColumn)
+        do {
+            try await pool.execute("SELECT 1 FROM \(copy.table) AS c JOIN \(referenced) AS r ON c.\(copy.userColumn) = r.\(referencedKey) WHERE false")
+        } catch let error as PostgresError where error.code == .undefinedObject {  // 42883: no such operator
+            return failure("\(key).user_column \(copy.userColumn.name) (\(columns[copy.userColumn.name]!.type)) cannot be compared with \(referenced).\(referencedKey.name)",
+                           fix: "name the column of \(copy.table) holding \(referenced).\(referencedKey.name)")
+        }
+        let indexed = try await pool.query("""
+            SELECT EXISTS (SELECT 1 FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0]
+                           WHERE i.indrelid = to_regclass(\(copy.table.quoted)) AND a.attname = \(copy.userColumn.name))
+            """)[0].decode(Bool.self, at: 0)
+        let detail = "\(copy.table).\(copy.column.name), the user's rows by \(copy.userColumn.name) = \(referenced.name).\(referencedKey.name): the row holding the old address gets the new one; policy \(l.emailPolicy.rawValue)"
+        guard indexed else {
+            return .init(status: .warning, name: "email copy", detail: detail + "; no index leads with \(copy.userColumn.name), so each migration reads the whole table",
+                         fix: "CREATE INDEX CONCURRENTLY ON \(copy.table.quoted) (\(copy.userColumn.quoted))")
+        }
+        return .init(status: .ok, name: "email copy", detail: detail)
     }
 
     /// Checks at start-up, with ``inspectLegacyTable()``, that Baton can run against the legacy table.

@@ -9,7 +9,9 @@ extension LegacyStore {
     /// 3. sets the subject column to `newSub` and the JSON copy's subject keys (`legacy.json`) with it;
     ///    replaces the email (in `email_column`, or in the email table `legacy.email`, and the JSON email keys)
     ///    by `newEmail` only when `newEmail` is given and `legacy.email_policy` allows it for the stored email
-    ///    (`relay`, the default: only a private relay address is replaced);
+    ///    (`relay`, the default: only a private relay address is replaced); so does each email copy
+    ///    (`legacy.email_copies`) in the user's row holding the old address, unless another row of that table
+    ///    already holds `newEmail` (then it keeps the old one and an `email_conflict` event names the copy);
     /// 4. records the migration in `baton.transfers` (the row of `oldSub` or of `transferSub`, created when
     ///    neither exists): `state = 'migrated'`, `method`, `new_sub`, `new_email`, `is_private_email`,
     ///    `migrated_at`, the legacy key; lease and last error cleared;
@@ -253,6 +255,10 @@ extension LegacyStore {
         } else if l.emailTable != nil {
             finalEmail = "(SELECT e FROM old)"
         }
+        // The email's further copies: the user's row holding the old address gets the new one.
+        query = query + l.emailCopiesSQL(from: "moved, old", user: l.copyUserInOld, oldEmail: "old.e", newEmail: newEmail, write: writeEmail, event: (
+            "method, legacy_key, old_sub, new_sub, old_email, new_email, transfer_sub",
+            "\(method)::text, moved.k, old.s, \(newSub)::text, old.e, \(newEmail)::text, \(transferSub)::text"))
 
         let rest: PostgresQuery = """
             , updated AS (

@@ -5,6 +5,12 @@ public enum LegacyProblemKind: String, Sendable, Equatable, CaseIterable, Codabl
     /// The email of an Apple row is also held by another row (ignoring case): writing it would hit a unique
     /// constraint, or the address belongs to two accounts.
     case emailConflict = "email_conflict"
+    /// An email copy (`legacy.email_copies`) of an Apple user holds the user's address, which another row of
+    /// that table also holds (ignoring case): the copy cannot take the new address unless that row lets it go.
+    case emailCopyConflict = "email_copy_conflict"
+    /// An email copy of an Apple user holds a private relay address other than the user's stored email: Baton
+    /// rewrites only the copy holding the stored address, so this one keeps the old team's relay address.
+    case emailCopyStale = "email_copy_stale"
     /// An Apple row has no subject (and no transfer identifier).
     case subjectNull = "subject_null"
     /// An Apple row's subject does not look like Apple's `NNNNNN.<32 hex>.NNNN`.
@@ -47,7 +53,7 @@ extension LegacyStore {
     static let appleSubjectPattern = "^[0-9]{6}\\.[0-9a-f]{32}\\.[0-9]{4}$"
 
     /// Finds the problems of ``LegacyProblemKind`` in the legacy table, read-only: one query per kind over the
-    /// Apple rows (`legacy.where`), the rows it leaves out, the email's location and the JSON copy, plus the
+    /// Apple rows (`legacy.where`), the rows it leaves out, the email's location, its copies and the JSON copy, plus the
     /// unique-index checks of ``inspectLegacyTable()``. Kinds without rows are left out.
     /// - Throws: ``PostgresError`` when the database cannot be queried.
     public func findProblems() async throws -> [LegacyProblem] {
@@ -69,6 +75,15 @@ extension LegacyStore {
             try await rows(.emailConflict, "lower(u.\(unsafeRaw: email.quoted)::text) IN (SELECT lower(\(email)::text) FROM \(l.table) WHERE \(email) IS NOT NULL GROUP BY 1 HAVING count(*) > 1)")
         } else if let mail = l.emailTable {
             try await rows(.emailConflict, "lower(m.\(unsafeRaw: mail.column.quoted)::text) IN (SELECT lower(\(mail.column)::text) FROM \(mail.table) WHERE \(mail.column) IS NOT NULL GROUP BY 1 HAVING count(*) > 1)",
+                           join: l.emailJoinSQL)
+        }
+        for copy in l.emailCopies {
+            let stored = "lower(c.\(copy.column.quoted)::text)"
+            let userCopies: PostgresQuery = "EXISTS (SELECT 1 FROM \(copy.table) AS c WHERE c.\(copy.userColumn) = \(unsafeRaw: l.copyUserSQL(alias: "u"))"
+                + BatonConfiguration.LegacyIdentifiers.filterSQL(copy.filters, alias: "c")
+            try await rows(.emailCopyConflict, userCopies + " AND \(unsafeRaw: stored) = lower(\(unsafeRaw: l.emailSQL)) AND \(unsafeRaw: stored) IN (SELECT lower(\(copy.column)::text) FROM \(copy.table) GROUP BY 1 HAVING count(*) > 1))",
+                           join: l.emailJoinSQL)
+            try await rows(.emailCopyStale, userCopies + " AND \(unsafeRaw: stored) LIKE \("%" + Self.privateRelayDomain) AND \(unsafeRaw: stored) IS DISTINCT FROM lower(\(unsafeRaw: l.emailSQL)))",
                            join: l.emailJoinSQL)
         }
         let noTransfer = l.transferColumn.map { " AND u.\($0.quoted) IS NULL" } ?? ""

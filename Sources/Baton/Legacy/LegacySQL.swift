@@ -9,8 +9,53 @@ import BatonPostgres
 extension BatonConfiguration.LegacyIdentifiers {
     /// ` AND u."provider" = $n …` for each filter (empty without filters).
     func filterSQL(alias: String = "u") -> PostgresQuery {
+        Self.filterSQL(filters, alias: alias)
+    }
+
+    /// ` AND alias."column" = $n …` for each of `filters`.
+    static func filterSQL(_ filters: [Filter], alias: String) -> PostgresQuery {
         filters.reduce(PostgresQuery(unsafeSQL: "")) { sql, filter in
             sql + " AND \(unsafeRaw: alias).\(filter.column) = \(filter.value)"
+        }
+    }
+
+    /// The column of the legacy row (alias `alias`) holding the key the email copies' `user_column` references:
+    /// the email table's reference column when the email lives there, else the legacy key.
+    func copyUserSQL(alias: String) -> String {
+        "\(alias).\((emailTable?.referenceColumn ?? keyColumn).quoted)"
+    }
+
+    /// That key in the CTE `old` of the migration and email statements, which select the legacy key as `k` and
+    /// the email table's reference as `r`.
+    var copyUserInOld: String { emailTable == nil ? "old.k" : "old.r" }
+
+    /// For each email copy (alias `c`), the condition that a row of it is the user's copy of `oldEmail` (an SQL
+    /// expression of Baton's own text) that ``emailPolicy`` lets Baton replace with `newEmail` when `write`:
+    /// the row references `user` (through `user_column`), passes the copy's filters and holds `oldEmail`, ignoring case.
+    func copyRowSQL<Email: PostgresEncodable>(_ copy: EmailCopy, user: String, oldEmail: String, newEmail: Email, write: Bool) -> PostgresQuery {
+        let stored = "c.\(copy.column.quoted)::text"
+        return "c.\(copy.userColumn) = \(unsafeRaw: user)" + Self.filterSQL(copy.filters, alias: "c")
+            + " AND \(write) AND \(newEmail)::text IS NOT NULL AND lower(\(unsafeRaw: stored)) = lower(\(unsafeRaw: oldEmail))"
+            + " AND \(unsafeRaw: stored) IS DISTINCT FROM \(newEmail)::text AND (\(unsafeRaw: policySQL(stored: stored)))"
+    }
+
+    /// The CTEs rewriting each email copy of the user (`user`, `oldEmail`: SQL expressions over `from`) to
+    /// `newEmail` where ``copyRowSQL(_:user:oldEmail:newEmail:write:)`` holds, and appending, for a copy whose new
+    /// address another row of its table already holds, an `email_conflict` event (`event`: the columns and values
+    /// of `baton.events` besides `kind` and `detail`, selected from `from`) naming the copy, which keeps its old
+    /// address. Each starts with `, `; empty without copies or when the policy is `never`.
+    func emailCopiesSQL<Email: PostgresEncodable>(from: String, user: String, oldEmail: String, newEmail: Email, write: Bool,
+                                                  event: (columns: String, values: PostgresQuery)) -> PostgresQuery {
+        guard emailPolicy != .never else { return "" }
+        return emailCopies.enumerated().reduce(PostgresQuery(unsafeSQL: "")) { sql, entry in
+            let (index, copy) = entry
+            let row = copyRowSQL(copy, user: user, oldEmail: oldEmail, newEmail: newEmail, write: write)
+            let taken: PostgresQuery = "EXISTS (SELECT 1 FROM \(copy.table) AS o WHERE o.\(copy.column) = \(newEmail)::text)"
+            let detail: PostgresQuery = "jsonb_build_object('copy', \(copy.table.description)::text)"
+            return sql + ", copy_\(unsafeRaw: String(index)) AS (UPDATE \(copy.table) AS c SET \(copy.column) = \(newEmail) FROM \(unsafeRaw: from) WHERE "
+                + row + " AND NOT " + taken + " RETURNING 1), copy_\(unsafeRaw: String(index))_clash AS (INSERT INTO baton.events (kind, \(unsafeRaw: event.columns), detail) SELECT 'email_conflict', "
+                + event.values + ", " + detail + " FROM \(unsafeRaw: from) WHERE " + taken
+                + " AND EXISTS (SELECT 1 FROM \(copy.table) AS c WHERE " + row + "))"
         }
     }
 

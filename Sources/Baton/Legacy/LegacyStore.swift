@@ -204,7 +204,8 @@ public struct LegacyStore: BatonStore {
     public var emailPolicy: EmailPolicy { legacy.emailPolicy }
 
     /// Replaces the email of `user` (matched by key and subject) with `email` when ``emailPolicy`` allows it
-    /// for the stored email, and appends an `email_changed` event; the JSON copy's email keys follow. When
+    /// for the stored email, and appends an `email_changed` event; the JSON copy's email keys and the email copies
+    /// (`legacy.email_copies`: the user's row holding the old address) follow. When
     /// another row already holds `email` under a unique constraint, the email is left as it was and an
     /// `email_conflict` event records both values. Returns the record as stored, or nil when it no longer
     /// matches.
@@ -251,6 +252,8 @@ public struct LegacyStore: BatonStore {
                     + " FROM old WHERE u.\(l.keyColumn) = old.k AND EXISTS (SELECT 1 FROM changed)" + l.filterSQL() + ")"
             }
         }
+        query = query + l.emailCopiesSQL(from: "old", user: l.copyUserInOld, oldEmail: "old.e", newEmail: email, write: write, event: (
+            "legacy_key, old_sub, new_sub, old_email, new_email", "old.k::text, \(user.subject)::text, \(user.subject)::text, old.e, \(email)::text"))
         return query + """
             , event AS (
                 INSERT INTO baton.events (kind, legacy_key, old_sub, new_sub, old_email, new_email)

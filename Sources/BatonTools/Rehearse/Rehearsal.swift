@@ -70,7 +70,7 @@ struct Rehearsal {
 
     /// Copies the configured tables with pg_dump (a read-only session) and restores them into the copy.
     private func copyTables(cluster: ThrowawayCluster, pool: PostgresPool, legacy: BatonConfiguration.LegacyIdentifiers) async throws {
-        let tables = [legacy.table] + (legacy.emailTable.map { [$0.table] } ?? [])
+        let tables = [legacy.table] + (legacy.emailTable.map { [$0.table] } ?? []) + legacy.emailCopies.map(\.table)
         for schema in Set(tables.compactMap(\.schema)) {
             try await pool.execute(PostgresQuery(unsafeSQL: "CREATE SCHEMA IF NOT EXISTS \(try PostgresIdentifier(schema).quoted)"))
         }
@@ -85,7 +85,7 @@ struct Rehearsal {
                 try ThrowawayCluster.run(FileManager.default.fileExists(atPath: "\(bin)/psql") ? "\(bin)/psql" : "/usr/bin/psql", ["-X", "-q", "--dbname=\(cluster.url)", "-f", dump], log: cluster.directory + "/psql.log")
             }
         } catch let failure as ToolFailure where failure.output.contains("no matching tables") {
-            throw CommandFailure.usage("the source database has no table \(tables.map(\.description).joined(separator: " or ")) (legacy.table, legacy.email.table)")
+            throw CommandFailure.usage("the source database has no table \(tables.map(\.description).joined(separator: " or ")) (legacy.table, legacy.email.table, legacy.email_copies)")
         } catch let failure as ToolFailure {
             throw CommandFailure.failed("baton rehearse: copying the tables failed: \(failure)")
         }
