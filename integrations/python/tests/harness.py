@@ -8,6 +8,7 @@ import contextlib
 import json
 import os
 import re
+import shutil
 import socket
 import subprocess
 import tempfile
@@ -75,7 +76,7 @@ class Emulator:
     """`baton emulator` on a free loopback port, with its control routes."""
 
     def __init__(self) -> None:
-        self.process = subprocess.Popen([baton_binary(), "emulator", "--port", "0", "--log-level", "warning"],
+        self.process = subprocess.Popen([baton_binary(), "emulator", "--port", "0", "--log-level", "error"],
                                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         line = self.process.stdout.readline()
         match = re.search(r"emulator listening on (http://\S+)", line)
@@ -122,6 +123,10 @@ class Transfer:
             (self.directory / name).chmod(0o600)
         emulator.call("/emulator/apps", {"client_id": CLIENT_ID, "team_id": self.sender["team_id"]})
 
+    def remove(self) -> None:
+        """Deletes the keys and configurations."""
+        shutil.rmtree(self.directory)
+
     def initiate(self) -> None:
         self.emulator.call("/emulator/transfers", {"client_id": CLIENT_ID, "to_team_id": self.recipient["team_id"]})
 
@@ -158,13 +163,15 @@ class Transfer:
     def serving(self, **legacy):
         """Runs `baton serve` on a free port (configuration `legacy` entries added) and yields its URL."""
         port = free_port()
-        process = subprocess.Popen([baton_binary(), "serve", "--config", self.configuration(port, **legacy)],
-                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        log = self.directory / f"serve-{port}.log"
+        with log.open("w") as output:  # a file, not a pipe: nobody reads the log while it runs
+            process = subprocess.Popen([baton_binary(), "serve", "--config", self.configuration(port, **legacy)],
+                                       stdout=output, stderr=subprocess.STDOUT)
         url = f"http://127.0.0.1:{port}"
         try:
             for _ in range(400):
                 if process.poll() is not None:
-                    raise AssertionError(f"baton serve exited {process.returncode}: {process.stdout.read()}")
+                    raise AssertionError(f"baton serve exited {process.returncode}: {log.read_text()}")
                 with contextlib.suppress(OSError):
                     if http_json("GET", url + "/healthz")[0] == 200:
                         break

@@ -119,6 +119,7 @@ class TransferScenario:
     @pytest.fixture(scope="class")
     def world(self):
         emulator = harness.Emulator()
+        transfer = None
         try:
             self.point_at(emulator)
             transfer = harness.Transfer(emulator, harness.required_env("BATON_TEST_DJANGO_URL"), self.legacy)
@@ -146,6 +147,8 @@ class TransferScenario:
                    "stranger": stranger, "others": self.others_digest(self.others_sql)}
         finally:
             emulator.stop()
+            if transfer is not None:
+                transfer.remove()
 
     def test_signups_before_the_transfer_made_one_account_each(self, world):
         for person in world["people"]:
