@@ -94,8 +94,8 @@ class Emulator:
     def team(self) -> dict:
         return self.call("/emulator/teams", {})
 
-    def users(self, count: int) -> list[dict]:
-        return self.call("/emulator/users", {"client_id": CLIENT_ID, "count": count, "private_email": True})["users"]
+    def users(self, count: int, private_email: bool = True) -> list[dict]:
+        return self.call("/emulator/users", {"client_id": CLIENT_ID, "count": count, "private_email": private_email})["users"]
 
     def authorize(self, user: str, nonce: str | None = None) -> dict:
         """What Apple's sign-in page gives the browser: `code`, `id_token`, `user_identifier`."""

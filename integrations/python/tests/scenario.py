@@ -126,6 +126,7 @@ class TransferScenario:
             self.use_team(transfer.sender)
             people = emulator.users(8)
             stranger = people.pop()  # signed in with the sending team's app, but has no account here
+            people += emulator.users(1, private_email=False)  # shares their real email with Apple
             original = {}
             with transfer.serving() as url, override_settings(BATON_URL=url):
                 for person in people:

@@ -9,10 +9,10 @@ from allauth.core import context
 from allauth.socialaccount.models import SocialAccount, SocialApp, SocialLogin
 from allauth.socialaccount.providers.apple.views import AppleOAuth2Adapter
 from django.contrib.auth import get_user_model
-from django.test import RequestFactory
+from django.test import Client, RequestFactory, override_settings
 
 import harness
-from scenario import TransferScenario, at_apple, identity_table, aim_at_emulator, other_rows
+from scenario import TransferScenario, logged_in_user, at_apple, identity_table, aim_at_emulator, other_rows
 
 
 class TestAllauth(TransferScenario):
@@ -60,3 +60,16 @@ class TestAllauth(TransferScenario):
     def native_login(self, client, id_token, nonce):
         body = {"provider": "apple", "process": "login", "token": {"client_id": harness.CLIENT_ID, "id_token": id_token, "nonce": nonce}}
         return client.post("/_allauth/app/v1/auth/provider/token", json.dumps(body), content_type="application/json").status_code
+
+    def test_an_email_match_still_logs_into_the_original_account(self, world):
+        """With SOCIALACCOUNT_EMAIL_AUTHENTICATION, allauth's lookup has matched the user by their real email before
+        the adapter runs; the account Baton migrated is the one logged into, and no second one is connected."""
+        emulator, person = world["emulator"], world["people"][-1]
+        assert not person["is_private_email"]
+        identities = self.identities()
+        with world["transfer"].serving() as url, override_settings(BATON_URL=url, SOCIALACCOUNT_EMAIL_AUTHENTICATION=True):
+            client = Client()
+            assert self.log_in(client, emulator, person["id"]).status_code == 302
+        assert logged_in_user(client) == world["original"][person["id"]]
+        assert self.lookup(self.new_sub(emulator, person)) == world["original"][person["id"]]
+        assert self.identities() == identities
