@@ -13,7 +13,8 @@ deps:
 build: deps
 	swift build $(SWIFT_BUILD_FLAGS)
 
-## Builds, starts a throwaway PostgreSQL, runs every test against it, removes it.
+## Builds, starts a throwaway PostgreSQL, runs every test against it, removes it; then the Django framework tests
+## (integrations/python, in a virtual environment scripts/python-env.sh keeps in .build) against the built baton.
 ## Tests run one at a time: on a 2-core machine Swift's cooperative pool has two threads, and tests that
 ## wait on child processes would starve the in-process servers other tests talk to.
 ## The build's own temporary files go in a directory removed afterwards, like the tests' (scripts/pg.sh).
@@ -22,7 +23,8 @@ test: deps
 	set -e; export TMPDIR="$$scratch"; \
 	swift build $(SWIFT_BUILD_FLAGS); \
 	swift build --build-tests $(SWIFT_BUILD_FLAGS); \
-	scripts/pg.sh run swift test --skip-build --no-parallel $(SWIFT_BUILD_FLAGS)
+	scripts/pg.sh run swift test --skip-build --no-parallel $(SWIFT_BUILD_FLAGS); \
+	scripts/pg.sh run scripts/python-test.sh "$$(swift build $(SWIFT_BUILD_FLAGS) --show-bin-path)/baton"
 
 ## The fault suite's long form (repeated kills, longer loads and outages); `make test` runs its short form.
 ## Each scenario starts PostgreSQL clusters of its own; the disk-full scenario mounts a small tmpfs (root).
