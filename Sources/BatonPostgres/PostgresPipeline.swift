@@ -15,7 +15,9 @@ import BatonLogging
 /// ``send(_:write:_:)`` says no. ``PostgresError/didNotRun`` tells a failure that wrote nothing, whose statement
 /// can go another way as if it had never been sent.
 ///
-/// The loop's thread never waits here: libpq runs non-blocking, and connecting happens on another thread.
+/// The loop's thread never waits here: libpq runs non-blocking, connecting happens on another thread, and the
+/// session's `lock_timeout` (``lockTimeoutMilliseconds``) fails a statement that would wait for a lock, so one
+/// request's locked row never holds up the others on the one backend.
 ///
 /// Use it only on its loop's thread.
 package final class PostgresPipeline: @unchecked Sendable {
@@ -23,6 +25,13 @@ package final class PostgresPipeline: @unchecked Sendable {
     // thread reaches the pipeline through ``EventLoop/execute(_:)``.
     /// What a statement came to.
     package typealias Completion = (Result<PostgresResult, PostgresError>) -> Void
+
+    /// The pipeline session's `lock_timeout`: a statement waiting longer for a lock (a row another session holds
+    /// `FOR UPDATE`, say) fails with `lock_not_available` (55P03, ``PostgresError/Code/queryCanceled``), and its
+    /// caller takes the wait elsewhere. Every request of the loop waits behind that statement, so the wait is kept
+    /// to a few milliseconds; it is still above how long a one-statement transaction holds its row (its commit's
+    /// WAL flush, about a millisecond on an SSD), so two sign-ins meeting on one row rarely need the other way.
+    package static let lockTimeoutMilliseconds = 5
 
     private struct Statement {
         let completion: Completion
@@ -285,7 +294,8 @@ package final class PostgresPipeline: @unchecked Sendable {
     /// Opens a connection (blocking: not on the loop) and readies it for the loop: non-blocking, in pipeline mode.
     /// - Throws: ``PostgresError`` `connectionFailure`.
     private static func openForPipeline(url: String, statementTimeoutMilliseconds: Int?) throws -> OpaquePointer {
-        let pointer = try PostgresConnection.openHandle(url: url, statementTimeoutMilliseconds: statementTimeoutMilliseconds)
+        let pointer = try PostgresConnection.openHandle(url: url, statementTimeoutMilliseconds: statementTimeoutMilliseconds,
+                                                        lockTimeoutMilliseconds: lockTimeoutMilliseconds)
         guard PQsetnonblocking(pointer, 1) == 0, PQenterPipelineMode(pointer) == 1 else {
             let message = PostgresConnection.lastError(pointer)
             PQfinish(pointer)

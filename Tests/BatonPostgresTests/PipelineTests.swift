@@ -290,6 +290,28 @@ struct PipelineFailureTests {
         #expect(Array(answers.suffix(3)) == ["b", "c", "a"])
     }
 
+    @Test("a write that needs a row another session holds fails at once as lock_not_available; the read after it is answered")
+    func lockedRow() async throws {
+        let url = try TestDatabase.create("pipeline_lock")
+        // The statement timeout only ends the wait of a pipeline that does not give up on the lock by itself.
+        let pool = PostgresPool(url: url, maxConnections: 1, statementTimeoutMilliseconds: 10_000)
+        defer { Task { await pool.close() } }
+        try await pool.execute("CREATE TABLE transfers (n int PRIMARY KEY, state text)")
+        try await pool.execute("INSERT INTO transfers VALUES (1, 'pending')")
+        let holder = try await PostgresConnection.connect(url: url)
+        try await holder.executeScript(unsafeSQL: "BEGIN")
+        try await holder.query("SELECT n FROM transfers WHERE n = \(1) FOR UPDATE")
+        let outcomes = try await onLoop(pool) { (pipeline, done: @escaping @Sendable ([String]) -> Void) in
+            let collect = collector(2, done)
+            let record = { @Sendable (label: String, outcome: Result<PostgresResult, PostgresError>) in collect("\(label) \(changes(outcome))") }
+            pipeline.send("UPDATE transfers SET state = 'done' WHERE n = \(1)", write: true) { record("write", $0) }
+            pipeline.send("SELECT 'after'::text") { record("read", $0) }
+        }
+        try await holder.executeScript(unsafeSQL: "ROLLBACK")
+        #expect(outcomes == ["write query_canceled 55P03 (not run)", "read ok 1"])
+        #expect(try await pool.query("SELECT state FROM transfers WHERE n = 1")[0].decode(String.self, at: 0) == "pending")
+    }
+
     @Test("a write whose commit fails (a deferred constraint) gets the commit's error; the next group is answered")
     func failedCommit() async throws {
         let pool = PostgresPool(url: try TestDatabase.create("pipeline_commit"), maxConnections: 1)
