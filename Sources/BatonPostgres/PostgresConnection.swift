@@ -60,17 +60,20 @@ public final class PostgresConnection: @unchecked Sendable {
         PostgresConnection(connection: try openHandle(url: url, statementTimeoutMilliseconds: statementTimeoutMilliseconds), queue: queue, logger: logger)
     }
 
-    /// Opens a libpq connection (blocking) with Baton's defaults and the statement timeout; notices are dropped.
+    /// Opens a libpq connection (blocking) with Baton's defaults and the session's timeouts (`statement_timeout`,
+    /// and `lock_timeout` when given); notices are dropped.
     /// - Throws: ``PostgresError`` with code `connectionFailure`.
-    static func openHandle(url: String, statementTimeoutMilliseconds: Int?) throws -> OpaquePointer {
+    static func openHandle(url: String, statementTimeoutMilliseconds: Int?, lockTimeoutMilliseconds: Int? = nil) throws -> OpaquePointer {
         // Defaults first: with expand_dbname, settings in the URL override earlier keywords, and keywords after
         // the URL override it.
         var keywords = ["connect_timeout", "fallback_application_name", "dbname"]
         var values = ["5", "baton", url]
-        if let statementTimeoutMilliseconds {
+        let settings = [("statement_timeout", statementTimeoutMilliseconds), ("lock_timeout", lockTimeoutMilliseconds)]
+            .compactMap { name, milliseconds in milliseconds.map { "-c \(name)=\($0)" } }
+        if !settings.isEmpty {
             let given = (try? PostgresConnectionString(url))?.value(of: "options").map { $0 + " " } ?? ""
             keywords.append("options")
-            values.append(given + "-c statement_timeout=\(statementTimeoutMilliseconds)")
+            values.append(given + settings.joined(separator: " "))
         }
         let pointer = withCStringArray(keywords) { keywordPointers in
             withCStringArray(values) { valuePointers in

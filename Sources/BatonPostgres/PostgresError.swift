@@ -65,6 +65,17 @@ public struct PostgresError: Error, Sendable, CustomStringConvertible, CustomDeb
         }
     }
 
+    /// Whether the statement is known to have had no effect, so it can go another way as if it had never been sent:
+    /// it did not run (a pipeline skipped it after an earlier statement of its group failed, or its Parse failed,
+    /// or libpq refused its parameters), it was a pipeline's read whose connection broke, or it could not take a
+    /// lock at once (55P03, `lock_timeout` or `NOWAIT`: what it did is rolled back). False does not mean it wrote:
+    /// a statement PostgreSQL ran and failed (a unique violation, say) wrote nothing either. Only a pipeline's write
+    /// whose connection broke before its outcome came back may have committed.
+    public var didNotRun: Bool { notRun || sqlState == "55P03" }
+
+    /// Set by ``PostgresPipeline`` on the failure of a statement it knows had no effect (see ``didNotRun``).
+    var notRun = false
+
     /// Whether the error means no writable primary could be reached (lost or refused connection, a server
     /// shutting down or read-only, no free connection): the database is unavailable, not the statement wrong.
     public var isUnavailable: Bool {
