@@ -2,6 +2,21 @@ import BatonConcurrency
 import BatonLogging
 import Synchronization
 
+/// What is in front of PostgreSQL, which decides what a connection may keep from one transaction to the next.
+public enum PostgresPooler: String, Sendable, Codable, CaseIterable {
+    /// PostgreSQL itself: connections keep named prepared statements and session settings, event loops get a
+    /// pipeline. A pool checks when it opens its first connection that no transaction pooler is in front.
+    case none
+    /// A session-mode pooler (PgBouncer `pool_mode = session`): a client keeps its server connection while
+    /// connected, so everything works as with none, except that the statement timeout is sent with `SET` after
+    /// connecting (PgBouncer refuses libpq's `options`). Checked like none.
+    case session
+    /// A transaction-mode pooler (PgBouncer `pool_mode = transaction`): after each transaction the server
+    /// connection may be another client's, so nothing outlives one. Statements run unnamed, the statement timeout
+    /// is set in each transaction, and event loops get no pipeline.
+    case transaction
+}
+
 /// A bounded pool of ``PostgresConnection``s that lends one connection per operation.
 ///
 /// Opens connections on demand up to `maxConnections`; a caller that finds none free waits at most
@@ -36,6 +51,8 @@ public final class PostgresPool: Sendable {
         /// cost a task, a timer and a cancellation for every request once the pool was busy.)
         var expiry: Task<Void, Never>?
         var closed = false
+        /// Whether a probe found no transaction pooler in front (see ``PostgresPooler/none``).
+        var poolerChecked = false
     }
 
     private let url: String
@@ -43,6 +60,8 @@ public final class PostgresPool: Sendable {
     public let maxConnections: Int
     private let acquireTimeout: Duration
     private let statementTimeoutMilliseconds: Int?
+    /// What is in front of PostgreSQL.
+    public let pooler: PostgresPooler
     private let logger: Logger
     private let state = Mutex(State())
     /// Names this pool among all of the process's (an event loop keeps one pipeline per pool).
@@ -62,12 +81,15 @@ public final class PostgresPool: Sendable {
     ///   - statementTimeoutMilliseconds: each connection's `statement_timeout` (see
     ///     ``PostgresConnection/connect(url:statementTimeoutMilliseconds:logger:)``), replacements included;
     ///     nil or 0: none (the server's setting); default none.
+    ///   - pooler: what is in front of PostgreSQL; default none. With none or session, opening the first connection
+    ///     fails with `invalidConfiguration` when a transaction pooler is found in front.
     public init(url: String, maxConnections: Int = 8, acquireTimeout: Duration = .seconds(10), statementTimeoutMilliseconds: Int? = nil,
-                logger: Logger = .disabled()) {
+                pooler: PostgresPooler = .none, logger: Logger = .disabled()) {
         self.url = url
         self.maxConnections = max(1, maxConnections)
         self.acquireTimeout = acquireTimeout
         self.statementTimeoutMilliseconds = statementTimeoutMilliseconds.flatMap { $0 > 0 ? $0 : nil }
+        self.pooler = pooler
         self.logger = logger
     }
 
@@ -109,12 +131,15 @@ public final class PostgresPool: Sendable {
 
     /// The pipeline connection (``PostgresPipeline``) of the calling thread's ``EventLoop`` to the pool's database,
     /// with the pool's statement timeout: one per loop and pool, made on first use, connected in the background
-    /// (``PostgresPipeline/isReady``). Nil on a thread that runs no loop, or once the pool is closed. It is not
-    /// counted in ``maxConnections``.
+    /// (``PostgresPipeline/isReady``). Nil on a thread that runs no loop, once the pool is closed, or behind a
+    /// transaction pooler (which would hand the server connection to another client at the first of the
+    /// pipeline's syncs, with results still in flight). It is not counted in ``maxConnections``.
     package func pipelineOnCurrentLoop() -> PostgresPipeline? {
-        guard let loop = EventLoop.current, !state.withLock({ $0.closed }) else { return nil }
+        guard pooler != .transaction, let loop = EventLoop.current, !state.withLock({ $0.closed }) else { return nil }
+        // A session pooler refuses the timeout as a startup option, the only way the pipeline sends it.
+        let timeout = pooler == .none ? statementTimeoutMilliseconds : nil
         return loop.local(PipelineKey(pool: identity)) {
-            PostgresPipeline(loop: loop, url: url, statementTimeoutMilliseconds: statementTimeoutMilliseconds, logger: logger)
+            PostgresPipeline(loop: loop, url: url, statementTimeoutMilliseconds: timeout, logger: logger)
         }
     }
 
@@ -234,11 +259,28 @@ public final class PostgresPool: Sendable {
     /// Opens a connection in a slot already counted in `open`; the slot is given back when that fails.
     private func openReserved() async throws -> PostgresConnection {
         do {
-            return try await PostgresConnection.connect(url: url, statementTimeoutMilliseconds: statementTimeoutMilliseconds, logger: logger)
+            try await checkPoolerOnce()
+            return try await PostgresConnection.connect(url: url, statementTimeoutMilliseconds: statementTimeoutMilliseconds, pooler: pooler,
+                                                        logger: logger)
         } catch {
             slotFreed()
             throw error
         }
+    }
+
+    /// Unless the pool was told a transaction pooler is in front, checks once that there is none
+    /// (``PostgresConnection/probeTransactionPooler(url:)``), so the first connection fails rather than run unsafely.
+    /// - Throws: ``PostgresError`` `invalidConfiguration` when one is found, or what connecting throws.
+    private func checkPoolerOnce() async throws {
+        guard pooler != .transaction, !state.withLock({ $0.poolerChecked }) else { return }
+        if try await PostgresConnection.probeTransactionPooler(url: url) {
+            throw PostgresError(.invalidConfiguration, reason: """
+                a transaction-mode pooler is in front of PostgreSQL (two connections were served by one server \
+                process in turn, as PgBouncer's pool_mode = transaction does): set database.pooler to "transaction" \
+                (BATON_DATABASE_POOLER=transaction), or connect to PostgreSQL or through a session-mode pool
+                """)
+        }
+        state.withLock { $0.poolerChecked = true }
     }
 
     /// A counted connection is gone (it broke, or never opened): the first waiter, if any, may open one in its place.
