@@ -89,8 +89,12 @@ public final class PostgresConnection: @unchecked Sendable {
             throw PostgresError(.connectionFailure, reason: "libpq could not allocate a connection")
         }
         guard PQstatus(pointer) == CONNECTION_OK else {
-            let message = lastError(pointer)
+            var message = lastError(pointer)
             PQfinish(pointer)
+            if message.contains("unsupported startup parameter") {
+                // PgBouncer's answer to the statement timeout sent as libpq's `options`.
+                message += " (a pooler such as PgBouncer is in front: set database.pooler to \"session\" or \"transaction\")"
+            }
             throw PostgresError(.connectionFailure, reason: message)
         }
         PQsetNoticeProcessor(pointer, ignoreNotice, nil)
@@ -338,13 +342,13 @@ public final class PostgresConnection: @unchecked Sendable {
         }
         // Results: the setting's, then the statement's, each followed by nil, then the sync's. Every one is read
         // (the pipeline must be drained before it ends); the first failure is thrown after.
-        var outcome: Result<PostgresResult, any Error>?
+        var rows: PostgresResult?
         var firstFailure: (any Error)?
         for index in 0..<2 {
             let result = PQgetResult(connection)
             do {
                 let handle = try check(result)
-                if index == 1 { outcome = .success(PostgresResult(handle: handle)) }
+                if index == 1 { rows = PostgresResult(handle: handle) }
             } catch {
                 firstFailure = firstFailure ?? error
             }
@@ -360,8 +364,8 @@ public final class PostgresConnection: @unchecked Sendable {
         idleOutsideTransaction.withLock { $0 = transactionStatus == PQTRANS_IDLE }
         timeoutSetInTransaction = transactionStatus == PQTRANS_INTRANS
         if let firstFailure { throw firstFailure }
-        guard let outcome else { throw PostgresError(.connectionFailure, reason: PostgresConnection.lastError(connection)) }
-        return try outcome.get()
+        guard let rows else { throw PostgresError(.connectionFailure, reason: PostgresConnection.lastError(connection)) }
+        return rows
     }
 
     /// Turns a libpq result into a handle, or throws the error it carries (read before `PQclear`).

@@ -144,6 +144,7 @@ struct PgBouncer {
             unix_socket_dir = \(directory)
             auth_type = trust
             auth_file = \(directory)/users.txt
+            admin_users = postgres
             pool_mode = \(mode)
             default_pool_size = \(mode == "transaction" ? 4 : 60)
             max_client_conn = 200
@@ -157,10 +158,14 @@ struct PgBouncer {
                                      (root ? ["-u", "postgres", "--", binary] : []) + ["-d", "\(directory)/pgbouncer.ini"])
         guard started.status == 0 else { throw TestSupportError("pgbouncer did not start: \(started.stderr)") }
         let bouncer = PgBouncer(directory: directory, database: database)
+        // Stopped through its admin console: a process spawned from the test runner inherits its blocked signals,
+        // so PgBouncer would never see a SIGTERM. SIGKILL if it is still there.
+        let pid = (try? String(contentsOfFile: "\(directory)/pgbouncer.pid", encoding: .utf8)).flatMap { Int32($0.trimmingCharacters(in: .whitespacesAndNewlines)) }
         defer {
-            if let pid = (try? String(contentsOfFile: "\(directory)/pgbouncer.pid", encoding: .utf8)).flatMap({ Int32($0.trimmingCharacters(in: .whitespacesAndNewlines)) }) {
-                kill(pid, SIGTERM)
-                for _ in 0..<100 where kill(pid, 0) == 0 { usleep(20_000) }
+            _ = try? runProcess("/usr/bin/psql", ["-X", "-q", "--dbname=postgresql://postgres@/pgbouncer?host=\(directory)&port=6432", "-c", "SHUTDOWN"])
+            if let pid {
+                for _ in 0..<100 where isRunning(pid) { usleep(20_000) }
+                if isRunning(pid) { kill(pid, SIGKILL) }
             }
         }
         // Up once psql gets an answer through it.
@@ -173,6 +178,12 @@ struct PgBouncer {
             throw TestSupportError("pgbouncer does not answer: \((try? String(contentsOfFile: "\(directory)/pgbouncer.log", encoding: .utf8)) ?? "")")
         }
         try await body(bouncer)
+    }
+
+    /// Whether `pid` runs: neither gone nor a zombie its parent has not reaped yet.
+    private static func isRunning(_ pid: Int32) -> Bool {
+        let status = (try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8)) ?? ""
+        return !status.isEmpty && !status.contains("State:\tZ")
     }
 }
 
