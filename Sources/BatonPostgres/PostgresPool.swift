@@ -79,7 +79,7 @@ public final class PostgresPool: Sendable {
     ///   - maxConnections: at least 1; default 8.
     ///   - acquireTimeout: the longest a caller waits for a free connection; default 10 s.
     ///   - statementTimeoutMilliseconds: each connection's `statement_timeout` (see
-    ///     ``PostgresConnection/connect(url:statementTimeoutMilliseconds:logger:)``), replacements included;
+    ///     ``PostgresConnection/connect(url:statementTimeoutMilliseconds:pooler:logger:)``), replacements included;
     ///     nil or 0: none (the server's setting); default none.
     ///   - pooler: what is in front of PostgreSQL; default none. With none or session, opening the first connection
     ///     fails with `invalidConfiguration` when a transaction pooler is found in front.
