@@ -41,14 +41,15 @@ public struct Migration: Sendable, Equatable {
 /// Applies pending migrations in order, each in its own transaction, recording applied versions in
 /// `<schema>.schema_migrations`.
 ///
-/// Safe to run from several processes at once: a session-level advisory lock serializes them, and a
-/// second run finds nothing pending.
+/// Safe to run from several processes at once: each migration's transaction first takes a transaction-level
+/// advisory lock and checks again that the version is not applied, so a second run finds nothing to do. Nothing
+/// outlives a transaction, so it also runs through a transaction-mode pooler.
 public struct Migrator: Sendable {
     /// The migrations, in any order (they are applied by version).
     public let migrations: [Migration]
     /// The schema that holds the version table (created when missing).
     public let schema: PostgresIdentifier
-    /// The advisory lock key that serializes migrating processes.
+    /// The advisory lock key that serializes migrating processes' transactions.
     public let lockKey: Int64
 
     /// Creates a migrator for `migrations`, recording versions in `schema.schema_migrations`.
@@ -74,38 +75,39 @@ public struct Migrator: Sendable {
     @discardableResult
     public func migrate(_ pool: PostgresPool) async throws -> [Migration] {
         try await pool.withConnection { connection in
-            try await connection.query("SELECT pg_advisory_lock(\(lockKey))")
-            do {
-                let applied = try await applyPending(on: connection)
-                try await connection.query("SELECT pg_advisory_unlock(\(lockKey))")
-                return applied
-            } catch {
-                _ = try? await connection.query("SELECT pg_advisory_unlock(\(lockKey))")
-                throw error
+            let table = "\(schema.quoted).\"schema_migrations\""
+            try await lockedTransaction(on: connection) { connection in
+                try await connection.executeScript(unsafeSQL: """
+                    CREATE SCHEMA IF NOT EXISTS \(schema.quoted);
+                    CREATE TABLE IF NOT EXISTS \(table) (
+                        version integer PRIMARY KEY,
+                        name text NOT NULL,
+                        applied_at timestamptz NOT NULL DEFAULT now()
+                    );
+                    """)
             }
+            let done = Set(try await appliedVersions(on: connection))
+            var applied: [Migration] = []
+            for migration in migrations where !done.contains(migration.version) {
+                let appliedHere = try await lockedTransaction(on: connection) { connection in
+                    // Another process may have applied it while this one waited for the lock.
+                    guard !(try await appliedVersions(on: connection)).contains(migration.version) else { return false }
+                    try await connection.executeScript(unsafeSQL: migration.sql)
+                    try await connection.execute("INSERT INTO \(unsafeRaw: table) (version, name) VALUES (\(migration.version), \(migration.name))")
+                    return true
+                }
+                if appliedHere { applied.append(migration) }
+            }
+            return applied
         }
     }
 
-    private func applyPending(on connection: PostgresConnection) async throws -> [Migration] {
-        let table = "\(schema.quoted).\"schema_migrations\""
-        try await connection.executeScript(unsafeSQL: """
-            CREATE SCHEMA IF NOT EXISTS \(schema.quoted);
-            CREATE TABLE IF NOT EXISTS \(table) (
-                version integer PRIMARY KEY,
-                name text NOT NULL,
-                applied_at timestamptz NOT NULL DEFAULT now()
-            );
-            """)
-        let done = Set(try await appliedVersions(on: connection))
-        var applied: [Migration] = []
-        for migration in migrations where !done.contains(migration.version) {
-            try await connection.withTransaction { connection in
-                try await connection.executeScript(unsafeSQL: migration.sql)
-                try await connection.execute("INSERT INTO \(unsafeRaw: table) (version, name) VALUES (\(migration.version), \(migration.name))")
-            }
-            applied.append(migration)
+    /// Runs `body` in a transaction holding the migrators' advisory lock, released at its end.
+    private func lockedTransaction<T>(on connection: PostgresConnection, _ body: (PostgresConnection) async throws -> T) async throws -> T {
+        try await connection.withTransaction { connection in
+            try await connection.query("SELECT pg_advisory_xact_lock(\(lockKey))")
+            return try await body(connection)
         }
-        return applied
     }
 
     private func appliedVersions(on connection: PostgresConnection) async throws -> [Int] {

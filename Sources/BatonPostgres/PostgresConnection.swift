@@ -12,19 +12,21 @@ public enum IsolationLevel: String, Sendable {
     case serializable = "SERIALIZABLE"
 }
 
-/// One libpq connection. Every blocking libpq call of the async API runs on the connection's own serial queue,
-/// never on Swift's cooperative thread pool; callers suspend until it finishes. A thread that may block (a
-/// server thread) runs statements on itself with ``queryBlocking(_:)`` instead, with no hop at all.
+/// One libpq connection. Every blocking libpq call runs on the connection's own serial queue, never on Swift's
+/// cooperative thread pool nor on a thread that serves others; callers suspend until it finishes.
 ///
 /// Connections are lent by ``PostgresPool``; use one from one task or thread at a time.
 public final class PostgresConnection: @unchecked Sendable {
-    // `@unchecked Sendable`: `connection` and `statements` are touched only by the connection's one borrower at
-    // a time: on `queue`, a serial queue, for the async API, or on the borrowing thread for the blocking one (the
-    // pool's lock orders one borrower after the other, and an async call has finished before it returns);
-    // `broken`, `idleOutsideTransaction` and `healthCheckDue` are Mutexes.
+    // `@unchecked Sendable`: `connection` and `statements` are touched only on `queue`, a serial queue, by the
+    // connection's one borrower at a time (the pool's lock orders one borrower after the other, and an async call
+    // has finished before it returns);
+    // `broken`, `idleOutsideTransaction` and `healthCheckDue` are Mutexes. `timeoutSetInTransaction` is touched like
+    // `statements`.
     private let connection: OpaquePointer
     private let queue: DispatchQueue
+    private let settings: SessionSettings
     private var statements: [String: String] = [:]
+    private var timeoutSetInTransaction = false
     private let broken = Mutex(false)
     private let idleOutsideTransaction = Mutex(true)
     private let healthCheckDue = Mutex(false)
@@ -33,9 +35,10 @@ public final class PostgresConnection: @unchecked Sendable {
     /// Most distinct statements a connection keeps prepared; others run unnamed.
     static let preparedStatementLimit = 512
 
-    private init(connection: OpaquePointer, queue: DispatchQueue, logger: Logger) {
+    private init(connection: OpaquePointer, queue: DispatchQueue, settings: SessionSettings, logger: Logger) {
         self.connection = connection
         self.queue = queue
+        self.settings = settings
         self.logger = logger
     }
 
@@ -45,35 +48,42 @@ public final class PostgresConnection: @unchecked Sendable {
 
     /// Opens a connection from any libpq connection string (a URI with one host or several, key/value settings,
     /// a service; see ``PostgresConnectionString``), through `PQconnectdbParams`.
-    /// - Parameter statementTimeoutMilliseconds: when set, the session's `statement_timeout` (which also bounds
-    ///   waiting for locks): a statement running longer fails with `queryCanceled`. It is passed as libpq's
-    ///   `options` (after any `options` the string gives), so it survives reconnects.
+    /// - Parameters:
+    ///   - statementTimeoutMilliseconds: when set, `statement_timeout` (which also bounds waiting for locks): a
+    ///     statement running longer fails with `queryCanceled`. How it is sent depends on `pooler`: libpq's
+    ///     `options` (after any `options` the string gives) with none, so it survives reconnects; `SET` after
+    ///     connecting and reconnecting behind a session pooler (PgBouncer refuses `options`); in each transaction
+    ///     behind a transaction pooler (``PostgresPooler/transaction``).
+    ///   - pooler: what is in front of PostgreSQL; default none.
     /// - Throws: ``PostgresError`` with code `connectionFailure`.
-    public static func connect(url: String, statementTimeoutMilliseconds: Int? = nil, logger: Logger = .disabled()) async throws -> PostgresConnection {
+    public static func connect(url: String, statementTimeoutMilliseconds: Int? = nil, pooler: PostgresPooler = .none,
+                               logger: Logger = .disabled()) async throws -> PostgresConnection {
         let queue = DispatchQueue(label: "baton.postgres.connection")
+        let settings = SessionSettings(statementTimeoutMilliseconds: statementTimeoutMilliseconds, pooler: pooler)
         return try await offPool(on: queue) {
-            try openConnection(url: url, statementTimeoutMilliseconds: statementTimeoutMilliseconds, queue: queue, logger: logger)
+            PostgresConnection(connection: try openHandle(url: url, statementTimeoutMilliseconds: statementTimeoutMilliseconds, pooler: pooler),
+                               queue: queue, settings: settings, logger: logger)
         }
     }
 
-    private static func openConnection(url: String, statementTimeoutMilliseconds: Int?, queue: DispatchQueue, logger: Logger) throws -> PostgresConnection {
-        PostgresConnection(connection: try openHandle(url: url, statementTimeoutMilliseconds: statementTimeoutMilliseconds), queue: queue, logger: logger)
-    }
-
     /// Opens a libpq connection (blocking) with Baton's defaults and the session's timeouts (`statement_timeout`,
-    /// and `lock_timeout` when given); notices are dropped.
+    /// and `lock_timeout` when given) as `pooler` allows them at connect time (see
+    /// ``connect(url:statementTimeoutMilliseconds:pooler:logger:)``): as libpq's `options` straight to PostgreSQL,
+    /// with `SET` after connecting behind a session pooler, not at all behind a transaction pooler (where they are set
+    /// in each transaction); notices are dropped.
     /// - Throws: ``PostgresError`` with code `connectionFailure`.
-    static func openHandle(url: String, statementTimeoutMilliseconds: Int?, lockTimeoutMilliseconds: Int? = nil) throws -> OpaquePointer {
+    static func openHandle(url: String, statementTimeoutMilliseconds: Int?, lockTimeoutMilliseconds: Int? = nil,
+                           pooler: PostgresPooler = .none) throws -> OpaquePointer {
         // Defaults first: with expand_dbname, settings in the URL override earlier keywords, and keywords after
         // the URL override it.
         var keywords = ["connect_timeout", "fallback_application_name", "dbname"]
         var values = ["5", "baton", url]
         let settings = [("statement_timeout", statementTimeoutMilliseconds), ("lock_timeout", lockTimeoutMilliseconds)]
-            .compactMap { name, milliseconds in milliseconds.map { "-c \(name)=\($0)" } }
-        if !settings.isEmpty {
+            .compactMap { name, milliseconds in milliseconds.map { (name, $0) } }
+        if !settings.isEmpty, pooler == .none {
             let given = (try? PostgresConnectionString(url))?.value(of: "options").map { $0 + " " } ?? ""
             keywords.append("options")
-            values.append(given + settings.joined(separator: " "))
+            values.append(given + settings.map { "-c \($0.0)=\($0.1)" }.joined(separator: " "))
         }
         let pointer = withCStringArray(keywords) { keywordPointers in
             withCStringArray(values) { valuePointers in
@@ -84,12 +94,86 @@ public final class PostgresConnection: @unchecked Sendable {
             throw PostgresError(.connectionFailure, reason: "libpq could not allocate a connection")
         }
         guard PQstatus(pointer) == CONNECTION_OK else {
-            let message = lastError(pointer)
+            var message = lastError(pointer)
             PQfinish(pointer)
+            if message.contains("unsupported startup parameter") {
+                // PgBouncer's answer to the statement timeout sent as libpq's `options`.
+                message += " (a pooler such as PgBouncer is in front: set database.pooler to \"session\" or \"transaction\")"
+            }
             throw PostgresError(.connectionFailure, reason: message)
         }
         PQsetNoticeProcessor(pointer, ignoreNotice, nil)
+        if pooler == .session {
+            do {
+                for (name, milliseconds) in settings { try setSessionTimeout(pointer, name, milliseconds) }
+            } catch {
+                PQfinish(pointer)
+                throw error
+            }
+        }
         return pointer
+    }
+
+    /// `SET name = milliseconds` for the session (a session pooler's client keeps its server connection); `name` is
+    /// one of Baton's own timeout settings.
+    private static func setSessionTimeout(_ pointer: OpaquePointer, _ name: String, _ milliseconds: Int) throws {
+        guard let result = PQexec(pointer, "SET \(name) = \(milliseconds)") else {
+            throw PostgresError(.connectionFailure, reason: lastError(pointer))
+        }
+        defer { PQclear(result) }
+        guard PQresultStatus(result) == PGRES_COMMAND_OK else { throw failure(of: result, on: pointer) }
+    }
+
+    /// Whether a transaction-mode pooler serves `url`: two connections ask in turn, twice each, which PostgreSQL
+    /// process serves them. Straight to PostgreSQL, or through a session pooler, each connection keeps a process
+    /// of its own; a transaction pooler lends one per transaction, so a connection's process changes, or two
+    /// connections share one (PgBouncer gives the most recently used server connection). A question kept waiting
+    /// (a session pooler with no server connection free for a second client) counts as no transaction pooler, and
+    /// one whose every server connection is busy may go unnoticed.
+    /// - Throws: ``PostgresError`` when connecting or asking fails.
+    static func probeTransactionPooler(url: String) async throws -> Bool {
+        try await offPool(on: DispatchQueue(label: "baton.postgres.probe")) {
+            let first = try openHandle(url: url, statementTimeoutMilliseconds: nil, pooler: .transaction)
+            defer { PQfinish(first) }
+            let second = try openHandle(url: url, statementTimeoutMilliseconds: nil, pooler: .transaction)
+            defer { PQfinish(second) }
+            var processes: [[String]] = [[], []]
+            for _ in 0..<2 {
+                for (index, handle) in [first, second].enumerated() {
+                    guard let process = try backendProcess(of: handle, waitingAtMost: .seconds(2)) else { return false }
+                    processes[index].append(process)
+                }
+            }
+            return Set(processes[0]).count > 1 || Set(processes[1]).count > 1 || !Set(processes[0]).isDisjoint(with: processes[1])
+        }
+    }
+
+    /// `pg_backend_pid()` as seen through `handle`, or nil when no answer came within `limit`.
+    private static func backendProcess(of handle: OpaquePointer, waitingAtMost limit: Duration) throws -> String? {
+        guard PQsendQuery(handle, "SELECT pg_backend_pid()") == 1 else {
+            throw PostgresError(.connectionFailure, reason: lastError(handle))
+        }
+        let deadline = ContinuousClock.now + limit
+        while PQisBusy(handle) == 1 {
+            let left = (deadline - ContinuousClock.now).components
+            let milliseconds = left.seconds * 1000 + left.attoseconds / 1_000_000_000_000_000
+            guard milliseconds > 0 else { return nil }
+            var descriptor = pollfd(fd: PQsocket(handle), events: Int16(POLLIN), revents: 0)
+            _ = poll(&descriptor, 1, Int32(milliseconds))
+            guard PQconsumeInput(handle) == 1 else { throw PostgresError(.connectionFailure, reason: lastError(handle)) }
+        }
+        var process: String?
+        var error: PostgresError?
+        while let result = PQgetResult(handle) {
+            defer { PQclear(result) }
+            if PQresultStatus(result) == PGRES_TUPLES_OK, PQntuples(result) == 1, let value = PQgetvalue(result, 0, 0) {
+                process = String(cString: value)
+            } else {
+                error = error ?? failure(of: result, on: handle)
+            }
+        }
+        if let error { throw error }
+        return process
     }
 
     /// Whether the connection is known to be unusable (it will be discarded by the pool).
@@ -100,16 +184,6 @@ public final class PostgresConnection: @unchecked Sendable {
     @discardableResult
     public func query(_ query: PostgresQuery) async throws -> PostgresResult {
         try await onQueue { try self.run(query) }
-    }
-
-    /// Runs `query` on the calling thread, which blocks until PostgreSQL answers: a thread of your own or a
-    /// server's that borrowed the connection (``PostgresPool/withConnectionBlocking(_:)``), never Swift's
-    /// cooperative pool.
-    /// - Throws: ``PostgresError`` (the SQLSTATE's code; `connectionFailure` when the connection broke).
-    @discardableResult
-    package func queryBlocking(_ query: PostgresQuery) throws -> PostgresResult {
-        try performDueHealthCheck()
-        return try run(query)
     }
 
     /// Runs `query` and returns the number of rows it changed.
@@ -164,6 +238,14 @@ public final class PostgresConnection: @unchecked Sendable {
             broken.withLock { $0 = true }
             throw PostgresError(.connectionFailure, reason: PostgresConnection.lastError(connection))
         }
+        if settings.pooler == .session, let timeout = settings.statementTimeoutMilliseconds {
+            do {
+                try Self.setSessionTimeout(connection, "statement_timeout", timeout)
+            } catch {
+                broken.withLock { $0 = true }
+                throw error
+            }
+        }
         broken.withLock { $0 = false }
         idleOutsideTransaction.withLock { $0 = true }
     }
@@ -198,11 +280,15 @@ public final class PostgresConnection: @unchecked Sendable {
         }
     }
 
-    /// Executes on `queue`: prepares the statement once per connection, then runs it with its parameters.
+    /// Executes on `queue`: prepares the statement once per connection (unnamed behind a transaction pooler,
+    /// where a name would outlive the transaction's server connection), then runs it with its parameters.
     private func run(_ query: PostgresQuery) throws -> PostgresResult {
         let parameters = try BoundParameters(query.bindings)
+        if let timeout = settings.transactionTimeoutMilliseconds, needsTransactionTimeout {
+            return try runAfterSettingTimeout(query.sql, parameters, milliseconds: timeout)
+        }
         var name = statements[query.sql]
-        if name == nil, statements.count < PostgresConnection.preparedStatementLimit {
+        if name == nil, settings.pooler != .transaction, statements.count < PostgresConnection.preparedStatementLimit {
             let newName = "baton_s\(statements.count)"
             _ = try check(PQprepare(connection, newName, query.sql, parameters.count, parameters.types))
             statements[query.sql] = newName
@@ -220,10 +306,69 @@ public final class PostgresConnection: @unchecked Sendable {
         }
     }
 
+    /// Whether the next statement needs the statement timeout set first, in its transaction: outside a transaction
+    /// block (the statement is its own transaction), or in a block that has not set it yet. Never in a failed block,
+    /// where only a rollback runs.
+    private var needsTransactionTimeout: Bool {
+        switch PQtransactionStatus(connection) {
+        case PQTRANS_IDLE: true
+        case PQTRANS_INTRANS: !timeoutSetInTransaction
+        default: false
+        }
+    }
+
+    /// Sends `set_config('statement_timeout', …, true)` and the statement in one libpq pipeline with one sync, so
+    /// both run in one transaction (the implicit one of the extended protocol, or the open block) on whichever
+    /// server connection a transaction pooler gives it, in one round trip; the setting ends with the transaction.
+    private func runAfterSettingTimeout(_ sql: String, _ parameters: BoundParameters, milliseconds: Int) throws -> PostgresResult {
+        guard PQenterPipelineMode(connection) == 1 else {
+            throw PostgresError(.connectionFailure, reason: PostgresConnection.lastError(connection))
+        }
+        defer {
+            if PQexitPipelineMode(connection) != 1 { broken.withLock { $0 = true } }
+        }
+        let sent = parameters.withPointers { pointers in
+            PQsendQueryParams(connection, "SELECT set_config('statement_timeout', '\(milliseconds)', true)", 0, nil, nil, nil, nil, 0) == 1
+                && PQsendQueryParams(connection, sql, parameters.count, parameters.types, pointers, parameters.lengths, parameters.formats, 0) == 1
+                && PQpipelineSync(connection) == 1
+        }
+        guard sent else {
+            if PQstatus(connection) != CONNECTION_OK { broken.withLock { $0 = true } }
+            throw PostgresError(.connectionFailure, reason: PostgresConnection.lastError(connection))
+        }
+        // Results: the setting's, then the statement's, each followed by nil, then the sync's. Every one is read
+        // (the pipeline must be drained before it ends); the first failure is thrown after.
+        var rows: PostgresResult?
+        var firstFailure: (any Error)?
+        for index in 0..<2 {
+            let result = PQgetResult(connection)
+            do {
+                let handle = try check(result)
+                if index == 1 { rows = PostgresResult(handle: handle) }
+            } catch {
+                firstFailure = firstFailure ?? error
+            }
+            if result == nil { break }
+            while let extra = PQgetResult(connection) { PQclear(extra) }
+        }
+        while let sync = PQgetResult(connection) {
+            let status = PQresultStatus(sync)
+            PQclear(sync)
+            if status == PGRES_PIPELINE_SYNC { break }
+        }
+        let transactionStatus = PQtransactionStatus(connection)
+        idleOutsideTransaction.withLock { $0 = transactionStatus == PQTRANS_IDLE }
+        timeoutSetInTransaction = transactionStatus == PQTRANS_INTRANS
+        if let firstFailure { throw firstFailure }
+        guard let rows else { throw PostgresError(.connectionFailure, reason: PostgresConnection.lastError(connection)) }
+        return rows
+    }
+
     /// Turns a libpq result into a handle, or throws the error it carries (read before `PQclear`).
     private func check(_ result: OpaquePointer?) throws -> ResultHandle {
         let transactionStatus = PQtransactionStatus(connection)
         idleOutsideTransaction.withLock { $0 = transactionStatus == PQTRANS_IDLE }
+        if transactionStatus != PQTRANS_INTRANS && transactionStatus != PQTRANS_INERROR { timeoutSetInTransaction = false }
         guard let result else {
             if PQstatus(connection) != CONNECTION_OK { broken.withLock { $0 = true } }
             throw PostgresError(.connectionFailure, reason: PostgresConnection.lastError(connection))
@@ -266,6 +411,16 @@ public final class PostgresConnection: @unchecked Sendable {
         let text = String(cString: message).trimmingCharacters(in: .whitespacesAndNewlines)
         return text.isEmpty ? "unknown libpq error" : text
     }
+}
+
+/// What a connection sets up for its session, and how, given what is in front of PostgreSQL.
+struct SessionSettings {
+    var statementTimeoutMilliseconds: Int?
+    var pooler: PostgresPooler
+
+    /// The timeout to set in every transaction: only behind a transaction pooler, where a session setting would
+    /// stay on a server connection other clients get next.
+    var transactionTimeoutMilliseconds: Int? { pooler == .transaction ? statementTimeoutMilliseconds : nil }
 }
 
 /// libpq prints notices to stderr by default; Baton's logs stay one line per event, so they are dropped.

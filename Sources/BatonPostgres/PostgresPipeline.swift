@@ -48,6 +48,8 @@ package final class PostgresPipeline: @unchecked Sendable {
     private let loop: EventLoop
     private let url: String
     private let statementTimeoutMilliseconds: Int?
+    /// What is in front of PostgreSQL: behind a session pooler the timeouts are set after connecting.
+    private let pooler: PostgresPooler
     private let logger: Logger
     private var connection: OpaquePointer?
     private var descriptor: Int32 = -1
@@ -74,10 +76,11 @@ package final class PostgresPipeline: @unchecked Sendable {
     private var nextAttempt = ContinuousClock.now
 
     /// A pipeline on `loop` (call it on the loop's thread); it connects on first use.
-    package init(loop: EventLoop, url: String, statementTimeoutMilliseconds: Int?, logger: Logger) {
+    package init(loop: EventLoop, url: String, statementTimeoutMilliseconds: Int?, pooler: PostgresPooler = .none, logger: Logger) {
         self.loop = loop
         self.url = url
         self.statementTimeoutMilliseconds = statementTimeoutMilliseconds
+        self.pooler = pooler
         self.logger = logger
         loop.atEndOfRound { [weak self] in self?.flush() }
     }
@@ -278,9 +281,9 @@ package final class PostgresPipeline: @unchecked Sendable {
         guard !connecting, ContinuousClock.now >= nextAttempt else { return }
         connecting = true
         nextAttempt = ContinuousClock.now + .seconds(1)
-        let (url, timeout, loop) = (url, statementTimeoutMilliseconds, loop)
+        let (url, timeout, pooler, loop) = (url, statementTimeoutMilliseconds, pooler, loop)
         DispatchQueue.global().async { [weak self] in
-            let opened = Result { try OpenedHandle(PostgresPipeline.openForPipeline(url: url, statementTimeoutMilliseconds: timeout)) }
+            let opened = Result { try OpenedHandle(PostgresPipeline.openForPipeline(url: url, statementTimeoutMilliseconds: timeout, pooler: pooler)) }
             loop.execute { [weak self] in
                 guard let self else {
                     if case .success(let handle) = opened { PQfinish(handle.pointer) }
@@ -293,9 +296,9 @@ package final class PostgresPipeline: @unchecked Sendable {
 
     /// Opens a connection (blocking: not on the loop) and readies it for the loop: non-blocking, in pipeline mode.
     /// - Throws: ``PostgresError`` `connectionFailure`.
-    private static func openForPipeline(url: String, statementTimeoutMilliseconds: Int?) throws -> OpaquePointer {
+    private static func openForPipeline(url: String, statementTimeoutMilliseconds: Int?, pooler: PostgresPooler) throws -> OpaquePointer {
         let pointer = try PostgresConnection.openHandle(url: url, statementTimeoutMilliseconds: statementTimeoutMilliseconds,
-                                                        lockTimeoutMilliseconds: lockTimeoutMilliseconds)
+                                                        lockTimeoutMilliseconds: lockTimeoutMilliseconds, pooler: pooler)
         guard PQsetnonblocking(pointer, 1) == 0, PQenterPipelineMode(pointer) == 1 else {
             let message = PostgresConnection.lastError(pointer)
             PQfinish(pointer)

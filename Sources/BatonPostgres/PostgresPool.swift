@@ -2,6 +2,21 @@ import BatonConcurrency
 import BatonLogging
 import Synchronization
 
+/// What is in front of PostgreSQL, which decides what a connection may keep from one transaction to the next.
+public enum PostgresPooler: String, Sendable, Codable, CaseIterable {
+    /// PostgreSQL itself: connections keep named prepared statements and session settings, event loops get a
+    /// pipeline. A pool checks when it opens its first connection that no transaction pooler is in front.
+    case none
+    /// A session-mode pooler (PgBouncer `pool_mode = session`): a client keeps its server connection while
+    /// connected, so everything works as with none, except that the statement timeout is sent with `SET` after
+    /// connecting (PgBouncer refuses libpq's `options`). Checked like none.
+    case session
+    /// A transaction-mode pooler (PgBouncer `pool_mode = transaction`): after each transaction the server
+    /// connection may be another client's, so nothing outlives one. Statements run unnamed, the statement timeout
+    /// is set in each transaction, and event loops get no pipeline.
+    case transaction
+}
+
 /// A bounded pool of ``PostgresConnection``s that lends one connection per operation.
 ///
 /// Opens connections on demand up to `maxConnections`; a caller that finds none free waits at most
@@ -10,9 +25,9 @@ import Synchronization
 /// (restart, `pg_terminate_backend`) never fails a query.
 ///
 /// The pool's state is a few counters and lists behind one lock, so lending and taking back cost no hop to
-/// another executor (it was an actor: two hops per request). Besides the async ``withConnection(_:)``, a thread
-/// that may block (a server thread, never Swift's cooperative pool) borrows with ``withConnectionBlocking(_:)``
-/// and runs libpq on itself, without any hop.
+/// another executor (it was an actor: two hops per request). Connections are lent only to async callers
+/// (``withConnection(_:)``), whose libpq calls run on the connection's own queue: no thread that serves others
+/// ever runs libpq synchronously. An event loop gets its own pipeline connection instead (``pipeline(on:)``).
 public final class PostgresPool: Sendable {
     /// Counts for metrics.
     public struct Statistics: Sendable, Equatable {
@@ -36,6 +51,8 @@ public final class PostgresPool: Sendable {
         /// cost a task, a timer and a cancellation for every request once the pool was busy.)
         var expiry: Task<Void, Never>?
         var closed = false
+        /// Whether a probe found no transaction pooler in front (see ``PostgresPooler/none``).
+        var poolerChecked = false
     }
 
     private let url: String
@@ -43,6 +60,8 @@ public final class PostgresPool: Sendable {
     public let maxConnections: Int
     private let acquireTimeout: Duration
     private let statementTimeoutMilliseconds: Int?
+    /// What is in front of PostgreSQL.
+    public let pooler: PostgresPooler
     private let logger: Logger
     private let state = Mutex(State())
     /// Names this pool among all of the process's (an event loop keeps one pipeline per pool).
@@ -60,14 +79,17 @@ public final class PostgresPool: Sendable {
     ///   - maxConnections: at least 1; default 8.
     ///   - acquireTimeout: the longest a caller waits for a free connection; default 10 s.
     ///   - statementTimeoutMilliseconds: each connection's `statement_timeout` (see
-    ///     ``PostgresConnection/connect(url:statementTimeoutMilliseconds:logger:)``), replacements included;
+    ///     ``PostgresConnection/connect(url:statementTimeoutMilliseconds:pooler:logger:)``), replacements included;
     ///     nil or 0: none (the server's setting); default none.
+    ///   - pooler: what is in front of PostgreSQL; default none. With none or session, opening the first connection
+    ///     fails with `invalidConfiguration` when a transaction pooler is found in front.
     public init(url: String, maxConnections: Int = 8, acquireTimeout: Duration = .seconds(10), statementTimeoutMilliseconds: Int? = nil,
-                logger: Logger = .disabled()) {
+                pooler: PostgresPooler = .none, logger: Logger = .disabled()) {
         self.url = url
         self.maxConnections = max(1, maxConnections)
         self.acquireTimeout = acquireTimeout
         self.statementTimeoutMilliseconds = statementTimeoutMilliseconds.flatMap { $0 > 0 ? $0 : nil }
+        self.pooler = pooler
         self.logger = logger
     }
 
@@ -90,31 +112,16 @@ public final class PostgresPool: Sendable {
         }
     }
 
-    /// Lends an idle connection to `body` on the calling thread, which blocks in libpq: call it only from a thread
-    /// of your own or a server's, never from Swift's cooperative pool. Returns nil without calling `body` when no
-    /// connection is idle: the caller then takes the async way, which opens one or waits. (Opening is left to the
-    /// async way so that a server thread never waits for a database that does not answer, up to libpq's connect
-    /// timeout, while its other connections wait.)
-    /// - Throws: what `body` throws, or ``PostgresError`` (`connectionFailure`, `poolClosed`).
-    package func withConnectionBlocking<T>(_ body: (PostgresConnection) throws -> T) throws -> T? {
-        let lent = try state.withLock { state -> PostgresConnection? in
-            if state.closed { throw PostgresError(.poolClosed, reason: "the connection pool is closed") }
-            return Self.popIdle(&state)
-        }
-        guard let connection = lent else { return nil }
-        connection.scheduleHealthCheck()
-        defer { release(connection) }
-        return try body(connection)
-    }
-
     /// The pipeline connection (``PostgresPipeline``) of `loop` to the pool's database, with the pool's statement
     /// timeout: one per loop and pool, made on first use, connected in the background (``PostgresPipeline/isReady``).
-    /// Call it on `loop`'s thread. Nil once the pool is closed. It is not counted in ``maxConnections``.
+    /// Call it on `loop`'s thread. Nil once the pool is closed, or behind a transaction pooler (which would hand the
+    /// server connection to another client at the first of the pipeline's syncs, with results still in flight). It
+    /// is not counted in ``maxConnections``.
     package func pipeline(on loop: EventLoop) -> PostgresPipeline? {
         precondition(EventLoop.current === loop, "a pipeline is used on its own loop's thread")
-        guard !state.withLock({ $0.closed }) else { return nil }
+        guard pooler != .transaction, !state.withLock({ $0.closed }) else { return nil }
         return loop.local(PipelineKey(pool: identity)) {
-            PostgresPipeline(loop: loop, url: url, statementTimeoutMilliseconds: statementTimeoutMilliseconds, logger: logger)
+            PostgresPipeline(loop: loop, url: url, statementTimeoutMilliseconds: statementTimeoutMilliseconds, pooler: pooler, logger: logger)
         }
     }
 
@@ -234,11 +241,28 @@ public final class PostgresPool: Sendable {
     /// Opens a connection in a slot already counted in `open`; the slot is given back when that fails.
     private func openReserved() async throws -> PostgresConnection {
         do {
-            return try await PostgresConnection.connect(url: url, statementTimeoutMilliseconds: statementTimeoutMilliseconds, logger: logger)
+            try await checkPoolerOnce()
+            return try await PostgresConnection.connect(url: url, statementTimeoutMilliseconds: statementTimeoutMilliseconds, pooler: pooler,
+                                                        logger: logger)
         } catch {
             slotFreed()
             throw error
         }
+    }
+
+    /// Unless the pool was told a transaction pooler is in front, checks once that there is none
+    /// (``PostgresConnection/probeTransactionPooler(url:)``), so the first connection fails rather than run unsafely.
+    /// - Throws: ``PostgresError`` `invalidConfiguration` when one is found, or what connecting throws.
+    private func checkPoolerOnce() async throws {
+        guard pooler != .transaction, !state.withLock({ $0.poolerChecked }) else { return }
+        if try await PostgresConnection.probeTransactionPooler(url: url) {
+            throw PostgresError(.invalidConfiguration, reason: """
+                a transaction-mode pooler is in front of PostgreSQL (two connections were served by one server \
+                process in turn, as PgBouncer's pool_mode = transaction does): set database.pooler to "transaction" \
+                (BATON_DATABASE_POOLER=transaction), or connect to PostgreSQL or through a session-mode pool
+                """)
+        }
+        state.withLock { $0.poolerChecked = true }
     }
 
     /// A counted connection is gone (it broke, or never opened): the first waiter, if any, may open one in its place.

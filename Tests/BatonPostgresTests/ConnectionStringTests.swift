@@ -50,6 +50,21 @@ struct ConnectionStringTests {
         #expect(string.value(of: "host")?.hasPrefix("db1") == true)
     }
 
+    @Test("every keyword libpq marks as secret is redacted, sslpassword too", arguments: [
+        "postgresql://baton@db1/app?sslpassword=k3y-s3cret&password=s3cret&sslmode=require",
+        "host=db1 user=baton sslpassword='k3y s3cret' dbname=app",
+    ])
+    func secretsRedacted(_ text: String) throws {
+        let string = try PostgresConnectionString(text)
+        #expect(string.isSecret("password") && string.isSecret("sslpassword"))
+        #expect(!string.isSecret("user") && !string.isSecret("sslmode"))
+        for printed in [string.redacted, "\(string)", String(reflecting: string)] {
+            #expect(!printed.contains("s3cret"), "\(printed)")
+            #expect(printed.contains("sslpassword=<redacted>"), "\(printed)")
+            #expect(printed.contains("user=baton"), "\(printed)")
+        }
+    }
+
     @Test("a connection that meets a read-only server is dropped and replaced, never reused")
     func readOnlyDropped() async throws {
         let url = try TestDatabase.create("readonly")

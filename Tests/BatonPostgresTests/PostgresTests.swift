@@ -196,36 +196,6 @@ struct PostgresTests {
         await single.close()
     }
 
-    @Test("a thread that may block borrows an idle connection on itself: libpq runs there, the connection comes back; none idle answers nil at once")
-    func blockingBorrow() async throws {
-        let single = PostgresPool(url: url, maxConnections: 1, acquireTimeout: .seconds(5))
-        // No connection is open yet: a blocking borrower never opens one (the async way does).
-        #expect(try await offPool { try single.withConnectionBlocking { _ in Issue.record("opened a connection on a server thread") } } == nil)
-        #expect(await single.statistics().open == 0)
-        try await single.query("SELECT 1")
-        // Off the cooperative pool, as a server thread would.
-        let first = try await offPool {
-            try single.withConnectionBlocking { try $0.queryBlocking("SELECT pg_backend_pid(), \(41)::int4 + 1") }
-        }
-        let pid = try #require(first)[0].decode(Int32.self, at: 0)
-        #expect(try first?[0].decode(Int32.self, at: 1) == 42)
-        // The same connection serves the async API next: it went back to the pool.
-        #expect(try await single.query("SELECT pg_backend_pid()")[0].decode(Int32.self, at: 0) == pid)
-        // While the only connection is lent, a blocking borrower is told at once instead of waiting.
-        try await single.withConnection { _ in
-            let busy = try await offPool { try single.withConnectionBlocking { _ in Issue.record("lent a connection that was in use") } }
-            #expect(busy == nil)
-        }
-        // An error inside the body is the caller's, and the connection still comes back.
-        await #expect(throws: PostgresError.self) {
-            _ = try await offPool { try single.withConnectionBlocking { try $0.queryBlocking("SELECT 1 / 0") } }
-        }
-        #expect(try await single.query("SELECT 2")[0].decode(Int32.self, at: 0) == 2)
-        let statistics = await single.statistics()
-        #expect(statistics.open == 1 && statistics.idle == 1 && statistics.waiting == 0)
-        await single.close()
-    }
-
     @Test("a caller waits at most the acquire timeout for a free connection")
     func poolTimeout() async throws {
         let single = PostgresPool(url: url, maxConnections: 1, acquireTimeout: .milliseconds(200))

@@ -1,5 +1,6 @@
 import Foundation
 import BatonJOSE
+import BatonLogging
 import BatonPostgres
 
 /// Baton's configuration: a JSON file (default `baton.json`) overridden by `BATON_*` environment variables.
@@ -173,18 +174,28 @@ public struct BatonConfiguration: Sendable, Equatable, Codable {
         /// connection including replacements; `baton serve` defaults to 5,000, other commands to none; 0 sends
         /// none (the server's or the role's setting, behind PgBouncer). 0...3,600,000.
         public var statementTimeoutMilliseconds: Int?
+        /// What is in front of PostgreSQL: nothing (default), a session-mode or a transaction-mode pooler.
+        public var pooler: PostgresPooler
 
         /// Creates the section.
-        public init(url: String, poolSize: Int = 8, statementTimeoutMilliseconds: Int? = nil) {
+        public init(url: String, poolSize: Int = 8, statementTimeoutMilliseconds: Int? = nil, pooler: PostgresPooler = .none) {
             self.url = url
             self.poolSize = poolSize
             self.statementTimeoutMilliseconds = statementTimeoutMilliseconds
+            self.pooler = pooler
+        }
+
+        /// A pool to this database with the section's statement timeout and pooler; no connection is opened yet.
+        public func pool(maxConnections: Int, logger: Logger = .disabled()) -> PostgresPool {
+            PostgresPool(url: url, maxConnections: maxConnections, statementTimeoutMilliseconds: statementTimeoutMilliseconds,
+                         pooler: pooler, logger: logger)
         }
 
         enum CodingKeys: String, CodingKey {
             case url
             case poolSize = "pool_size"
             case statementTimeoutMilliseconds = "statement_timeout_ms"
+            case pooler
         }
     }
 

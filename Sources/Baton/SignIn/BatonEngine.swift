@@ -89,8 +89,7 @@ public final class BatonEngine: Sendable {
     /// engine not ready: the cache retries).
     /// - Throws: ``BatonError`` (`database_unavailable`, `invalid_legacy_table`), ``ConfigurationError``.
     public static func start(configuration: BatonConfiguration, logger: Logger = .disabled()) async throws -> BatonEngine {
-        let pool = PostgresPool(url: configuration.database.url, maxConnections: configuration.database.poolSize,
-                                statementTimeoutMilliseconds: configuration.database.statementTimeoutMilliseconds, logger: logger)
+        let pool = configuration.database.pool(maxConnections: configuration.database.poolSize, logger: logger)
         do {
             let store = LegacyStore(pool: pool, legacy: try configuration.legacy.identifiers())
             do {

@@ -76,8 +76,8 @@ struct Rehearsal {
         }
         let dump = cluster.directory + "/source.sql"
         let bin = ThrowawayCluster.serverBinaries() ?? "/usr/bin"
-        let environment = ProcessInfo.processInfo.environment.merging(["PGOPTIONS": "-c default_transaction_read_only=on"]) { $1 }
-        let source = options.source
+        let (source, credentials) = try dumpSource(serviceFile: cluster.directory + "/source.service")
+        let environment = ProcessInfo.processInfo.environment.merging(["PGOPTIONS": "-c default_transaction_read_only=on"].merging(credentials) { $1 }) { $1 }
         do {
             try await offPool {
                 try ThrowawayCluster.run("\(bin)/pg_dump", ["--dbname=\(source)", "--no-owner", "--no-privileges", "--no-comments"] + tables.map { "--table=\($0.quoted)" },
@@ -89,6 +89,28 @@ struct Rehearsal {
         } catch let failure as ToolFailure {
             throw CommandFailure.failed("baton rehearse: copying the tables failed: \(failure)")
         }
+    }
+
+    /// The source as pg_dump gets it. Its command line, which any user sees in `ps` and `/proc/PID/cmdline`,
+    /// carries only the settings that are not secret; the secrets (`password`, `sslpassword`, every keyword libpq
+    /// marks as one) go in a service file only this user can read, which PGSERVICEFILE and PGSERVICE name and libpq
+    /// reads for the settings the command line leaves out. The file is in the throwaway cluster's directory, removed
+    /// with it.
+    /// - Throws: ``CommandFailure`` (usage) for a source naming a service of its own besides a secret.
+    private func dumpSource(serviceFile: String) throws -> (conninfo: String, environment: [String: String]) {
+        guard let source = try? PostgresConnectionString(options.source), !source.secrets.isEmpty else { return (options.source, [:]) }
+        guard source.value(of: "service") == nil, !source.secrets.contains(where: { $0.value.contains("\n") }) else {
+            throw CommandFailure.usage("--from names a service and holds a secret too: keep the secret in that service's file or in ~/.pgpass")
+        }
+        let text = (["[source]"] + source.secrets.map { "\($0.keyword)=\($0.value)" }).joined(separator: "\n") + "\n"
+        let descriptor = open(serviceFile, O_WRONLY | O_CREAT | O_EXCL, 0o600)
+        guard descriptor >= 0 else { throw CommandFailure.failed("baton rehearse: cannot create \(serviceFile): \(String(cString: strerror(errno)))") }
+        defer { close(descriptor) }
+        let bytes = Array(text.utf8)
+        guard write(descriptor, bytes, bytes.count) == bytes.count else {
+            throw CommandFailure.failed("baton rehearse: cannot write \(serviceFile): \(String(cString: strerror(errno)))")
+        }
+        return (source.withoutSecrets, ["PGSERVICEFILE": serviceFile, "PGSERVICE": "source"])
     }
 
     private func copyAndRun(cluster: ThrowawayCluster, pool: PostgresPool, legacy: BatonConfiguration.LegacyIdentifiers) async throws -> RehearsalResult {

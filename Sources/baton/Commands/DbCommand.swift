@@ -32,7 +32,9 @@ private func runDb(_ action: String, _ parsed: Arguments) async throws -> Int32 
     guard let url = parsed.databaseURLOrEnvironment else {
         throw CommandFailure.usage("no database: give --database-url or set BATON_DATABASE_URL")
     }
-    let pool = PostgresPool(url: url, maxConnections: 1)
+    // Migrations keep nothing from one transaction to the next (Migrator), so they run alike straight to
+    // PostgreSQL and through any pooler, with no need to tell which.
+    let pool = PostgresPool(url: url, maxConnections: 1, pooler: .transaction)
     let migrator = try BatonSchema.migrator()
     do {
         if action == "status" {

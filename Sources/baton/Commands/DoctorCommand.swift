@@ -254,7 +254,7 @@ struct Doctor {
     // MARK: - Database
 
     private mutating func checkDatabase(_ configuration: BatonConfiguration) async {
-        let pool = PostgresPool(url: configuration.database.url, maxConnections: 1, acquireTimeout: .seconds(10))
+        let pool = configuration.database.pool(maxConnections: 1)
         await checkDatabase(configuration, pool: pool)
         await pool.close()
     }

@@ -57,8 +57,7 @@ func runBulkCommand(_ parsed: Arguments, side: BatonConfiguration.TransferSide) 
     let window = TransferWindow(acceptedAt: transfer.acceptedAt)
     let now = Date()
 
-    let pool = PostgresPool(url: configuration.database.url, maxConnections: workers + 2,
-                            statementTimeoutMilliseconds: configuration.database.statementTimeoutMilliseconds)
+    let pool = configuration.database.pool(maxConnections: workers + 2)
     defer { Task { await pool.close() } }
     let queue = TransferQueue(pool: pool, kind: side == .recipient ? .exchange : .transferIdentifiers, leaseSeconds: lease)
 

@@ -46,7 +46,7 @@ let reportCommand = Command(
         default: listLimit = limit ?? ReportBuilder.defaultLimit
         }
         let output = try ReportOutput(path: parsed.value("out"), private: unmasked)
-        let pool = PostgresPool(url: configuration.database.url, maxConnections: 1)
+        let pool = configuration.database.pool(maxConnections: 1)
         let builder = ReportBuilder(
             pool: pool, legacy: configuration.legacy, acceptedAt: acceptedAt, now: now,
             limit: format == "csv" ? 0 : listLimit, emails: unmasked ? .unmasked : .masked

@@ -37,7 +37,7 @@ private func runExport(_ parsed: Arguments) async throws -> Int32 {
     guard let path = parsed.value("export"), !path.isEmpty else { throw CommandFailure.usage("--export needs a file name") }
     let columns = (parsed.value("columns") ?? "").split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
     let configuration = try await parsed.configuration()
-    let pool = PostgresPool(url: configuration.database.url, maxConnections: 1)
+    let pool = configuration.database.pool(maxConnections: 1)
     do {
         let exporter = try TransferExporter(pool: pool, legacy: try configuration.legacy.identifiers(), columns: columns)
         let summary = try await exporter.export(to: path)
