@@ -2,7 +2,8 @@
 # Measures `baton rehearse` on a large source: a scratch PostgreSQL cluster (scripts/pg.sh) holding a users table
 # of N Apple users (generate_series; default 1,000,000, Apple-shaped subjects, relay emails, unique indexes), then
 # `/usr/bin/time -v baton rehearse --from URL` with the emulator unthrottled. Prints the rehearsal's own lines,
-# then one summary line: users, wall seconds, peak RSS (time -v's "Maximum resident set size") and the load.
+# then one summary line: users, wall seconds, peak RSS (time -v's "Maximum resident set size"), the CPU seconds
+# time -v counts (user and system, `baton` and the children it waited for) and the load.
 #
 #   scripts/rehearse-scale.sh [N] [BINARY]
 #
@@ -61,5 +62,6 @@ load_after=$(cut -d' ' -f1-3 /proc/loadavg)
 cat "$work/rehearsal.json" 2>/dev/null || true
 wall=$(sed -n 's/.*Elapsed (wall clock) time (h:mm:ss or m:ss): //p' "$work/time.txt")
 rss=$(sed -n 's/.*Maximum resident set size (kbytes): //p' "$work/time.txt")
-echo "rehearse-scale: users=$users binary=$binary exit=$status wall=$wall peak_rss_mib=$((rss / 1024)) load_before=\"$load_before\" load_after=\"$load_after\" nproc=$(nproc)"
+cpu=$(sed -n 's/.*\(User\|System\) time (seconds): //p' "$work/time.txt" | awk '{ s += $1 } END { printf "%.0f", s }')
+echo "rehearse-scale: users=$users binary=$binary exit=$status wall=$wall peak_rss_mib=$((rss / 1024)) cpu_s=$cpu load_before=\"$load_before\" load_after=\"$load_after\" nproc=$(nproc)"
 exit $status

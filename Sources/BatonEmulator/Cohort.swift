@@ -59,7 +59,7 @@ struct Cohort: Codable, Sendable {
     /// a relay address for that team (`<10 letters or digits>@privaterelay.appleid.com`) or their real one.
     func email(ofTransferIdentifier transferSub: String, team: String) -> (email: String, isPrivate: Bool) {
         let identity = shaped(transferSub)
-        let mixed = ShapedPermutation.mix(identity.high ^ secret[3])
+        let mixed = ShapedPermutation.mix(ShapedPermutation.mix(ShapedPermutation.mix(identity.digits ^ secret[3]) ^ identity.high) ^ identity.low)
         guard mixed & 1 == 0 else { return ("cohort-\(String(mixed >> 16, radix: 16))@example.com", false) }
         var local = ShapedPermutation.mix(permutation("email " + team).apply(identity).high)
         let alphabet = Array("abcdefghijklmnopqrstuvwxyz0123456789".utf8)

@@ -173,26 +173,48 @@ struct Rehearsal {
     /// `baton.transfers` through ``TransferImporter`` (a `key,transfer_sub` file, as the recipient imports the
     /// sender's export). Returns the rows it refused, as a `transfer_rejected` problem, or nil.
     private func importRecipientRows(store: LegacyStore, pool: PostgresPool, directory: String) async throws -> LegacyProblem? {
-        var keys: [String] = []
-        var lines = TransferImporter.keyHeader + "\n"
-        while true {
-            let page = try await store.rowsWithTransferIdentifierOnly(after: keys.last, limit: 50_000)
-            guard !page.isEmpty else { break }
-            for row in page {
-                keys.append(row.key)
-                lines += row.key + "," + row.transferSub + "\n"
+        // Written a page at a time: the file, not the memory, holds every row.
+        let path = directory + "/recipient-keys.csv"
+        let file = try LineWriter(path: path)
+        var lastKey: String?
+        do {
+            try await file.write(TransferImporter.keyHeader + "\n")
+            while true {
+                let page = try await store.rowsWithTransferIdentifierOnly(after: lastKey, limit: 50_000)
+                guard let last = page.last else { break }
+                lastKey = last.key
+                try await file.write(page.map { $0.key + "," + $0.transferSub + "\n" }.joined())
+            }
+            try await file.close()
+        } catch {
+            try? await file.close()
+            throw error
+        }
+        guard lastKey != nil else { return nil }
+        // The refused lines arrive in line order: their count, and the first five as the examples.
+        let refused = Mutex((count: 0, first: [Int]()))
+        _ = try await TransferImporter(pool: pool).importFile(path: path) { rejection in
+            refused.withLock { refused in
+                refused.count += 1
+                if refused.first.count < 5 { refused.first.append(rejection.line) }
             }
         }
-        guard !keys.isEmpty else { return nil }
-        let path = directory + "/recipient-keys.csv"
-        let text = lines
-        try await offPool { try Data(text.utf8).write(to: URL(fileURLWithPath: path)) }
-        let refused = Mutex<[Int]>([])
-        _ = try await TransferImporter(pool: pool).importFile(path: path) { rejection in refused.withLock { $0.append(rejection.line) } }
-        // Line 1 is the header; line n holds keys[n - 2]. A key with a comma splits into more fields: still its line.
-        let lineNumbers = refused.withLock { $0 }.sorted()
-        guard !lineNumbers.isEmpty else { return nil }
-        return LegacyProblem(kind: .transferRejected, count: lineNumbers.count, examples: lineNumbers.prefix(5).map { keys[$0 - 2] })
+        let (count, first) = refused.withLock { $0 }
+        guard count > 0 else { return nil }
+        // The examples' keys, read back from their lines: a key is what comes before the line's last comma.
+        let wanted = Set(first)
+        var examples: [String] = []
+        let reader = try LineReader(path: path)
+        var number = 0
+        while examples.count < wanted.count {
+            let lines = try await reader.next(10_000)
+            if lines.isEmpty { break }
+            for line in lines {
+                number += 1
+                if wanted.contains(number) { examples.append(String(line[..<(line.lastIndex(of: ",") ?? line.endIndex)])) }
+            }
+        }
+        return LegacyProblem(kind: .transferRejected, count: count, examples: examples)
     }
 
     private func withEmulator(_ emulator: AppleEmulator, pool: PostgresPool, store: LegacyStore, clientID: String,
