@@ -3,9 +3,10 @@
 # PostgreSQL with apt-get, only the packages that are missing. The Swift toolchain is assumed.
 # chromium (headless) and python3 run the report's browser test (scripts/browser-check.py).
 # wrk drives `baton bench signin` from outside; linux-perf profiles `baton serve` under it (docs/performance.md).
+# time (/usr/bin/time -v) measures peak memory in scripts/rehearse-scale.sh and scripts/scale.sh.
 set -euo pipefail
 
-packages=(libssl-dev libpq-dev libmicrohttpd-dev postgresql postgresql-contrib pkg-config chromium python3 wrk linux-perf)
+packages=(libssl-dev libpq-dev libmicrohttpd-dev postgresql postgresql-contrib pkg-config chromium python3 wrk linux-perf time)
 missing=()
 for package in "${packages[@]}"; do
     if ! dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed"; then

@@ -15,19 +15,7 @@ cd "$(dirname "$0")/.."
 
 users=${1:-1000000}
 binary=${2:-.build/release/baton}
-scripts/install-deps.sh
-if [ ! -x /usr/bin/time ]; then
-    sudo=""; if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
-    $sudo apt-get install -y -qq --no-install-recommends time >/dev/null
-fi
-if [ ! -x "$binary" ]; then
-    swift build -c release --product baton
-fi
-
-dir=$(mktemp -d /tmp/baton-pg.XXXXXX)
-work=$(mktemp -d /tmp/baton-scale.XXXXXX)
-trap 'scripts/pg.sh destroy "$dir"; rm -rf "$work"' EXIT
-url=$(scripts/pg.sh start "$dir")
+. scripts/scale-setup.sh
 sql() { psql -X -q -v ON_ERROR_STOP=1 -d "$url" "$@"; }
 
 cat >"$work/baton.json" <<JSON
