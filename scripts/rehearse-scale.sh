@@ -2,7 +2,8 @@
 # Measures `baton rehearse` on a large source: a scratch PostgreSQL cluster (scripts/pg.sh) holding a users table
 # of N Apple users (generate_series; default 1,000,000, Apple-shaped subjects, relay emails, unique indexes), then
 # `/usr/bin/time -v baton rehearse --from URL` with the emulator unthrottled. Prints the rehearsal's own lines,
-# then one summary line: users, wall seconds, peak RSS (time -v's "Maximum resident set size") and the load.
+# then one summary line: users, wall seconds, peak RSS (time -v's "Maximum resident set size"), the CPU seconds
+# time -v counts (user and system, `baton` and the children it waited for) and the load.
 #
 #   scripts/rehearse-scale.sh [N] [BINARY]
 #
@@ -14,19 +15,7 @@ cd "$(dirname "$0")/.."
 
 users=${1:-1000000}
 binary=${2:-.build/release/baton}
-scripts/install-deps.sh
-if ! command -v /usr/bin/time >/dev/null || [ ! -x /usr/bin/time ]; then
-    sudo=""; if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
-    $sudo apt-get install -y -qq --no-install-recommends time >/dev/null
-fi
-if [ ! -x "$binary" ]; then
-    swift build -c release --product baton
-fi
-
-dir=$(mktemp -d /tmp/baton-pg.XXXXXX)
-work=$(mktemp -d /tmp/baton-scale.XXXXXX)
-trap 'scripts/pg.sh destroy "$dir"; rm -rf "$work"' EXIT
-url=$(scripts/pg.sh start "$dir")
+. scripts/scale-setup.sh
 
 if [ "${CROSS_COMPANY:-0}" = 1 ]; then
     rows="SELECT i, NULL::text, NULL::text, 'tr' || lpad(i::text, 6, '0') || '.' || md5('t' || i) || '.' || lpad((i % 10000)::text, 4, '0')"
@@ -61,5 +50,6 @@ load_after=$(cut -d' ' -f1-3 /proc/loadavg)
 cat "$work/rehearsal.json" 2>/dev/null || true
 wall=$(sed -n 's/.*Elapsed (wall clock) time (h:mm:ss or m:ss): //p' "$work/time.txt")
 rss=$(sed -n 's/.*Maximum resident set size (kbytes): //p' "$work/time.txt")
-echo "rehearse-scale: users=$users binary=$binary exit=$status wall=$wall peak_rss_mib=$((rss / 1024)) load_before=\"$load_before\" load_after=\"$load_after\" nproc=$(nproc)"
+cpu=$(sed -n 's/.*\(User\|System\) time (seconds): //p' "$work/time.txt" | awk '{ s += $1 } END { printf "%.0f", s }')
+echo "rehearse-scale: users=$users binary=$binary exit=$status wall=$wall peak_rss_mib=$((rss / 1024)) cpu_s=$cpu load_before=\"$load_before\" load_after=\"$load_after\" nproc=$(nproc)"
 exit $status

@@ -139,6 +139,21 @@ public final class AppleEmulator: Sendable {
                                  transferIdentifiers: transferIdentifiers.isEmpty ? nil : transferIdentifiers, transferTarget: toTeamID)
     }
 
+    /// Makes every Apple-shaped identifier (`NNNNNN.<32 hex>.NNNN`) a user of `clientID` under its current team,
+    /// without storing them: a rehearsal's copy holds millions of subjects. Each has a transfer identifier for
+    /// `toTeamID`, deterministic, collision-free and Apple-shaped, that the recipient's exchange leads back to; any
+    /// other transfer identifier (1 to 256 printable characters) is a user known to the recipient only, named
+    /// ``cohortUser(transferIdentifier:)`` for ``authorize(clientID:user:nonce:issueCode:)``. Their identifiers
+    /// under other teams and their addresses are derived, revocations kept. ``transferIdentifiers(clientID:)`` and
+    /// the state file's people do not list them.
+    /// - Throws: ``EmulatorError`` `unknown_app`, `unknown_team` (`toTeamID` unknown or the owner), `conflict` (one exists).
+    public func createCohort(clientID: String, toTeamID: String) throws(EmulatorError) {
+        try emulator.createCohort(clientID: clientID, toTeamID: toTeamID)
+    }
+
+    /// The `user` that names the cohort's member known by `transferIdentifier` (``createCohort(clientID:toTeamID:)``).
+    public static func cohortUser(transferIdentifier: String) -> String { Cohort.personPrefix + transferIdentifier }
+
     /// Initiates the transfer of `clientID` to `toTeamID` (App Store Connect's "Transfer App").
     /// - Throws: ``EmulatorError`` `unknown_app`, `unknown_team`, `conflict` (same team, or one pending).
     public func initiateTransfer(clientID: String, toTeamID: String) throws(EmulatorError) {

@@ -209,6 +209,11 @@ final class Emulator: Sendable {
         return users
     }
 
+    func createCohort(clientID: String, toTeamID: String) throws(EmulatorError) {
+        try state.withLock { (state) throws(EmulatorError) in try state.addCohort(clientID: clientID, toTeamID: toTeamID) }
+        scheduleSave()
+    }
+
     func initiateTransfer(clientID: String, toTeamID: String) throws(EmulatorError) {
         let now = self.now
         try state.withLock { (state) throws(EmulatorError) in try state.initiateTransfer(clientID: clientID, toTeamID: toTeamID, now: now) }
@@ -378,7 +383,7 @@ final class Emulator: Sendable {
             guard let personID = state.person(named: user) else { throw EmulatorError(.unknownUser, "no such person or identifier") }
             // A first sign-in makes the person a user; signing in again after revoking re-consents.
             // Mutated in place, and only when needed, so large apps are not copied per call.
-            if !app.users.contains(personID) || app.revoked.contains(personID) {
+            if !state.uses(app, personID) || app.revoked.contains(personID) {
                 state.apps[clientID]?.users.insert(personID)
                 state.apps[clientID]?.revoked.remove(personID)
             }
@@ -403,7 +408,7 @@ final class Emulator: Sendable {
             // Every user the sending team knew gets transfer_sub during the window, generated or not: the same
             // identifier the sender's /auth/usermigrationinfo gives for this user and the recipient team.
             if let transfer = EmulatorState.activeAcceptedTransfer(of: app, now: now),
-               state.people[personID]?.identifiers[transfer.fromTeamID] != nil {
+               state.isKnown(personID, to: transfer.fromTeamID) {
                 claims["transfer_sub"] = .string(state.transferIdentifier(of: personID, from: transfer.fromTeamID, to: transfer.toTeamID))
             }
             return (claims, personID, team, sub)

@@ -21,6 +21,8 @@ struct EmulatorState: Codable, Sendable {
     var accessTokens: [String: AccessToken] = [:]
     var codes: [String: AuthorizationCode] = [:]
     var refreshTokens: [String: RefreshToken] = [:]
+    /// A rehearsal's users, derived rather than stored (at most one cohort).
+    var cohort: Cohort?
 
     /// The transfer window: 60 days after acceptance.
     static let transferWindow: Double = 60 * 86_400
@@ -179,6 +181,17 @@ struct EmulatorState: Codable, Sendable {
         return created
     }
 
+    /// Makes every Apple-shaped identifier under `clientID`'s current team a user of it, with a transfer identifier
+    /// for `toTeamID` (``Cohort``).
+    mutating func addCohort(clientID: String, toTeamID: String) throws(EmulatorError) {
+        guard let app = apps[clientID] else { throw EmulatorError(.unknownApp, clientID) }
+        guard teams[toTeamID] != nil, toTeamID != app.ownerTeamID else {
+            throw EmulatorError(.unknownTeam, "a cohort's transfer identifiers need another registered team as their target")
+        }
+        guard cohort == nil else { throw EmulatorError(.conflict, "a cohort exists") }
+        cohort = Cohort(clientID: clientID, fromTeamID: app.ownerTeamID, toTeamID: toTeamID)
+    }
+
     mutating func initiateTransfer(clientID: String, toTeamID: String, now: Date) throws(EmulatorError) {
         guard var app = apps[clientID] else { throw EmulatorError(.unknownApp, clientID) }
         guard teams[toTeamID] != nil else { throw EmulatorError(.unknownTeam, toTeamID) }
@@ -204,7 +217,7 @@ struct EmulatorState: Codable, Sendable {
 
     mutating func revoke(clientID: String, userIdentifier: String) throws(EmulatorError) {
         guard var app = apps[clientID] else { throw EmulatorError(.unknownApp, clientID) }
-        guard let owner = identifierIndex[userIdentifier], app.users.contains(owner.personID) else {
+        guard let owner = owner(of: userIdentifier), uses(app, owner.personID) else {
             throw EmulatorError(.unknownUser, "no such user of \(clientID)")
         }
         app.revoked.insert(owner.personID)
@@ -213,8 +226,11 @@ struct EmulatorState: Codable, Sendable {
 
     // MARK: - Identities
 
-    /// The person's identifier under `team`, created on first use.
+    /// The person's identifier under `team`, created on first use (derived for a cohort's member).
     mutating func identifier(of personID: String, team: String) -> String {
+        if let cohort, let transferSub = Cohort.transferIdentifier(ofPerson: personID) {
+            return cohort.identifier(ofTransferIdentifier: transferSub, team: team)
+        }
         if let existing = people[personID]?.identifiers[team] { return existing }
         var value = Identifiers.userIdentifier()
         while identifierIndex[value] != nil { value = Identifiers.userIdentifier() }
@@ -225,6 +241,9 @@ struct EmulatorState: Codable, Sendable {
 
     /// The address the person shares with `team`: a team-specific relay address or the real one.
     mutating func email(of personID: String, team: String) -> (email: String, isPrivate: Bool) {
+        if let cohort, let transferSub = Cohort.transferIdentifier(ofPerson: personID) {
+            return cohort.email(ofTransferIdentifier: transferSub, team: team)
+        }
         guard let person = people[personID] else { return ("", false) }
         guard person.usesPrivateEmail else { return (person.email, false) }
         if let relay = person.relayEmails[team] { return (relay, true) }
@@ -235,8 +254,26 @@ struct EmulatorState: Codable, Sendable {
 
     /// The person a `user` argument names: a person ID or any team-scoped identifier of theirs.
     func person(named user: String) -> String? {
-        if people[user] != nil { return user }
-        return identifierIndex[user]?.personID
+        if people[user] != nil || (cohort != nil && Cohort.transferIdentifier(ofPerson: user) != nil) { return user }
+        return owner(of: user)?.personID
+    }
+
+    /// Who a team-scoped identifier belongs to: one handed out, or a cohort member's sender identifier.
+    func owner(of identifier: String) -> IdentifierOwner? {
+        if let owner = identifierIndex[identifier] { return owner }
+        guard let cohort, let personID = cohort.person(ofSenderIdentifier: identifier) else { return nil }
+        return IdentifierOwner(personID: personID, teamID: cohort.fromTeamID)
+    }
+
+    /// Whether the person uses `app`: one of its users, or a member of its cohort.
+    func uses(_ app: App, _ personID: String) -> Bool {
+        app.users.contains(personID) || (cohort?.clientID == app.clientID && Cohort.transferIdentifier(ofPerson: personID) != nil)
+    }
+
+    /// Whether `team` knows the person by an identifier (handed out, or as a cohort's sending team).
+    func isKnown(_ personID: String, to team: String) -> Bool {
+        if let cohort, Cohort.transferIdentifier(ofPerson: personID) != nil { return cohort.fromTeamID == team }
+        return people[personID]?.identifiers[team] != nil
     }
 
     /// Whether `now` is within 60 days (inclusive) of the transfer's acceptance; a pending transfer is.
@@ -277,7 +314,7 @@ struct EmulatorState: Codable, Sendable {
             guard last.toTeamID == target else { throw EmulatorError(.invalidRequest, "target is not the recipient of the transfer") }
         }
         guard target != teamID, teams[target] != nil else { throw EmulatorError(.invalidRequest, "target is not another team") }
-        guard let owner = identifierIndex[sub], owner.teamID == teamID, app.users.contains(owner.personID) else {
+        guard let owner = owner(of: sub), owner.teamID == teamID, uses(app, owner.personID) else {
             throw EmulatorError(.invalidRequest, "unknown sub")
         }
         guard !app.revoked.contains(owner.personID) else { throw EmulatorError(.invalidRequest, "the user revoked the app") }
@@ -285,8 +322,12 @@ struct EmulatorState: Codable, Sendable {
     }
 
     /// The transfer identifier of a person from one team to another, created on first use: the same value
-    /// whichever needs it first, the sender's `/auth/usermigrationinfo` or a sign-in during the window.
+    /// whichever needs it first, the sender's `/auth/usermigrationinfo` or a sign-in during the window
+    /// (derived for a cohort's member, from its sending team to its recipient).
     mutating func transferIdentifier(of personID: String, from: String, to: String) -> String {
+        if let cohort, let transferSub = Cohort.transferIdentifier(ofPerson: personID), cohort.fromTeamID == from, cohort.toTeamID == to {
+            return transferSub
+        }
         if let existing = people[personID]?.transferIdentifiers[to], transferIdentifiers[existing]?.fromTeamID == from {
             return existing
         }
@@ -309,8 +350,8 @@ struct EmulatorState: Codable, Sendable {
         guard EmulatorState.withinWindow(transfer, now: now) else {
             throw EmulatorError(.invalidRequest, "the transfer window has closed")
         }
-        guard let record = transferIdentifiers[transferSub], record.toTeamID == teamID,
-              record.fromTeamID == transfer.fromTeamID, app.users.contains(record.personID) else {
+        guard let record = transferIdentifiers[transferSub] ?? cohortTransfer(transferSub, clientID: clientID), record.toTeamID == teamID,
+              record.fromTeamID == transfer.fromTeamID, uses(app, record.personID) else {
             throw EmulatorError(.invalidRequest, "unknown transfer_sub")
         }
         guard !app.revoked.contains(record.personID) else { throw EmulatorError(.invalidRequest, "the user revoked the app") }
@@ -319,11 +360,17 @@ struct EmulatorState: Codable, Sendable {
         return (sub, isPrivate ? email : nil, isPrivate)
     }
 
+    /// The cohort member a transfer identifier names, as a transfer record.
+    private func cohortTransfer(_ transferSub: String, clientID: String) -> TransferIdentifier? {
+        guard let cohort, cohort.clientID == clientID, let personID = cohort.person(ofTransferIdentifier: transferSub) else { return nil }
+        return TransferIdentifier(personID: personID, fromTeamID: cohort.fromTeamID, toTeamID: cohort.toTeamID)
+    }
+
     // MARK: - Devices
 
     /// What a device's credential-state query answers for `userIdentifier` in `clientID`.
     func credentialState(clientID: String, userIdentifier: String) -> CredentialState {
-        guard let app = apps[clientID], let owner = identifierIndex[userIdentifier], app.users.contains(owner.personID) else {
+        guard let app = apps[clientID], let owner = owner(of: userIdentifier), uses(app, owner.personID) else {
             return .notFound
         }
         if app.revoked.contains(owner.personID) { return .revoked }

@@ -1,6 +1,7 @@
 import Baton
 import BatonConcurrency
 import Foundation
+import Synchronization
 import BatonHTTPServer
 import BatonAppleSignIn
 import BatonJOSE
@@ -31,6 +32,9 @@ public final class BatonAPI: Sendable {
     private let serviceToken: AdminToken?
     private let logger: Logger
     private let readinessMonitor: ReadinessMonitor
+    /// The report being built, shared by the requests that arrive meanwhile: at most one report at a time holds a
+    /// connection of the pool the sign-ins use (at ten million users a report reads for seconds).
+    private let reportInFlight = Mutex<Task<MigrationReport, any Error>?>(nil)
 
     /// Creates the service.
     /// - Parameters:
@@ -158,15 +162,28 @@ public final class BatonAPI: Sendable {
 
     private func report(_ request: HTTPRequest) async throws -> (HTTPResponse, String?) {
         try requireAdmin(request)
-        return (HTTPResponse.json(serialized: try await engine.migrationReport().renderJSON()), nil)
+        return (HTTPResponse.json(serialized: try await sharedReport().renderJSON()), nil)
     }
 
     /// `GET /report`: the same report as one self-contained HTML page (inline CSS and SVG, no scripts) that
     /// reloads itself every `reportRefreshSeconds` with a meta refresh.
     private func reportPage(_ request: HTTPRequest) async throws -> (HTTPResponse, String?) {
         try requireAdmin(request)
-        let page = try await engine.migrationReport().renderHTML(refreshSeconds: reportRefreshSeconds > 0 ? reportRefreshSeconds : nil)
+        let page = try await sharedReport().renderHTML(refreshSeconds: reportRefreshSeconds > 0 ? reportRefreshSeconds : nil)
         return (HTTPResponse.text(page, contentType: "text/html; charset=utf-8"), nil)
+    }
+
+    /// The report being built when one is, else a new one; the last request to finish with it clears it.
+    private func sharedReport() async throws -> MigrationReport {
+        let task = reportInFlight.withLock { inFlight in
+            if let inFlight { return inFlight }
+            let engine = engine
+            let task = Task { try await engine.migrationReport() }
+            inFlight = task
+            return task
+        }
+        defer { reportInFlight.withLock { if $0 == task { $0 = nil } } }
+        return try await task.value
     }
 
     /// Admin routes need `Authorization: Bearer <admin token>`, compared in constant time.

@@ -100,12 +100,12 @@ public struct TransferExporter: Sendable {
 }
 
 /// Appends text to a file on a dedicated queue, never on Swift's cooperative threads.
-final class LineWriter: @unchecked Sendable {
+package final class LineWriter: @unchecked Sendable {
     // `@unchecked Sendable`: the handle is used only from `queue`, one call at a time.
     private let handle: FileHandle
     private let queue = DispatchQueue(label: "baton.export.writer")
 
-    init(path: String) throws {
+    package init(path: String) throws {
         guard FileManager.default.createFile(atPath: path, contents: nil, attributes: [.posixPermissions: 0o600]),
               let handle = FileHandle(forWritingAtPath: path) else {
             throw BulkJobError(.unreadableFile, "cannot write \(path)")
@@ -113,13 +113,13 @@ final class LineWriter: @unchecked Sendable {
         self.handle = handle
     }
 
-    func write(_ text: String) async throws {
+    package func write(_ text: String) async throws {
         try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
             queue.async { [handle] in continuation.resume(with: Result { try handle.write(contentsOf: Data(text.utf8)) }) }
         }
     }
 
-    func close() async throws {
+    package func close() async throws {
         try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
             queue.async { [handle] in continuation.resume(with: Result { try handle.close() }) }
         }

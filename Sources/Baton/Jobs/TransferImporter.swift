@@ -5,12 +5,12 @@ import BatonPostgres
 
 /// Reads a file line by line on a dedicated queue (never on Swift's cooperative threads), a batch of lines
 /// per call, so a file of any size needs the memory of one batch.
-final class LineReader: @unchecked Sendable {
+package final class LineReader: @unchecked Sendable {
     // `@unchecked Sendable`: the FILE handle is used only from `queue`, one call at a time.
     private let file: UnsafeMutablePointer<FILE>
     private let queue = DispatchQueue(label: "baton.import.reader")
 
-    init(path: String) throws {
+    package init(path: String) throws {
         guard let file = fopen(path, "r") else {
             throw BulkJobError(.unreadableFile, "cannot open \(path): \(String(cString: strerror(errno)))")
         }
@@ -20,7 +20,7 @@ final class LineReader: @unchecked Sendable {
     deinit { fclose(file) }
 
     /// Up to `count` lines without their line ends (`\n` or `\r\n`); empty at the end of the file.
-    func next(_ count: Int) async throws -> [String] {
+    package func next(_ count: Int) async throws -> [String] {
         try await offPool(on: queue) { [self] () throws(BulkJobError) -> [String] in
             var lines: [String] = []
             lines.reserveCapacity(count)

@@ -174,10 +174,9 @@ struct Rehearsal {
         let rejected = try await importRecipientRows(store: store, pool: pool, directory: cluster.directory)
         // Fresh statistics for the planner: the queue's claims on a million new rows would otherwise wait for autovacuum.
         try await pool.execute("ANALYZE baton.transfers")
-        let users = try await pool.query("SELECT old_sub, transfer_sub FROM baton.transfers ORDER BY old_sub NULLS LAST, transfer_sub")
-            .map { (oldSub: try $0.decode(String?.self, at: 0), transferSub: try $0.decode(String?.self, at: 1)) }
+        let users = try await pool.query("SELECT count(*) FROM baton.transfers")[0].decode(Int.self, at: 0)
         phases.end("seed")
-        guard !users.isEmpty else { return ((0, 0, [:]), "", rejected) }
+        guard users > 0 else { return ((0, 0, [:]), "", rejected) }
 
         var http = HTTPServerConfiguration()
         http.connectionLimit = max(http.connectionLimit, options.concurrency * 4)
@@ -196,44 +195,59 @@ struct Rehearsal {
     /// `baton.transfers` through ``TransferImporter`` (a `key,transfer_sub` file, as the recipient imports the
     /// sender's export). Returns the rows it refused, as a `transfer_rejected` problem, or nil.
     private func importRecipientRows(store: LegacyStore, pool: PostgresPool, directory: String) async throws -> LegacyProblem? {
-        var keys: [String] = []
-        var lines = TransferImporter.keyHeader + "\n"
-        while true {
-            let page = try await store.rowsWithTransferIdentifierOnly(after: keys.last, limit: 50_000)
-            guard !page.isEmpty else { break }
-            for row in page {
-                keys.append(row.key)
-                lines += row.key + "," + row.transferSub + "\n"
+        // Written a page at a time: the file, not the memory, holds every row.
+        let path = directory + "/recipient-keys.csv"
+        let file = try LineWriter(path: path)
+        var lastKey: String?
+        do {
+            try await file.write(TransferImporter.keyHeader + "\n")
+            while true {
+                let page = try await store.rowsWithTransferIdentifierOnly(after: lastKey, limit: 50_000)
+                guard let last = page.last else { break }
+                lastKey = last.key
+                try await file.write(page.map { $0.key + "," + $0.transferSub + "\n" }.joined())
+            }
+            try await file.close()
+        } catch {
+            try? await file.close()
+            throw error
+        }
+        guard lastKey != nil else { return nil }
+        // The refused lines arrive in line order: their count, and the first five as the examples.
+        let refused = Mutex((count: 0, first: [Int]()))
+        _ = try await TransferImporter(pool: pool).importFile(path: path) { rejection in
+            refused.withLock { refused in
+                refused.count += 1
+                if refused.first.count < 5 { refused.first.append(rejection.line) }
             }
         }
-        guard !keys.isEmpty else { return nil }
-        let path = directory + "/recipient-keys.csv"
-        let text = lines
-        try await offPool { try Data(text.utf8).write(to: URL(fileURLWithPath: path)) }
-        let refused = Mutex<[Int]>([])
-        _ = try await TransferImporter(pool: pool).importFile(path: path) { rejection in refused.withLock { $0.append(rejection.line) } }
-        // Line 1 is the header; line n holds keys[n - 2]. A key with a comma splits into more fields: still its line.
-        let lineNumbers = refused.withLock { $0 }.sorted()
-        guard !lineNumbers.isEmpty else { return nil }
-        return LegacyProblem(kind: .transferRejected, count: lineNumbers.count, examples: lineNumbers.prefix(5).map { keys[$0 - 2] })
+        let (count, first) = refused.withLock { $0 }
+        guard count > 0 else { return nil }
+        // The examples' keys, read back from their lines: a key is what comes before the line's last comma.
+        let wanted = Set(first)
+        var examples: [String] = []
+        let reader = try LineReader(path: path)
+        var number = 0
+        while examples.count < wanted.count {
+            let lines = try await reader.next(10_000)
+            if lines.isEmpty { break }
+            for line in lines {
+                number += 1
+                if wanted.contains(number) { examples.append(String(line[..<(line.lastIndex(of: ",") ?? line.endIndex)])) }
+            }
+        }
+        return LegacyProblem(kind: .transferRejected, count: count, examples: examples)
     }
 
     private func withEmulator(_ emulator: AppleEmulator, pool: PostgresPool, store: LegacyStore, clientID: String,
-                              users: [(oldSub: String?, transferSub: String?)], clusterURL: String) async throws
+                              users: Int, clusterURL: String) async throws
         -> ((bySignIn: Int, byExchange: Int, failedDevices: [String: Int]), String) {
         let teamA = try emulator.createTeam()
         let teamB = try emulator.createTeam()
         try emulator.createApp(clientID: clientID, teamID: teamA.teamID)
-        // Team A's users: the copy's subjects (fresh identifiers for the recipient's rows), and the transfer
-        // identifiers the copy holds, as team A generated them for team B; at most a million per call.
-        var handles: [String] = []
-        handles.reserveCapacity(users.count)
-        for start in stride(from: 0, to: users.count, by: 500_000) {
-            let chunk = users[start..<min(start + 500_000, users.count)]
-            handles += try emulator.createUsers(clientID: clientID, userIdentifiers: chunk.map(\.oldSub), transferIdentifiers: chunk.map(\.transferSub),
-                                                toTeamID: teamB.teamID).map(\.userIdentifier)
-        }
-
+        // Team A's users: the copy's subjects, and the transfer identifiers the copy holds (for the recipient's rows),
+        // as team A generated them for team B. A cohort: derived by the emulator, not stored, whatever their number.
+        try emulator.createCohort(clientID: clientID, toTeamID: teamB.teamID)
         phases.end("emulator users")
         // The sender's transfer identifiers, then the acceptance.
         let senderQueue = TransferQueue(pool: pool, kind: .transferIdentifiers)
@@ -254,20 +268,14 @@ struct Rehearsal {
         configuration.adminToken = nil
         configuration.serviceToken = nil
         let server = try await BatonServer.start(configuration: configuration, port: 0)
-        // Spread evenly: user i signs in when the running share crosses a whole number (30 % of 30 users: 9).
-        let share = options.signInShare
-        let signers = handles.indices.filter { (Double($0 + 1) * share).rounded(.down) > (Double($0) * share).rounded(.down) }
-        // In a random order; the second device of a user goes right after the first, so both are in flight at once.
-        let devices = signers.shuffled().enumerated().flatMap { $0.offset % 20 == 0 ? [$0.element, $0.element] : [$0.element] }
         let service = try loopback(URL(string: "http://127.0.0.1:\(server.port)")!)
         // Apple's side of each device in-process, without an authorization code: the devices only present the token.
         let authorize: @Sendable (String) throws -> String = { user in
             try emulator.authorize(clientID: clientID, user: user, issueCode: false).idToken
         }
-        // One device in ten is a web or Android client, which asks Baton for the credential state before it signs in;
-        // the others are iOS apps, which ask Apple on the device (`getCredentialState`), not Baton.
-        let failedDevices = await RehearsalDevices(service: service, authorize: authorize, concurrency: options.concurrency)
-            .run(devices.enumerated().map { (handles[$0.element], users[$0.element].oldSub != nil && $0.offset % Self.credentialStateEvery == 0) })
+        let devices = DeviceSchedule(pool: pool, users: users, share: options.signInShare)
+        let failedDevices = try await RehearsalDevices(service: service, authorize: authorize, concurrency: options.concurrency)
+            .run(total: devices.total) { try await devices.next() }
         service.close()
         await server.stop()
         phases.end("devices")
@@ -314,8 +322,66 @@ struct Rehearsal {
     }
 }
 
+/// The devices of the users who sign in, a page of `baton.transfers` at a time (in `id` order), so their number
+/// costs no memory. User i signs in when the running share crosses a whole number (30 % of 30 users: 9, spread
+/// evenly). Within a page they go in a random order; every twentieth has a second device right after the first,
+/// so both are in flight at once. One device in ten is a web or Android client, which asks Baton for the
+/// credential state before it signs in (only for a user Baton knows by the sender's subject); the others are iOS
+/// apps, which ask Apple on the device (`getCredentialState`), not Baton. A user the copy holds only by a transfer
+/// identifier is the emulator's cohort member of that identifier.
+final class DeviceSchedule {
+    private let pool: PostgresPool
+    private let share: Double
+    private static let pageSize = 10_000
+    /// The devices in all.
+    let total: Int
+    private var afterID: Int64 = 0
+    /// Users passed, users signed in, devices made: over all pages so far.
+    private var user = 0
+    private var signed = 0
+    private var device = 0
+
+    init(pool: PostgresPool, users: Int, share: Double) {
+        self.pool = pool
+        self.share = share
+        let signers = Int((Double(users) * share).rounded(.down))
+        total = signers + (signers + 19) / 20
+    }
+
+    /// The next page's devices; empty after the last.
+    func next() async throws -> [(user: String, asksCredentialState: Bool)] {
+        while true {
+            let page = try await pool.query("""
+                SELECT id, old_sub, transfer_sub FROM baton.transfers WHERE id > \(afterID) ORDER BY id LIMIT \(Self.pageSize)
+                """)
+            guard let last = page.last else { return [] }
+            afterID = try last.decode(Int64.self, at: 0)
+            var signers: [(user: String, knownBySubject: Bool)] = []
+            for row in page {
+                defer { user += 1 }
+                guard (Double(user + 1) * share).rounded(.down) > (Double(user) * share).rounded(.down) else { continue }
+                if let oldSub = try row.decode(String?.self, at: 1) {
+                    signers.append((oldSub, true))
+                } else if let transferSub = try row.decode(String?.self, at: 2) {
+                    signers.append((AppleEmulator.cohortUser(transferIdentifier: transferSub), false))
+                }
+            }
+            var devices: [(user: String, asksCredentialState: Bool)] = []
+            for signer in signers.shuffled() {
+                for _ in 0..<(signed % 20 == 0 ? 2 : 1) {
+                    devices.append((signer.user, signer.knownBySubject && device % Rehearsal.credentialStateEvery == 0))
+                    device += 1
+                }
+                signed += 1
+            }
+            if !devices.isEmpty { return devices }
+        }
+    }
+}
+
 /// Times the rehearsal's phases: each ``end(_:)`` writes the seconds since the previous one (or since the clock was
-/// made) to standard error, beside the jobs' progress lines, so a slow phase is seen without a profiler.
+/// made) to standard error, beside the jobs' progress lines, with the process's resident memory then and at its
+/// peak so far (`VmRSS`, `VmHWM`), so a slow or a large phase is seen without a profiler.
 final class PhaseClock: Sendable {
     private let last = Mutex(ContinuousClock.now)
     private let write: @Sendable (String) -> Void
@@ -324,7 +390,7 @@ final class PhaseClock: Sendable {
         self.write = write
     }
 
-    /// Writes `rehearse phase=NAME seconds=S` for the time since the last phase ended.
+    /// Writes `rehearse phase=NAME seconds=S rss_mib=R peak_rss_mib=P` for the time since the last phase ended.
     func end(_ name: String) {
         let now = ContinuousClock.now
         let elapsed = last.withLock { last in
@@ -332,6 +398,17 @@ final class PhaseClock: Sendable {
             return now - last
         }
         let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
-        write("rehearse phase=\(name) seconds=\(String(format: "%.1f", seconds))\n")
+        let memory = Self.residentMiB()
+        write("rehearse phase=\(name) seconds=\(String(format: "%.1f", seconds)) rss_mib=\(memory.current) peak_rss_mib=\(memory.peak)\n")
+    }
+
+    /// The process's resident set now and at its peak, in MiB, from `/proc/self/status` (0 where unreadable).
+    static func residentMiB() -> (current: Int, peak: Int) {
+        let status = (try? String(contentsOfFile: "/proc/self/status", encoding: .utf8)) ?? ""
+        func kibibytes(_ field: String) -> Int {
+            guard let line = status.split(separator: "\n").first(where: { $0.hasPrefix(field + ":") }) else { return 0 }
+            return Int(line.split(separator: " ").dropFirst().first ?? "") ?? 0
+        }
+        return (kibibytes("VmRSS") / 1024, kibibytes("VmHWM") / 1024)
     }
 }

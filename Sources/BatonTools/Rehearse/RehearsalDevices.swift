@@ -20,37 +20,39 @@ struct RehearsalDevices: Sendable {
     /// Devices in flight at once.
     let concurrency: Int
 
-    /// Runs one device per entry (`user` is an identifier the emulator knows; `asksCredentialState` whether the
-    /// device asks Baton for its credential state first: a web or Android client of a user Baton knows), `concurrency` at a time, writing a progress line every `logInterval` seconds; returns the
-    /// devices that did not end in `migrated` or `current`, counted by the step and answer that stopped them
-    /// (`signin unmatched`, `credential-state http 503`, `authorize no response`, …).
-    func run(_ devices: [(user: String, asksCredentialState: Bool)], logInterval: Double = 10,
-             write: @Sendable (String) -> Void = { FileHandle.standardError.write(Data($0.utf8)) }) async -> [String: Int] {
+    /// Runs one device per entry of the batches `next` returns until an empty one (`user` is an identifier the
+    /// emulator knows; `asksCredentialState` whether the device asks Baton for its credential state first: a web or
+    /// Android client of a user Baton knows), `concurrency` at a time, writing a progress line (of `total`) every
+    /// `logInterval` seconds; returns the devices that did not end in `migrated` or `current`, counted by the step
+    /// and answer that stopped them (`signin unmatched`, `credential-state http 503`, `authorize no response`, …).
+    /// A batch is asked for when the one before has been started, so only one is held at a time.
+    func run(total: Int, logInterval: Double = 10, write: @Sendable (String) -> Void = { FileHandle.standardError.write(Data($0.utf8)) },
+             next: () async throws -> [(user: String, asksCredentialState: Bool)]) async throws -> [String: Int] {
         var failures: [String: Int] = [:]
         var done = 0
         let start = ContinuousClock.now
         var lastLog = start
-        await withTaskGroup(of: String?.self) { group in
-            var next = 0
-            while next < min(concurrency, devices.count) {
-                let device = devices[next]
+        try await withThrowingTaskGroup(of: String?.self) { group in
+            var batch = try await next()[...]
+            var inFlight = 0
+            func startNext() async throws {
+                if batch.isEmpty { batch = try await next()[...] }
+                guard let device = batch.popFirst() else { return }
                 group.addTask { await self.device(device.user, asksCredentialState: device.asksCredentialState) }
-                next += 1
+                inFlight += 1
             }
-            for await failure in group {
+            while inFlight < concurrency, !batch.isEmpty { try await startNext() }
+            while let failure = try await group.next() {
+                inFlight -= 1
                 if let failure { failures[failure, default: 0] += 1 }
                 done += 1
                 let now = ContinuousClock.now
                 if now - lastLog >= .seconds(logInterval) {
                     lastLog = now
                     let seconds = Double((now - start).components.seconds) + Double((now - start).components.attoseconds) / 1e18
-                    write("devices done=\(done) total=\(devices.count) rate_per_s=\(String(format: "%.1f", Double(done) / seconds)) failed=\(failures.values.reduce(0, +))\n")
+                    write("devices done=\(done) total=\(total) rate_per_s=\(String(format: "%.1f", Double(done) / seconds)) failed=\(failures.values.reduce(0, +))\n")
                 }
-                if next < devices.count {
-                    let device = devices[next]
-                    group.addTask { await self.device(device.user, asksCredentialState: device.asksCredentialState) }
-                    next += 1
-                }
+                try await startNext()
             }
         }
         return failures
