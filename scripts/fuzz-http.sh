@@ -6,7 +6,9 @@
 #
 #   scripts/fuzz-http.sh                 against a fresh emulator
 #   scripts/fuzz-http.sh serve           against `baton serve` on a throwaway PostgreSQL, Apple being an
-#                                        emulator; afterwards a real sign-in must still succeed
+#                                        emulator (current and legacy apps, so re-linking is on): sign-in and
+#                                        link bodies carry tokens it minted (native and web nonces), every error
+#                                        must be a code of docs/openapi.yaml; afterwards a real sign-in must succeed
 #   FUZZ_URL=http://127.0.0.1:8080 FUZZ_PID=1234 FUZZ_PATHS=/v1/signin,/healthz FUZZ_PROBES=/healthz scripts/fuzz-http.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -49,15 +51,30 @@ case "$mode" in
         psql "$BATON_TEST_DATABASE_URL" -q -c "CREATE TABLE public.users (id bigserial PRIMARY KEY, apple_sub text UNIQUE, email text)"
         curl -sf -X POST "$apple/emulator/teams" -d '{"team_id":"FUZZTEAM01"}' >/dev/null
         curl -sf -X POST "$apple/emulator/apps" -d '{"client_id":"com.example.fuzz","team_id":"FUZZTEAM01"}' >/dev/null
-        user=$(curl -sf -X POST "$apple/emulator/users" -d '{"client_id":"com.example.fuzz","count":1}' | python3 -c 'import json,sys; print(json.load(sys.stdin)["users"][0]["id"])')
+        curl -sf -X POST "$apple/emulator/teams" -d '{"team_id":"FUZZTEAM02"}' >/dev/null
+        curl -sf -X POST "$apple/emulator/apps" -d '{"client_id":"com.example.fuzz.legacy","team_id":"FUZZTEAM02"}' >/dev/null
+        users() { curl -sf -X POST "$apple/emulator/users" -d "{\"client_id\":\"$1\",\"count\":$2}" | python3 -c 'import json,sys; print(*[u["id"] for u in json.load(sys.stdin)["users"]])'; }
+        read -r user others <<<"$(users com.example.fuzz 5)"
+        # Tokens for the fuzzer, `ID_TOKEN NONCE` a line: native (the claim is the nonce's SHA-256 hex) and web
+        # (the claim is the nonce) sign-ins of the current app's other users, and legacy-app tokens for links.
+        mint() {
+            local client=$1 who=$2 nonce claim
+            nonce=$(head -c 24 /dev/urandom | base64 | tr '+/' '-_')
+            claim=$nonce; [ "$3" = native ] && claim=$(printf %s "$nonce" | sha256sum | cut -d' ' -f1)
+            curl -sf -X POST "$apple/emulator/authorize" -d "{\"client_id\":\"$client\",\"user\":\"$who\",\"nonce\":\"$claim\"}" \
+                | python3 -c 'import json,sys; print(json.load(sys.stdin)["id_token"], sys.argv[1])' "$nonce" >>"$work/tokens"
+        }
+        for who in $others; do for flow in native web native web; do mint com.example.fuzz "$who" "$flow"; done; done
+        for who in $(users com.example.fuzz.legacy 4); do mint com.example.fuzz.legacy "$who" native; mint com.example.fuzz.legacy "$who" web; done
+        codes=$(awk '/^    ErrorCode:/ {open = 1} open && /^      enum:/ {listing = 1; next} listing && /^        - / {print $2; next} listing {exit}' docs/openapi.yaml | paste -sd, -)
         cat >"$work/baton.json" <<JSON
 {"listen": "127.0.0.1:0", "database": {"url": "$BATON_TEST_DATABASE_URL", "pool_size": 4},
- "apple": {"base_url": "$apple", "client_ids": ["com.example.fuzz"]},
+ "apple": {"base_url": "$apple", "client_ids": ["com.example.fuzz"], "legacy_client_ids": ["com.example.fuzz.legacy"]},
  "legacy": {"table": "public.users", "key_column": "id", "subject_column": "apple_sub", "email_column": "email"}}
 JSON
         start_server serve "$BATON" serve --config "$work/baton.json" --log-level error
         FUZZ_URL=$url FUZZ_PID=$pid
-        FUZZ_PATHS="${FUZZ_PATHS:-/v1/signin,/v1/credential-state,/v1/link,/v1/notifications,/v1/report,/healthz}"
+        FUZZ_PATHS="${FUZZ_PATHS:-/v1/signin,/v1/credential-state,/v1/link,/v1/link/session,/v1/notifications,/v1/report,/healthz}"
         FUZZ_PROBES="${FUZZ_PROBES:-/healthz /readyz /v1/credential-state?user=001234.nobody.0000}" ;;
     *)
         echo "usage: scripts/fuzz-http.sh [emulator|serve]" >&2; exit 2 ;;
@@ -67,6 +84,7 @@ args=(fuzz http --url "$FUZZ_URL" --requests "$REQUESTS" --seed "$SEED")
 [ -n "${FUZZ_PID:-}" ] && args+=(--pid "$FUZZ_PID")
 [ -n "${FUZZ_PATHS:-}" ] && args+=(--paths "$FUZZ_PATHS")
 for probe in ${FUZZ_PROBES:-}; do args+=(--probe "$probe"); done
+[ "$mode" = serve ] && args+=(--tokens "$work/tokens" --error-codes "$codes")
 echo "fuzz-http: baton ${args[*]}"
 "$BATON" "${args[@]}"
 for child in "${children[@]}"; do

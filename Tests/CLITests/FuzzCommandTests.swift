@@ -40,6 +40,26 @@ struct FuzzCommandTests {
         }
     }
 
+    @Test("scripts/fuzz-http.sh serve: 400 requests, links with session nonces and sign-ins with minted tokens among them, every error a documented code")
+    func serveModeSurvives() async throws {
+        try await withDatabase("fuzz") { url in
+            let script = packageRoot.appendingPathComponent("scripts/fuzz-http.sh").path
+            let result = try await offPool {
+                try runProcess(script, ["serve"], environment: ["BATON_TEST_DATABASE_URL": url, "BATON": batonBinaryPath,
+                                                                "FUZZ_REQUESTS": "400", "FUZZ_SEED": "11"])
+            }
+            #expect(result.status == 0, "\(result.stdout)\n\(result.stderr)")
+            let last = try #require(result.stdout.split(separator: "\n").first { $0.hasPrefix("{") })
+            let figures = try #require(try JSONSerialization.jsonObject(with: Data(last.utf8)) as? [String: Any])
+            #expect(figures["failures"] as? Int == 0)
+            let errors = try #require(figures["errors"] as? [String: Int], "serve mode counts the error codes")
+            #expect(errors["invalid_token/nonce_mismatch"] ?? 0 > 0, "sign-ins with another nonce or a 64-hex web nonce are refused")
+            #expect(errors["not_configured"] == nil, "re-linking is configured: no 501")
+            #expect((figures["statuses"] as? [String: Int])?["201"] ?? 0 > 0, "link sessions are opened")
+            #expect(result.stdout.contains("sign-in after fuzzing: {\"outcome\""))
+        }
+    }
+
     @Test("a server that is not there is a failure (exit 1), not a silent pass")
     func deadServerFails() async throws {
         let emulator = try await AppleEmulator.start()

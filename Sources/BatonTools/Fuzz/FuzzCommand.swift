@@ -25,6 +25,8 @@ package let fuzzCommand = Command(
             .text("pid", "PID", "the server's process: its resident memory is sampled from /proc and its\ngrowth over the run must stay under --max-rss-growth-mb"),
             .integer("max-rss-growth-mb", "M", default: 64, in: 1...65_536, "the bound on the server's memory growth, in MiB"),
             .number("seconds", "T", default: 900, in: 1...86_400, "stop sending after T seconds"),
+            .text("tokens", "FILE", "identity tokens the server accepts, one `ID_TOKEN NONCE` a line (NONCE: the raw\nnonce, whose SHA-256 hex or itself is the claim), for sign-in and link bodies"),
+            .text("error-codes", "C,C…", "the server's documented error codes: every 4xx/5xx answer to well-formed\nHTTP must be {\"error\",\"reason\"} with one of them, and no 5xx but protocol answers (505, 501 other\nthan not_configured) is owed"),
         ],
         discussion: """
         Fails (exit 1) when the server refuses connections, answers a well-formed request with 5xx or not at
@@ -54,13 +56,23 @@ private func runFuzzHTTP(_ parsed: Arguments) async throws -> Int32 {
     guard paths.allSatisfy({ $0.hasPrefix("/") }), !paths.isEmpty else { throw CommandFailure.usage("--paths must be paths starting with '/'") }
     let probes = parsed.values("probe").isEmpty ? ["/auth/keys"] : parsed.values("probe")
     guard probes.allSatisfy({ $0.hasPrefix("/") }) else { throw CommandFailure.usage("--probe must be a path starting with '/'") }
+    var tokens: [FuzzToken] = []
+    if let file = parsed.value("tokens") {
+        guard let text = try? String(contentsOfFile: file, encoding: .utf8) else { throw CommandFailure.usage("--tokens \(file): cannot read it") }
+        for line in text.split(separator: "\n") {
+            let fields = line.split(separator: " ")
+            guard fields.count == 2 else { throw CommandFailure.usage("--tokens \(file): each line must be `ID_TOKEN NONCE`") }
+            tokens.append(FuzzToken(idToken: String(fields[0]), nonce: String(fields[1])))
+        }
+    }
+    let errorCodes = parsed.value("error-codes").map { Set($0.split(separator: ",").map(String.init)) }
     let basePath = url.path.hasSuffix("/") ? String(url.path.dropLast()) : url.path
     let settings = HTTPFuzzSettings(
         address: address, host: "\(url.host ?? "localhost"):\(url.port ?? 80)", basePath: basePath,
         requests: parsed.integer("requests"), seed: seed,
         concurrency: parsed.integer("concurrency"), paths: paths, probes: probes, pid: pid,
         maxRSSGrowthKiB: parsed.integer("max-rss-growth-mb") * 1024,
-        maxSeconds: parsed.number("seconds")
+        maxSeconds: parsed.number("seconds"), tokens: tokens, errorCodes: errorCodes
     )
 
     print("fuzzing \(url.absoluteString): \(settings.requests) requests, seed \(seed), \(settings.concurrency) connections")
@@ -88,6 +100,11 @@ private func runFuzzHTTP(_ parsed: Arguments) async throws -> Int32 {
         "timed_out": .number(Double(report.timedOut)),
         "statuses": .object(statuses),
     ]
+    if !report.errors.isEmpty {
+        var errors = JSONObject()
+        for (code, count) in report.errors.sorted(by: { $0.key < $1.key }) { errors[code] = .number(Double(count)) }
+        figures["errors"] = .object(errors)
+    }
     if let start = report.rssStartKiB, let peak = report.rssPeakKiB, let end = report.rssEndKiB {
         figures["rss_kib_before"] = .number(Double(start))
         figures["rss_kib_peak"] = .number(Double(peak))

@@ -1,3 +1,4 @@
+import BatonJOSE
 import Foundation
 
 /// A small, fast, seedable generator (SplitMix64): the same seed gives the same requests.
@@ -30,6 +31,19 @@ struct FuzzCase: Sendable {
         case mutatedRaw = "mutated_raw"
         case pipelined
         case randomBytes = "random_bytes"
+        case signInNonce = "signin_nonce"
+        case linkRandomNonce = "link_random_nonce"
+        case linkSessionNonce = "link_session_nonce"
+
+        /// The route a Baton-only kind needs among the target's paths; nil for kinds every server gets.
+        var route: String? {
+            switch self {
+            case .signInNonce: "/v1/signin"
+            case .linkRandomNonce: "/v1/link"
+            case .linkSessionNonce: "/v1/link/session"
+            default: nil
+            }
+        }
 
         var weight: Int {
             switch self {
@@ -44,6 +58,9 @@ struct FuzzCase: Sendable {
             case .mutatedRaw: 18
             case .pipelined: 5
             case .randomBytes: 6
+            case .signInNonce: 8
+            case .linkRandomNonce: 4
+            case .linkSessionNonce: 4
             }
         }
     }
@@ -60,6 +77,16 @@ struct FuzzCase: Sendable {
     var pieces: [RawExchange.Piece]
     var expectation: Expectation
     var timeoutMilliseconds: Int
+    /// A second request built from the body of the first one's 2xx answer (a link with the nonce of the
+    /// session the first request opened); owed one answer like any well-formed request.
+    var followUp: (@Sendable ([UInt8]) -> [UInt8])? = nil
+}
+
+/// An identity token the target accepts (minted by the Apple emulator it trusts) and the nonce its claim was
+/// made from: `nonce` for the native flow (the claim is its SHA-256 in hex), or the claim itself for the web flow.
+struct FuzzToken: Sendable {
+    var idToken: String
+    var nonce: String
 }
 
 /// Builds the requests: well-formed ones to the target's paths, random and mutated JSON bodies, and
@@ -69,15 +96,26 @@ struct FuzzCaseGenerator: Sendable {
     let paths: [String]
     /// The `Host` header value.
     let host: String
+    /// Tokens sign-in bodies carry now and then (with their own nonce, another one, or a mutation of it).
+    let tokens: [FuzzToken]
+    /// The kinds this target gets: the Baton-only ones when their route is among `paths`.
+    private let kinds: [FuzzCase.Kind]
+    private let totalWeight: Int
 
-    private static let totalWeight = FuzzCase.Kind.allCases.reduce(0) { $0 + $1.weight }
+    init(paths: [String], host: String, tokens: [FuzzToken] = []) {
+        self.paths = paths
+        self.host = host
+        self.tokens = tokens
+        kinds = FuzzCase.Kind.allCases.filter { kind in kind.route.map { route in paths.contains { $0.hasSuffix(route) } } ?? true }
+        totalWeight = kinds.reduce(0) { $0 + $1.weight }
+    }
 
     /// The request numbered `index` of a run with `seed`: independent of every other, so any one replays alone.
     func make(index: Int, seed: UInt64) -> FuzzCase {
         var random = SeededGenerator(seed: seed &* 0x2545_F491_4F6C_DD1D &+ UInt64(index))
-        var pick = Int.random(in: 0..<Self.totalWeight, using: &random)
+        var pick = Int.random(in: 0..<totalWeight, using: &random)
         var kind = FuzzCase.Kind.wellFormed
-        for candidate in FuzzCase.Kind.allCases {
+        for candidate in kinds {
             if pick < candidate.weight { kind = candidate; break }
             pick -= candidate.weight
         }
@@ -127,7 +165,50 @@ struct FuzzCaseGenerator: Sendable {
         case .randomBytes:
             let bytes = (0..<Int.random(in: 1...2_048, using: &random)).map { _ in UInt8.random(in: 0...255, using: &random) }
             return anything(kind, [bytes])
+        case .signInNonce:
+            return answered(kind, [json(routePath(kind), signInBody(using: &random))])
+        case .linkRandomNonce:
+            let nonce = BatonBodies.nonce(using: &random)
+            return answered(kind, [json(routePath(kind), BatonBodies.link(nonce: nonce, tokens: tokens, using: &random))])
+        case .linkSessionNonce:
+            let linkPath = String(routePath(kind).dropLast("/session".count))
+            let bodyRandom = SeededGenerator(seed: random.next())
+            let tokens = tokens
+            var session = answered(kind, [json(routePath(kind), Bool.random(using: &random) ? "{}" : RandomJSON.appleLike(using: &random))])
+            session.followUp = { answer in
+                var random = bodyRandom
+                let nonce = BatonBodies.member("nonce", of: answer) ?? BatonBodies.nonce(using: &random)
+                return json(linkPath, BatonBodies.link(nonce: nonce, tokens: tokens, using: &random))
+            }
+            return session
         }
+    }
+
+    /// The target path of a Baton-only kind's route (with the base path).
+    private func routePath(_ kind: FuzzCase.Kind) -> String {
+        paths.first { $0.hasSuffix(kind.route ?? "") } ?? "/"
+    }
+
+    /// A sign-in body: a token (one the target accepts, or not) with its nonce, a mutation of it, a 64-hex nonce
+    /// or none, under the native, web, an unknown or no `nonce_flow`.
+    private func signInBody(using random: inout SeededGenerator) -> String {
+        let token = tokens.isEmpty || Int.random(in: 0..<4, using: &random) == 0 ? nil : tokens.randomElement(using: &random)
+        let idToken = token.map { "\"\($0.idToken)\"" } ?? RandomJSON.string(using: &random)
+        var members = ["\"id_token\":\(idToken)"]
+        switch Int.random(in: 0..<5, using: &random) {
+        case 0: break
+        case 1: members.append("\"nonce\":\"\(token?.nonce ?? BatonBodies.nonce(using: &random))\"")
+        case 2: members.append("\"nonce\":\"\(token.map { Digest.sha256Hex(Array($0.nonce.utf8)) } ?? BatonBodies.hex64(using: &random))\"")
+        case 3: members.append("\"nonce\":\"\(BatonBodies.hex64(using: &random))\"")
+        default: members.append("\"nonce\":\(Bool.random(using: &random) ? "\"\(BatonBodies.nonce(using: &random))\"" : RandomJSON.value(depth: 4, using: &random))")
+        }
+        if let flow = BatonBodies.flow(using: &random) { members.append("\"nonce_flow\":\(flow)") }
+        members.shuffle(using: &random)
+        return "{" + members.joined(separator: ",") + "}"
+    }
+
+    private func json(_ path: String, _ body: String) -> [UInt8] {
+        request("POST", path, contentType: "application/json", body: Array(body.utf8))
     }
 
     private func answered(_ kind: FuzzCase.Kind, _ requests: [[UInt8]]) -> FuzzCase {
@@ -160,6 +241,50 @@ struct FuzzCaseGenerator: Sendable {
 
     private func head(_ method: String, _ path: String, _ headers: [String]) -> [UInt8] {
         Array((["\(method) \(path) HTTP/1.1", "Host: \(host)", "User-Agent: baton-fuzz"] + headers).joined(separator: "\r\n").utf8) + Array("\r\n\r\n".utf8)
+    }
+}
+
+/// The members of Baton's sign-in and link bodies: nonces, flows, a link body, a member of an answer.
+enum BatonBodies {
+    /// A random nonce: a session-like base64url one, a 64-hex-digit one (a native claim's form), empty, short or odd.
+    static func nonce(using random: inout SeededGenerator) -> String {
+        let base64URL = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")
+        switch Int.random(in: 0..<5, using: &random) {
+        case 0: return String((0..<43).map { _ in base64URL.randomElement(using: &random)! })
+        case 1: return hex64(using: &random)
+        case 2: return ""
+        case 3: return ["n", "\\u0000", "é😀", "\\ud800", String(repeating: "n", count: 5_000)].randomElement(using: &random)!
+        default: return hex64(using: &random).uppercased()
+        }
+    }
+
+    /// 64 lower-case hex digits.
+    static func hex64(using random: inout SeededGenerator) -> String {
+        String((0..<64).map { _ in Array("0123456789abcdef").randomElement(using: &random)! })
+    }
+
+    /// A `nonce_flow` member's JSON value, or nil to leave it out.
+    static func flow(using random: inout SeededGenerator) -> String? {
+        ["\"native\"", "\"web\"", "\"web\"", "\"WEB\"", "\"\"", "null", "1", nil, nil].randomElement(using: &random)!
+    }
+
+    /// A `POST /v1/link` body with `nonce`: tokens the target accepts or random ones, a flow, members left out now and then.
+    static func link(nonce: String, tokens: [FuzzToken], using random: inout SeededGenerator) -> String {
+        func token(_ random: inout SeededGenerator) -> String {
+            if let token = tokens.randomElement(using: &random), Bool.random(using: &random) { return "\"\(token.idToken)\"" }
+            return RandomJSON.string(using: &random)
+        }
+        var members = ["\"nonce\":\"\(nonce)\"", "\"legacy_id_token\":\(token(&random))", "\"id_token\":\(token(&random))"]
+        if let flow = flow(using: &random) { members.append("\"nonce_flow\":\(flow)") }
+        if Int.random(in: 0..<8, using: &random) == 0 { members.remove(at: Int.random(in: 0..<members.count, using: &random)) }
+        members.shuffle(using: &random)
+        return "{" + members.joined(separator: ",") + "}"
+    }
+
+    /// The string member `name` of a JSON object answer, if it is one.
+    static func member(_ name: String, of body: [UInt8]) -> String? {
+        guard let object = try? JSONSerialization.jsonObject(with: Data(body)) as? [String: Any] else { return nil }
+        return object[name] as? String
     }
 }
 

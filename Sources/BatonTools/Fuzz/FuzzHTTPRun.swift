@@ -14,6 +14,13 @@ struct HTTPFuzzSettings: Sendable {
     var pid: Int32?
     var maxRSSGrowthKiB: Int
     var maxSeconds: Double
+    /// Tokens the target accepts, for sign-in and link bodies.
+    var tokens: [FuzzToken] = []
+    /// The target's documented error codes: when set, every 4xx/5xx answer to well-formed HTTP must be
+    /// `{"error","reason"}` with one of them (broken HTTP may get the HTTP library's own answers), a 500 is a
+    /// failure whatever its code (against a direct database not even `inconsistent_database_answer` is owed), and
+    /// so is 501 `not_configured` (the run's configuration has everything).
+    var errorCodes: Set<String>? = nil
 }
 
 /// What a run saw; `failures` holds the first few problems in words.
@@ -21,6 +28,8 @@ struct HTTPFuzzReport: Sendable {
     var sent = 0
     var byKind: [String: Int] = [:]
     var statuses: [String: Int] = [:]
+    /// `error` codes (`error/reason` for `invalid_token`) of the answers, when the run checks them.
+    var errors: [String: Int] = [:]
     var closedWithoutAnswer = 0
     var timedOut = 0
     var failureCount = 0
@@ -40,7 +49,7 @@ struct HTTPFuzzReport: Sendable {
 /// is owed and, every 500 requests, a probe), then the probes again on fresh and kept-alive connections.
 func runHTTPFuzz(_ settings: HTTPFuzzSettings, progress: @escaping @Sendable (String) -> Void) -> HTTPFuzzReport {
     let exchange = RawExchange(address: settings.address)
-    let generator = FuzzCaseGenerator(paths: settings.paths.map { settings.basePath + $0 }, host: settings.host)
+    let generator = FuzzCaseGenerator(paths: settings.paths.map { settings.basePath + $0 }, host: settings.host, tokens: settings.tokens)
     let report = Mutex(HTTPFuzzReport())
     let start = DispatchTime.now().uptimeNanoseconds
 
@@ -75,7 +84,10 @@ func runHTTPFuzz(_ settings: HTTPFuzzSettings, progress: @escaping @Sendable (St
                 let index = next.wrappingAdd(1, ordering: .relaxed).oldValue
                 guard index < settings.requests, DispatchTime.now().uptimeNanoseconds < deadline else { return }
                 let fuzzCase = generator.make(index: index, seed: settings.seed)
-                let outcomes = exchange.exchange(fuzzCase.pieces, responses: fuzzCase.expectation.responses, timeoutMilliseconds: fuzzCase.timeoutMilliseconds)
+                var outcomes = exchange.exchange(fuzzCase.pieces, responses: fuzzCase.expectation.responses, timeoutMilliseconds: fuzzCase.timeoutMilliseconds)
+                if let followUp = fuzzCase.followUp, case .response(200..<300, let body) = outcomes.first {
+                    outcomes += exchange.exchange([RawExchange.Piece(bytes: followUp(body))], timeoutMilliseconds: fuzzCase.timeoutMilliseconds)
+                }
                 var probeFailure: String?
                 if index % 500 == 499, !probeRequests.isEmpty {
                     let probe = index / 500 % probeRequests.count
@@ -86,7 +98,7 @@ func runHTTPFuzz(_ settings: HTTPFuzzSettings, progress: @escaping @Sendable (St
                 report.withLock { report in
                     report.sent += 1
                     report.byKind[fuzzCase.kind.rawValue, default: 0] += 1
-                    record(outcomes, of: fuzzCase, index: index, seed: settings.seed, into: &report)
+                    record(outcomes, of: fuzzCase, index: index, seed: settings.seed, errorCodes: settings.errorCodes, into: &report)
                     if let probeFailure { report.fail(probeFailure) }
                     if let rss { report.rssPeakKiB = max(report.rssPeakKiB ?? 0, rss) }
                     if report.sent % 10_000 == 0 { progress("sent \(report.sent) requests, \(report.failureCount) failures") }
@@ -127,14 +139,19 @@ func runHTTPFuzz(_ settings: HTTPFuzzSettings, progress: @escaping @Sendable (St
 }
 
 /// Counts one exchange and checks it against what the server owed.
-private func record(_ outcomes: [RawHTTPConnection.Outcome], of fuzzCase: FuzzCase, index: Int, seed: UInt64, into report: inout HTTPFuzzReport) {
+private func record(_ outcomes: [RawHTTPConnection.Outcome], of fuzzCase: FuzzCase, index: Int, seed: UInt64, errorCodes: Set<String>?,
+                    into report: inout HTTPFuzzReport) {
     for outcome in outcomes {
         switch outcome {
-        case .response(let status, _):
+        case .response(let status, let body):
             report.statuses["\(status)", default: 0] += 1
-            let protocolAnswer = status == 501 || status == 505
+            let (code, reason) = errorCodes == nil ? (nil, nil) : error(of: body)
+            if let code { report.errors[code == "invalid_token" ? "\(code)/\(reason ?? "")" : code, default: 0] += 1 }
+            let protocolAnswer = status == 505 || (status == 501 && code != "not_configured")
             if status >= 500, !(protocolAnswer && !fuzzCase.expectation.isStrict) {
-                report.fail("request \(index) (\(fuzzCase.kind.rawValue), seed \(seed)) got \(status)")
+                report.fail("request \(index) (\(fuzzCase.kind.rawValue), seed \(seed)) got \(status) \(code ?? "")")
+            } else if let errorCodes, status >= 400, fuzzCase.expectation.isStrict, !(code.map(errorCodes.contains) ?? false) {
+                report.fail("request \(index) (\(fuzzCase.kind.rawValue), seed \(seed)) got \(status) without a documented {\"error\",\"reason\"}: \(String(decoding: body.prefix(200), as: UTF8.self))")
             }
         case .closed: report.closedWithoutAnswer += 1
         case .timedOut: report.timedOut += 1
@@ -150,6 +167,13 @@ private func record(_ outcomes: [RawHTTPConnection.Outcome], of fuzzCase: FuzzCa
             report.fail("request \(index) (\(fuzzCase.kind.rawValue), seed \(seed)): well-formed, \(answered) of \(count) answers (\(outcomes.last?.summary ?? "none"))")
         }
     }
+}
+
+/// The `error` and `reason` of a `{"error","reason"}` body (both strings), or nils for any other body.
+private func error(of body: [UInt8]) -> (code: String?, reason: String?) {
+    guard let object = try? JSONSerialization.jsonObject(with: Data(body)) as? [String: Any],
+          let code = object["error"] as? String, let reason = object["reason"] as? String else { return (nil, nil) }
+    return (code, reason)
 }
 
 /// The resident set size of process `pid` in KiB (`VmRSS` of /proc/PID/status), or nil when it is gone.
