@@ -4,6 +4,10 @@
 # chromium (headless) and python3 run the report's browser test (scripts/browser-check.py); python3-venv and
 # python3-pip the Django integration tests' virtual environment (scripts/python-env.sh).
 # wrk drives `baton bench signin` from outside; linux-perf profiles `baton serve` under it (docs/performance.md).
+# pgbouncer runs the pooler tests; time (/usr/bin/time -v) measures peak memory in scripts/rehearse-scale.sh and
+# scripts/scale.sh; curl drives scripts/fuzz-http.sh.
+set -euo pipefail
+
 packages=(libssl-dev libpq-dev libmicrohttpd-dev postgresql postgresql-contrib pkg-config chromium python3 python3-venv python3-pip wrk linux-perf pgbouncer time curl)
 missing=()
 for package in "${packages[@]}"; do
