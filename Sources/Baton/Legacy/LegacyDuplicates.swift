@@ -226,21 +226,12 @@ extension LegacyStore {
         // The migration statement, with the same fallbacks as everywhere for a value the table refuses (an email
         // another row holds, one too long, a JSON copy that is not JSON): fewer parts written, never a failed merge.
         let source: OldSubjectSource = oldSub.map { .subject($0) } ?? .transfer(transferSub ?? "")
-        var parts = MigrationParts.all
-        let rows: PostgresResult
-        while true {
+        let rows = try await Self.withRefusedValueFallbacks({ parts in
             try await connection.executeScript(unsafeSQL: "SAVEPOINT baton_merge")
-            do {
-                rows = try await connection.query(migrationQuery(from: source, newSub: newSub, newEmail: email,
-                                                                 isPrivateEmail: email.map(EmailPolicy.isPrivateRelay), transferSub: transferSub,
-                                                                 method: method, parts: parts))
-                break
-            } catch let error as PostgresError {
-                guard let fewer = parts.withoutNext(after: error) else { throw error }
-                try await connection.executeScript(unsafeSQL: "ROLLBACK TO SAVEPOINT baton_merge")
-                parts = fewer
-            }
-        }
+            return try await connection.query(migrationQuery(from: source, newSub: newSub, newEmail: email,
+                                                             isPrivateEmail: email.map(EmailPolicy.isPrivateRelay), transferSub: transferSub,
+                                                             method: method, parts: parts))
+        }, beforeRetry: { try await connection.executeScript(unsafeSQL: "ROLLBACK TO SAVEPOINT baton_merge") })
         guard case .settled(.migrated(let user)) = try Self.migrationRow(rows, newSub: newSub), user.key == pair.legacyKey else {
             throw StaleDuplicate()
         }

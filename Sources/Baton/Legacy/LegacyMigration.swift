@@ -67,26 +67,36 @@ extension LegacyStore {
 
     private func runMigration(from source: OldSubjectSource, newSub: String, newEmail: String?, isPrivateEmail: Bool?,
                               transferSub: String?, method: MigrationMethod) async throws -> MigrationOutcome {
+        let rows: PostgresResult
+        do {
+            rows = try await Self.withRefusedValueFallbacks { parts in
+                try await pool.query(migrationQuery(from: source, newSub: newSub, newEmail: newEmail, isPrivateEmail: isPrivateEmail,
+                                                    transferSub: transferSub, method: method, parts: parts))
+            }
+        } catch let error as PostgresError where error.code == .uniqueViolation {
+            return .conflict  // with every part that can hold a refused value left out, the subject's own: another row holds it
+        }
+        switch try Self.migrationRow(rows, newSub: newSub) {
+        case .settled(let outcome): return outcome
+        case .readAgain: return try await lookupBySubject(newSub).map { .alreadyMigrated($0) } ?? .legacyRecordMissing
+        }
+    }
+
+    /// Runs the migration statement through `run` with every part, then with fewer after each value the application's
+    /// table refuses (a unique email, one too long, a CHECK, a JSON copy that is not JSON: ``MigrationParts``), so such
+    /// a value never keeps the user from migrating; the subject is always rewritten and the event records why.
+    /// `beforeRetry` runs before each retry (inside a transaction: back to a savepoint).
+    /// - Throws: the error once no part is left to leave out.
+    static func withRefusedValueFallbacks(_ run: (MigrationParts) async throws -> PostgresResult,
+                                          beforeRetry: () async throws -> Void = {}) async throws -> PostgresResult {
         var parts = MigrationParts.all
         while true {
-            let rows: PostgresResult
             do {
-                rows = try await pool.query(migrationQuery(from: source, newSub: newSub, newEmail: newEmail, isPrivateEmail: isPrivateEmail,
-                                                           transferSub: transferSub, method: method, parts: parts))
+                return try await run(parts)
             } catch let error as PostgresError {
-                // A value the application's constraints or types refuse (a unique email, one too long, a CHECK, a
-                // JSON copy that is not JSON) must not keep the user from migrating: the subject is rewritten
-                // without the parts that can hold such a value, and the event records why.
-                guard let fewer = parts.withoutNext(after: error) else {
-                    if error.code == .uniqueViolation { return .conflict }  // the subject's own: another row holds it
-                    throw error
-                }
+                guard let fewer = parts.withoutNext(after: error) else { throw error }
+                try await beforeRetry()
                 parts = fewer
-                continue
-            }
-            switch try Self.migrationRow(rows, newSub: newSub) {
-            case .settled(let outcome): return outcome
-            case .readAgain: return try await lookupBySubject(newSub).map { .alreadyMigrated($0) } ?? .legacyRecordMissing
             }
         }
     }
