@@ -14,6 +14,7 @@ let package = Package(
         .library(name: "Baton", targets: ["Baton"]),
         .library(name: "BatonAppleSignIn", targets: ["BatonAppleSignIn"]),
         .library(name: "BatonJOSE", targets: ["BatonJOSE"]),
+        .library(name: "BatonJSON", targets: ["BatonJSON"]),
         .library(name: "BatonPostgres", targets: ["BatonPostgres"]),
     ],
     targets: [
@@ -24,38 +25,41 @@ let package = Package(
         // Linux's epoll and eventfd headers (glibc), which Swift's Glibc module does not include.
         .systemLibrary(name: "CBatonEpoll"),
 
-        .target(name: "BatonLogging", swiftSettings: swiftSettings),
+        // The one strict JSON reader, writer and string escaper, below every module that reads or writes JSON.
+        .target(name: "BatonJSON", swiftSettings: swiftSettings),
+        .target(name: "BatonLogging", dependencies: ["BatonJSON"], swiftSettings: swiftSettings),
         .target(name: "BatonConcurrency", dependencies: ["CBatonEpoll"], swiftSettings: swiftSettings),
-        .target(name: "BatonJOSE", dependencies: ["CBatonOpenSSL"], swiftSettings: swiftSettings),
-        .target(name: "BatonAppleSignIn", dependencies: ["BatonJOSE", "BatonLogging", "BatonConcurrency"], swiftSettings: swiftSettings),
+        .target(name: "BatonJOSE", dependencies: ["CBatonOpenSSL", "BatonJSON"], swiftSettings: swiftSettings),
+        .target(name: "BatonAppleSignIn", dependencies: ["BatonJOSE", "BatonJSON", "BatonLogging", "BatonConcurrency"], swiftSettings: swiftSettings),
         .target(name: "BatonPostgres", dependencies: ["CBatonLibPQ", "BatonLogging", "BatonConcurrency"], swiftSettings: swiftSettings),
-        .target(name: "BatonHTTPServer", dependencies: ["CBatonMicroHTTPD", "BatonLogging", "BatonConcurrency"], swiftSettings: swiftSettings),
-        .target(name: "Baton", dependencies: ["BatonAppleSignIn", "BatonJOSE", "BatonPostgres", "BatonLogging", "BatonConcurrency"], resources: [.copy("Schema")], swiftSettings: swiftSettings),
-        .target(name: "BatonService", dependencies: ["Baton", "BatonAppleSignIn", "BatonHTTPServer", "BatonJOSE", "BatonLogging", "BatonConcurrency"], swiftSettings: swiftSettings),
-        .target(name: "BatonEmulator", dependencies: ["BatonAppleSignIn", "BatonJOSE", "BatonHTTPServer", "BatonLogging", "BatonConcurrency"], swiftSettings: swiftSettings),
+        .target(name: "BatonHTTPServer", dependencies: ["CBatonMicroHTTPD", "BatonJSON", "BatonLogging", "BatonConcurrency"], swiftSettings: swiftSettings),
+        .target(name: "Baton", dependencies: ["BatonAppleSignIn", "BatonJOSE", "BatonJSON", "BatonPostgres", "BatonLogging", "BatonConcurrency"], resources: [.copy("Schema")], swiftSettings: swiftSettings),
+        .target(name: "BatonService", dependencies: ["Baton", "BatonAppleSignIn", "BatonHTTPServer", "BatonJOSE", "BatonJSON", "BatonLogging", "BatonConcurrency"], swiftSettings: swiftSettings),
+        .target(name: "BatonEmulator", dependencies: ["BatonAppleSignIn", "BatonJOSE", "BatonJSON", "BatonHTTPServer", "BatonLogging", "BatonConcurrency"], swiftSettings: swiftSettings),
         // What the `baton` executable runs besides the product: its command-line kit, benchmarks, the HTTP fuzzer,
         // the demo scenario, and the one raw HTTP client of tools and tests. No library product exposes it.
         .target(
             name: "BatonTools",
-            dependencies: ["BatonService", "Baton", "BatonEmulator", "BatonAppleSignIn", "BatonJOSE", "BatonPostgres", "BatonHTTPServer", "BatonLogging", "BatonConcurrency"],
+            dependencies: ["BatonService", "Baton", "BatonEmulator", "BatonAppleSignIn", "BatonJOSE", "BatonJSON", "BatonPostgres", "BatonHTTPServer", "BatonLogging", "BatonConcurrency"],
             swiftSettings: swiftSettings
         ),
         .executableTarget(
             name: "baton",
-            dependencies: ["BatonTools", "BatonService", "Baton", "BatonEmulator", "BatonAppleSignIn", "BatonJOSE", "BatonPostgres", "BatonHTTPServer", "BatonLogging", "BatonConcurrency"],
+            dependencies: ["BatonTools", "BatonService", "Baton", "BatonEmulator", "BatonAppleSignIn", "BatonJOSE", "BatonJSON", "BatonPostgres", "BatonHTTPServer", "BatonLogging", "BatonConcurrency"],
             swiftSettings: swiftSettings
         ),
 
         // Shared helpers for tests: scoped databases, emulators and servers that always tear down, the built binary.
         .target(name: "TestSupport", dependencies: ["BatonEmulator", "BatonHTTPServer", "BatonPostgres"], path: "Tests/TestSupport", swiftSettings: swiftSettings),
-        .testTarget(name: "BatonJOSETests", dependencies: ["BatonJOSE"], swiftSettings: swiftSettings),
-        .testTarget(name: "BatonAppleSignInTests", dependencies: ["BatonAppleSignIn", "BatonJOSE", "BatonEmulator", "BatonHTTPServer", "TestSupport"], swiftSettings: swiftSettings),
+        .testTarget(name: "BatonJSONTests", dependencies: ["BatonJSON"], swiftSettings: swiftSettings),
+        .testTarget(name: "BatonJOSETests", dependencies: ["BatonJOSE", "BatonJSON"], swiftSettings: swiftSettings),
+        .testTarget(name: "BatonAppleSignInTests", dependencies: ["BatonAppleSignIn", "BatonJOSE", "BatonJSON", "BatonEmulator", "BatonHTTPServer", "TestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "BatonPostgresTests", dependencies: ["BatonPostgres", "BatonConcurrency", "TestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "BatonHTTPServerTests", dependencies: ["BatonHTTPServer", "BatonConcurrency", "BatonTools", "TestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "BatonTests", dependencies: ["Baton", "BatonAppleSignIn", "TestSupport", "BatonEmulator"], swiftSettings: swiftSettings),
-        .testTarget(name: "BatonServiceTests", dependencies: ["BatonService", "TestSupport", "Baton", "BatonEmulator", "BatonAppleSignIn", "BatonHTTPServer", "BatonJOSE", "BatonPostgres", "BatonConcurrency"], swiftSettings: swiftSettings),
-        .testTarget(name: "BatonEmulatorTests", dependencies: ["BatonEmulator", "BatonAppleSignIn", "TestSupport"], swiftSettings: swiftSettings),
-        .testTarget(name: "CLITests", dependencies: ["BatonEmulator", "BatonJOSE", "TestSupport"], swiftSettings: swiftSettings),
+        .testTarget(name: "BatonServiceTests", dependencies: ["BatonService", "TestSupport", "Baton", "BatonEmulator", "BatonAppleSignIn", "BatonHTTPServer", "BatonJOSE", "BatonJSON", "BatonPostgres", "BatonConcurrency"], swiftSettings: swiftSettings),
+        .testTarget(name: "BatonEmulatorTests", dependencies: ["BatonEmulator", "BatonAppleSignIn", "BatonJSON", "TestSupport"], swiftSettings: swiftSettings),
+        .testTarget(name: "CLITests", dependencies: ["BatonEmulator", "BatonJOSE", "BatonJSON", "TestSupport"], swiftSettings: swiftSettings),
         // The fault suite: `baton serve` and `baton exchange` as child processes under outages (`make faults`).
         .testTarget(name: "FaultTests", dependencies: ["BatonEmulator", "TestSupport"], swiftSettings: swiftSettings),
         // Builds Examples/EmbedderCheck: an embedder's own `Logging`, `JOSE`, … modules beside the `Baton` product.

@@ -1,5 +1,5 @@
 import Foundation
-import BatonJOSE
+import BatonJSON
 
 /// The claims of a verified Sign in with Apple identity token.
 ///

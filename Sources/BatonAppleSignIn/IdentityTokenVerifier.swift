@@ -1,5 +1,6 @@
 import Foundation
 import BatonJOSE
+import BatonJSON
 
 /// Where a verifier finds the key for a token's `kid`.
 ///

@@ -3,6 +3,7 @@ import BatonConcurrency
 import Dispatch
 import Foundation
 import BatonJOSE
+import BatonJSON
 import BatonLogging
 import Synchronization
 

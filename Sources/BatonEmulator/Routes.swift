@@ -1,6 +1,6 @@
 import Foundation
 import BatonHTTPServer
-import BatonJOSE
+import BatonJSON
 
 /// The emulator's HTTP routes: Apple's endpoints, the simulated device, and scenario control.
 extension Emulator {
@@ -78,7 +78,7 @@ extension Emulator {
             let kid = try await emulator.rotateKeys()
             return reply(["kid": .string(kid), "published": .array(emulator.jwks.keys.compactMap { $0.kid }.map(JSONValue.string))])
         })
-        router.get("/emulator/faults", control("/emulator/faults") { emulator, _ in try HTTPResponse.json(emulator.faults.faults) })
+        router.get("/emulator/faults", control("/emulator/faults") { emulator, _ in try HTTPResponse.json(encoding: emulator.faults.faults) })
         router.post("/emulator/faults", control("/emulator/faults") { emulator, request in
             let faults: EmulatorFaults
             do { faults = try JSONDecoder().decode(EmulatorFaults.self, from: Data(request.body)) } catch {
@@ -86,9 +86,9 @@ extension Emulator {
             }
             try faults.validate()
             emulator.faults.set(faults)
-            return try HTTPResponse.json(faults)
+            return try HTTPResponse.json(encoding: faults)
         })
-        router.get("/emulator/stats", control(nil) { emulator, _ in try HTTPResponse.json(emulator.faults.snapshot()) })
+        router.get("/emulator/stats", control(nil) { emulator, _ in try HTTPResponse.json(encoding: emulator.faults.snapshot()) })
         router.post("/emulator/stats/reset", control(nil) { emulator, _ in
             emulator.faults.resetStats()
             return reply(["reset": true])
@@ -111,13 +111,13 @@ extension Emulator {
         { [self] request in
             if let retryAfter = faults.admit() {
                 faults.record(path: path, status: 429, error: "rate_limited", rateLimited: true)
-                return HTTPResponse.json(serialized: #"{"error":"rate_limited"}"#, status: 429).with("Retry-After", String(retryAfter))
+                return reply(["error": "rate_limited"], status: 429).with("Retry-After", String(retryAfter))
             }
             let latency = faults.faults.latencyMilliseconds
             if latency > 0 { try await Task.sleep(for: .milliseconds(latency)) }
             if let status = faults.injectError() {
                 faults.record(path: path, status: status, error: "server_error", rateLimited: false)
-                return HTTPResponse.json(serialized: #"{"error":"server_error"}"#, status: status)
+                return reply(["error": "server_error"], status: status)
             }
             do {
                 let response = try await handler(self, request)
@@ -126,7 +126,7 @@ extension Emulator {
             } catch let error as EmulatorError {
                 faults.record(path: path, status: 400, error: error.code.rawValue, rateLimited: false)
                 logger.debug("apple endpoint refused", ["path": path, "error": error.description])
-                return HTTPResponse.json(serialized: "{\"error\":\"\(error.code.rawValue)\"}", status: 400).noStore()
+                return reply(["error": .string(error.code.rawValue)], status: 400).noStore()
             }
         }
     }
@@ -222,11 +222,7 @@ extension Emulator {
 
 // MARK: - Small helpers
 
-private func reply(_ object: JSONObject, status: Int = 200) -> HTTPResponse { reply(value: .object(object), status: status) }
-
-private func reply(value: JSONValue, status: Int = 200) -> HTTPResponse {
-    HTTPResponse.json(bytes: JSON.serializeBytes(value), status: status)
-}
+private func reply(_ object: JSONObject, status: Int = 200) -> HTTPResponse { HTTPResponse.json(.object(object), status: status) }
 
 private func clockResponse(_ date: Date) -> HTTPResponse {
     reply(["now": .number(date.timeIntervalSince1970.rounded(.down)), "iso": .string(date.formatted(.iso8601))])

@@ -1,3 +1,5 @@
+import BatonJSON
+
 /// An error a handler throws to answer with a chosen status and a stable error code.
 ///
 /// The response body is `{"error": code, "reason": reason}` (JSON); `headers` are added to the
@@ -26,7 +28,7 @@ public struct HTTPError: Error, Sendable, Equatable, CustomStringConvertible {
 
     /// The response this error is answered with.
     public var response: HTTPResponse {
-        var response = HTTPResponse.json(serialized: "{\"error\":\(JSONText.quote(code)),\"reason\":\(JSONText.quote(reason))}", status: status)
+        var response = HTTPResponse.json(["error": .string(code), "reason": .string(reason)], status: status)
         for field in headers { response.headers.add(field.name, field.value) }
         return response
     }
@@ -60,28 +62,4 @@ public struct HTTPError: Error, Sendable, Equatable, CustomStringConvertible {
 
     /// 503 `shutting_down` with `Retry-After: 1`: a request that arrived while the server stops.
     public static let shuttingDown = HTTPError(503, code: "shutting_down", reason: "the server is stopping", headers: ["Retry-After": "1"])
-}
-
-/// Writing JSON string literals, for the few bodies this module builds itself.
-enum JSONText {
-    /// `text` as a quoted JSON string (RFC 8259 escaping).
-    static func quote(_ text: String) -> String {
-        var out = "\""
-        out.reserveCapacity(text.utf8.count + 2)
-        for scalar in text.unicodeScalars {
-            switch scalar {
-            case "\"": out += "\\\""
-            case "\\": out += "\\\\"
-            case "\n": out += "\\n"
-            case "\r": out += "\\r"
-            case "\t": out += "\\t"
-            case _ where scalar.value < 0x20:
-                let hex = String(scalar.value, radix: 16)
-                out += "\\u" + String(repeating: "0", count: 4 - hex.count) + hex
-            default: out.unicodeScalars.append(scalar)
-            }
-        }
-        out += "\""
-        return out
-    }
 }

@@ -1,3 +1,4 @@
+import BatonJSON
 import Foundation
 
 /// An HTTP response: status, headers and body bytes.
@@ -26,10 +27,16 @@ public struct HTTPResponse: Sendable, Equatable {
         HTTPResponse(status: status, headers: ["Content-Type": "application/json"], body: bytes)
     }
 
+    /// A JSON response writing `value` with Baton's one JSON writer (``JSON/serializeBytes(_:)``: compact,
+    /// members in order).
+    public static func json(_ value: JSONValue, status: Int = 200) -> HTTPResponse {
+        json(bytes: JSON.serializeBytes(value), status: status)
+    }
+
     /// A JSON response encoding `value` with `JSONEncoder` (keys sorted, slashes unescaped).
     ///
     /// - Throws: the encoder's error when `value` cannot be encoded.
-    public static func json(_ value: some Encodable, status: Int = 200) throws -> HTTPResponse {
+    public static func json(encoding value: some Encodable, status: Int = 200) throws -> HTTPResponse {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
         return json(bytes: Array(try encoder.encode(value)), status: status)

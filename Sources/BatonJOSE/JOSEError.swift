@@ -1,3 +1,5 @@
+import BatonJSON
+
 /// The one error type of the JOSE module: a stable ``Code`` plus a short context.
 ///
 /// `description` never contains token bytes, key material or claim values; it names what was wrong
@@ -54,4 +56,26 @@ public struct JOSEError: Error, Equatable, Sendable, CustomStringConvertible {
 
     /// Errors are equal when their codes are equal; the context is explanation only.
     public static func == (lhs: JOSEError, rhs: JOSEError) -> Bool { lhs.code == rhs.code }
+}
+
+extension JOSEError {
+    /// The JOSE error for a refusal of the JSON reader: the same code, the same reason.
+    init(_ error: JSONError) {
+        switch error.code {
+        case .invalidJSON: self.init(.invalidJSON, error.reason)
+        case .tooDeep: self.init(.tooDeep, error.reason)
+        case .duplicateMember: self.init(.duplicateMember, error.reason)
+        case .unexpectedJSON: self.init(.unexpectedJSON, error.reason)
+        }
+    }
+
+    /// The result of `read`, a use of the JSON reader, with its ``JSONError`` turned into the ``JOSEError`` of
+    /// the same code, so JOSE's callers see one error type.
+    static func readingJSON<Value>(_ read: () throws -> Value) throws -> Value {
+        do {
+            return try read()
+        } catch let error as JSONError {
+            throw JOSEError(error)
+        }
+    }
 }

@@ -1,3 +1,5 @@
+import BatonJSON
+
 /// A public JSON Web Key (RFC 7517) of a kind Baton verifies with: RSA or EC P-256.
 public struct JWK: Sendable, Equatable {
     /// The key material.
@@ -131,7 +133,7 @@ public struct JWKSet: Sendable, Equatable {
     /// - Throws: ``JOSEError`` `.invalidJSON`/`.duplicateMember`/`.tooDeep` for bad JSON, `.unexpectedJSON`
     ///   when `keys` is missing or not an array of objects, `.invalidKey`, `.keyPolicy`, `.duplicateKeyID`.
     public init(json bytes: some Collection<UInt8>) throws {
-        let document = try JSON.parseObject(bytes)
+        let document = try JOSEError.readingJSON { try JSON.parseObject(bytes) }
         guard case .array(let elements)? = document["keys"] else {
             throw JOSEError(.unexpectedJSON, "JWK Set without a 'keys' array")
         }

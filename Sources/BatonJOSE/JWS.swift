@@ -1,3 +1,5 @@
+import BatonJSON
+
 /// The protected header of a compact JWS, as far as Baton reads it.
 ///
 /// `jwk`, `jku`, `x5u`, `x5c` and any other member stay in ``raw`` and are never used to find a key.
@@ -96,7 +98,7 @@ public struct CompactJWS: Sendable {
             return decoded
         }
         let headerBytes = try decode(0..<firstDot)
-        let header = try JWSHeader(JSON.parseObject(headerBytes))
+        let header = try JWSHeader(JOSEError.readingJSON { try JSON.parseObject(headerBytes) })
         let payload = try decode((firstDot + 1)..<secondDot)
         let signature = try decode((secondDot + 1)..<bytes.count)
         return CompactJWS(
@@ -129,7 +131,7 @@ public struct CompactJWS: Sendable {
     /// The payload parsed as a JWT claims set: a JSON object without duplicate names.
     /// - Throws: ``JOSEError`` `.invalidJSON`, `.tooDeep`, `.duplicateMember`, `.unexpectedJSON`.
     public func claims(maxDepth: Int = 16) throws -> JSONObject {
-        try JSON.parseObject(payload, maxDepth: maxDepth)
+        try JOSEError.readingJSON { try JSON.parseObject(payload, maxDepth: maxDepth) }
     }
 }
 

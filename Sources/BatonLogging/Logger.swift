@@ -1,3 +1,4 @@
+import BatonJSON
 import Foundation
 
 /// A small value-type logger: one machine-readable `key=value` line per event.
@@ -146,31 +147,13 @@ public struct Logger: Sendable {
             + "." + digits(Int32(milliseconds), 3)
     }
 
-    /// Quotes a value when it holds spaces, quotes, `=` or a control character; inside quotes `"` and `\` are
-    /// escaped, and so is every control character (C0, DEL, C1 such as U+0085, and the separators U+2028 and
-    /// U+2029) as `\n`, `\r`, `\t` or `\u{XXXX}`, so a value from outside can neither end the line, forge
-    /// another one nor carry a terminal escape sequence.
+    /// A value as is when it is plain, else quoted and escaped as a JSON string (``JSON/quote(_:)``): when it
+    /// is empty, or holds a space, `=` or a scalar that JSON escapes (`"`, `\`, every control character, U+2028
+    /// and U+2029), so a value from outside can neither end the line, forge another one nor carry a terminal
+    /// escape sequence.
     static func quoted(_ value: String) -> String {
-        let needsQuotes = value.isEmpty || value.unicodeScalars.contains { $0 == " " || $0 == "\"" || $0 == "=" || $0 == "\\" || isControl($0) }
-        guard needsQuotes else { return value }
-        var out = "\""
-        for scalar in value.unicodeScalars {
-            switch scalar {
-            case "\"": out += "\\\""
-            case "\\": out += "\\\\"
-            case "\n": out += "\\n"
-            case "\r": out += "\\r"
-            case "\t": out += "\\t"
-            case _ where isControl(scalar): out += "\\u{" + String(scalar.value, radix: 16, uppercase: true) + "}"
-            default: out.unicodeScalars.append(scalar)
-            }
-        }
-        return out + "\""
-    }
-
-    /// C0 and C1 controls, DEL, and the line and paragraph separators.
-    private static func isControl(_ scalar: Unicode.Scalar) -> Bool {
-        scalar.value < 0x20 || (0x7F...0x9F).contains(scalar.value) || scalar.value == 0x2028 || scalar.value == 0x2029
+        let needsQuotes = value.isEmpty || value.unicodeScalars.contains { $0 == " " || $0 == "=" || JSON.escapes($0) }
+        return needsQuotes ? JSON.quote(value) : value
     }
 
     /// Masks an email address for logs: `jane.doe@example.com` → `j***@example.com`.

@@ -4,7 +4,7 @@ import Foundation
 import Synchronization
 import BatonHTTPServer
 import BatonAppleSignIn
-import BatonJOSE
+import BatonJSON
 import BatonLogging
 
 /// Baton's HTTP API over a ``BatonEngine``: the routes of `baton serve`, usable in-process too.
@@ -68,7 +68,7 @@ public final class BatonAPI: Sendable {
         router.post("/v1/notifications", instrumented("notifications", notification))
         router.get("/v1/report", instrumented("report", report))
         router.get("/report", instrumented("report_page", reportPage))
-        router.get("/healthz", instrumented("healthz") { _ in (HTTPResponse.json(serialized: #"{"status":"ok"}"#), nil) })
+        router.get("/healthz", instrumented("healthz") { _ in (HTTPResponse.json(["status": "ok"]), nil) })
         router.get("/readyz", instrumented("readyz", readiness))
         router.get("/metrics", instrumented("metrics", renderMetrics))
         return router
@@ -119,7 +119,7 @@ public final class BatonAPI: Sendable {
         if let serviceToken { try requireBearer(serviceToken, request, what: "service") }
         let user = try required(request.query["user"], "user")
         let state = try await engine.credentialState(user: user)
-        return (HTTPResponse.json(serialized: "{\"state\":\"\(state.rawValue)\"}"), state.rawValue)
+        return (HTTPResponse.json(["state": .string(state.rawValue)]), state.rawValue)
     }
 
     private func link(_ request: HTTPRequest) async throws -> (HTTPResponse, String?) {
@@ -134,30 +134,22 @@ public final class BatonAPI: Sendable {
         return (signInAnswer(result), result.outcome.rawValue)
     }
 
-    private struct LinkSessionAnswer: Encodable {
-        var nonce: String
-        var expires_at: String
-        var expires_in: Int
-    }
-
     /// `POST /v1/link/session`: a link session's nonce, for both ceremonies of one `POST /v1/link`.
     private func linkSession(_ request: HTTPRequest) async throws -> (HTTPResponse, String?) {
         let session = try await engine.openLinkSession()
-        let answer = LinkSessionAnswer(nonce: session.nonce, expires_at: ISO8601DateFormatter().string(from: session.expiresAt),
-                                       expires_in: max(0, Int(session.expiresAt.timeIntervalSinceNow.rounded())))
-        return (try HTTPResponse.json(answer, status: 201), nil)
-    }
-
-    private struct NotificationAnswer: Encodable {
-        var type: String
-        var changed: Bool
+        let answer: JSONValue = [
+            "expires_at": .string(ISO8601DateFormatter().string(from: session.expiresAt)),
+            "expires_in": .number(max(0, session.expiresAt.timeIntervalSinceNow.rounded())),
+            "nonce": .string(session.nonce),
+        ]
+        return (HTTPResponse.json(answer, status: 201), nil)
     }
 
     private func notification(_ request: HTTPRequest) async throws -> (HTTPResponse, String?) {
         guard request.mediaType == "application/json" else { throw unsupportedMediaType(["application/json"]) }
         let body = try jsonObject(request)
         let result = try await engine.handleNotification(payload: try required(string(body, "payload"), "payload"))
-        return (try HTTPResponse.json(NotificationAnswer(type: result.type, changed: result.changed)), result.changed ? "changed" : "unchanged")
+        return (HTTPResponse.json(["changed": .bool(result.changed), "type": .string(result.type)]), result.changed ? "changed" : "unchanged")
     }
 
     private func report(_ request: HTTPRequest) async throws -> (HTTPResponse, String?) {
@@ -213,17 +205,11 @@ public final class BatonAPI: Sendable {
         return ExpectedNonce(nonce, flow: parsed)
     }
 
-    private struct ReadinessAnswer: Encodable {
-        var ready: Bool
-        var database: Bool
-        var keys: Bool
-    }
-
     private func readiness(_ request: HTTPRequest) async throws -> (HTTPResponse, String?) {
         // From the background check: a probe never takes a pool connection of its own.
         let state = await readinessMonitor.current()
-        let answer = ReadinessAnswer(ready: state.ready, database: state.database, keys: state.keys)
-        return (try HTTPResponse.json(answer, status: state.ready ? 200 : 503), nil)
+        let answer: JSONValue = ["database": .bool(state.database), "keys": .bool(state.keys), "ready": .bool(state.ready)]
+        return (HTTPResponse.json(answer, status: state.ready ? 200 : 503), nil)
     }
 
     private func renderMetrics(_ request: HTTPRequest) async throws -> (HTTPResponse, String?) {
@@ -330,7 +316,7 @@ public final class BatonAPI: Sendable {
         object["sub"] = .string(result.sub)
         if let transferSub = result.transferSub { object["transfer_sub"] = .string(transferSub) }
         if let mergedFrom = result.mergedFrom { object["merged_from"] = .string(mergedFrom) }
-        return HTTPResponse.json(bytes: JSON.serializeBytes(.object(object)))
+        return HTTPResponse.json(.object(object))
     }
 
     private func required(_ value: String?, _ name: String) throws(HTTPError) -> String {

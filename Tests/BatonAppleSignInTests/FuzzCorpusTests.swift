@@ -1,6 +1,7 @@
 import BatonAppleSignIn
 import Foundation
 import BatonJOSE
+import BatonJSON
 import Testing
 import TestSupport
 
@@ -60,7 +61,7 @@ struct FuzzCorpusTests {
         #expect(throws: VerificationError(reason)) { try verifier.verify(seed.token, keySet: keySet) }
     }
 
-    @Test("every JSON seed either parses and round-trips, or is refused with a JOSE error")
+    @Test("every JSON seed either parses and round-trips, or is refused with a JSON error")
     func jsonSeeds() throws {
         let folder = Self.corpus.appendingPathComponent("json")
         let names = try FileManager.default.contentsOfDirectory(atPath: folder.path)
@@ -71,7 +72,7 @@ struct FuzzCorpusTests {
             do {
                 let value = try JSON.parse(bytes)
                 #expect(try JSON.parse(JSON.serializeBytes(value)) == value, "\(name)")
-            } catch is JOSEError {
+            } catch is JSONError {
                 refused += 1
             }
         }

@@ -1,6 +1,7 @@
 import BatonAppleSignIn
 import Foundation
 import BatonJOSE
+import BatonJSON
 import Synchronization
 import Testing
 

@@ -1,6 +1,6 @@
 import BatonAppleSignIn
 import Foundation
-import BatonJOSE
+import BatonJSON
 import Testing
 #if canImport(Glibc)
 import Glibc

@@ -1,6 +1,7 @@
 import BatonAppleSignIn
 import Foundation
 import BatonJOSE
+import BatonJSON
 import Synchronization
 
 /// Keys, tokens and a clock shared by the verification and key-set cache tests.

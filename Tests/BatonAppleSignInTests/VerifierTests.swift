@@ -1,6 +1,7 @@
 import BatonAppleSignIn
 import Foundation
 import BatonJOSE
+import BatonJSON
 import Testing
 
 /// One forged or broken token and the reason it must be refused with.

@@ -2,6 +2,7 @@ import BatonEmulator
 import Foundation
 import FoundationNetworking
 import BatonJOSE
+import BatonJSON
 import TestSupport
 
 /// An HTTP answer from the emulator, with its body parsed as JSON.

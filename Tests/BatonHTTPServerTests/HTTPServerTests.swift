@@ -24,7 +24,7 @@ func echoRouter() -> Router {
     }
     router.post("/form") { request in
         let form = try request.formValues()
-        return try .json(form)
+        return try .json(encoding: form)
     }
     router.post("/echo") { request in
         HTTPResponse(status: 201, headers: ["X-Seen-Type": request.headers["content-TYPE"] ?? "none"], body: request.body)

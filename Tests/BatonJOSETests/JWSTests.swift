@@ -1,4 +1,5 @@
 import BatonJOSE
+import BatonJSON
 import Testing
 
 @Suite("JWS, JWK and keys")

@@ -1,5 +1,6 @@
 import Foundation
 import BatonJOSE
+import BatonJSON
 import Testing
 
 /// RFC 7515 Appendix A.2 (RS256) and A.3 (ES256), and the labelled cases derived from them.

@@ -1,5 +1,6 @@
 import Foundation
 import BatonJOSE
+import BatonJSON
 import Testing
 
 /// Project Wycheproof vectors (see Tests/Vectors/SOURCES.md): every case gives its expected result.

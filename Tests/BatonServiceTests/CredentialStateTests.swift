@@ -4,6 +4,7 @@ import BatonService
 import Foundation
 import FoundationNetworking
 import BatonJOSE
+import BatonJSON
 import BatonPostgres
 import TestSupport
 import Testing

@@ -2,7 +2,7 @@ import Baton
 import BatonEmulator
 import Foundation
 import FoundationNetworking
-import BatonJOSE
+import BatonJSON
 import TestSupport
 import Testing
 

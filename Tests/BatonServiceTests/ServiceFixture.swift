@@ -6,6 +6,7 @@ import Foundation
 import FoundationNetworking
 import BatonHTTPServer
 import BatonJOSE
+import BatonJSON
 import BatonPostgres
 import TestSupport
 

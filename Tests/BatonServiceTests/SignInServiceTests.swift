@@ -6,6 +6,7 @@ import BatonPostgres
 import BatonService
 import Foundation
 import BatonJOSE
+import BatonJSON
 import TestSupport
 import Testing
 

@@ -1,4 +1,4 @@
-import BatonJOSE
+import BatonJSON
 import Foundation
 import TestSupport
 import Testing

@@ -1,5 +1,6 @@
 import BatonEmulator
 import BatonJOSE
+import BatonJSON
 import Foundation
 #if canImport(FoundationNetworking)
 import FoundationNetworking

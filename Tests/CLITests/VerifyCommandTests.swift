@@ -1,5 +1,6 @@
 import Foundation
 import BatonJOSE
+import BatonJSON
 import Testing
 import TestSupport
 

@@ -1,5 +1,5 @@
 import Foundation
-import BatonJOSE
+import BatonJSON
 
 extension BatonConfiguration {
     /// The kind of value a key holds, which decides how its environment variable is read.

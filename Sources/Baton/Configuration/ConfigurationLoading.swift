@@ -1,6 +1,6 @@
 import BatonAppleSignIn
 import BatonConcurrency
-import BatonJOSE
+import BatonJSON
 import Foundation
 
 extension BatonConfiguration {

@@ -2,6 +2,7 @@ import BatonAppleSignIn
 import BatonConcurrency
 import Foundation
 import BatonJOSE
+import BatonJSON
 import BatonLogging
 import BatonPostgres
 

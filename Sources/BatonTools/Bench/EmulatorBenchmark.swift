@@ -1,7 +1,7 @@
 import BatonAppleSignIn
 import BatonEmulator
 import BatonHTTPServer
-import BatonJOSE
+import BatonJSON
 import Foundation
 import FoundationNetworking
 

@@ -2,7 +2,7 @@ import BatonEmulator
 import BatonAppleSignIn
 import Baton
 import Foundation
-import BatonJOSE
+import BatonJSON
 import BatonLogging
 import BatonPostgres
 

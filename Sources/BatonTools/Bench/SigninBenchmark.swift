@@ -5,6 +5,7 @@ import Dispatch
 import Foundation
 import BatonHTTPServer
 import BatonJOSE
+import BatonJSON
 import BatonPostgres
 
 /// `baton bench signin`: sign-in throughput and latency through `baton serve`, against PostgreSQL's own

@@ -1,6 +1,7 @@
 import BatonAppleSignIn
 import Foundation
 import BatonJOSE
+import BatonJSON
 
 /// `baton bench verify [--seconds S]`: full identity-token verification against the bare OpenSSL RS256
 /// verification of the same signature with the same key (`EVP_DigestVerifyInit` + `EVP_DigestVerify`).

@@ -1,5 +1,6 @@
 import Foundation
 import BatonJOSE
+import BatonJSON
 #if canImport(FoundationNetworking)
 import FoundationNetworking
 #endif

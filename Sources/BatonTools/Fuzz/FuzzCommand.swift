@@ -1,5 +1,5 @@
 import Foundation
-import BatonJOSE
+import BatonJSON
 
 /// `baton fuzz http`: random and mutated raw HTTP requests against a server on loopback, then checks
 /// that it is still up, answers its probes as before, and kept its memory bounded.

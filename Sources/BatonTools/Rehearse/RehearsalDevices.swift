@@ -1,5 +1,5 @@
 import BatonEmulator
-import BatonJOSE
+import BatonJSON
 import Foundation
 
 /// The rehearsal's devices: what the app does on a device after the transfer, as `baton demo`'s devices do.

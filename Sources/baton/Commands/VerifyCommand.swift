@@ -3,6 +3,7 @@ import BatonTools
 import BatonAppleSignIn
 import Foundation
 import BatonJOSE
+import BatonJSON
 
 /// `baton verify`: verifies one identity token and prints its claims.
 let verifyCommand = Command(

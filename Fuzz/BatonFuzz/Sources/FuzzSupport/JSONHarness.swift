@@ -1,5 +1,6 @@
 import Foundation
 import BatonJOSE
+import BatonJSON
 
 /// The JSON fuzz target: ``JSON/parse(_:maxDepth:)`` and the parsers built on it, with three oracles
 /// besides "no crash, no hang":

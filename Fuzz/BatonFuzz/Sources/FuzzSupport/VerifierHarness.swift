@@ -1,6 +1,7 @@
 import BatonAppleSignIn
 import Foundation
 import BatonJOSE
+import BatonJSON
 
 /// The verifier fuzz target: feeds inputs to ``IdentityTokenVerifier`` and stops the process (so libFuzzer
 /// records the input) when a token is accepted that the harness did not legitimately sign, or that

@@ -1,4 +1,4 @@
-/// A strict JSON reader and a compact writer (RFC 8259), working on UTF-8 bytes.
+/// Baton's one strict JSON reader, one compact writer and one string escaper (RFC 8259), working on UTF-8 bytes.
 ///
 /// The reader refuses what lenient parsers let through and attackers rely on: duplicate member names,
 /// invalid UTF-8, lone surrogates, control characters in strings, leading zeros, `NaN`, comments,
@@ -9,7 +9,7 @@ public enum JSON {
     /// - Parameters:
     ///   - bytes: UTF-8 JSON text; whitespace around the value is allowed, anything else after it is not.
     ///   - maxDepth: the deepest nesting of arrays and objects accepted (default 16).
-    /// - Throws: ``JOSEError`` with code `.invalidJSON`, `.tooDeep` or `.duplicateMember`.
+    /// - Throws: ``JSONError`` with code `.invalidJSON`, `.tooDeep` or `.duplicateMember`.
     public static func parse(_ bytes: some Collection<UInt8>, maxDepth: Int = 16) throws -> JSONValue {
         if let result = try bytes.withContiguousStorageIfAvailable({ try parse(buffer: $0, maxDepth: maxDepth) }) {
             return result
@@ -19,25 +19,25 @@ public enum JSON {
     }
 
     /// Parses one JSON text from a byte array; the same as the generic ``parse(_:maxDepth:)``.
-    /// - Throws: ``JOSEError`` with code `.invalidJSON`, `.tooDeep` or `.duplicateMember`.
+    /// - Throws: ``JSONError`` with code `.invalidJSON`, `.tooDeep` or `.duplicateMember`.
     public static func parse(_ bytes: [UInt8], maxDepth: Int = 16) throws -> JSONValue {
         try bytes.withUnsafeBufferPointer { try parse(buffer: $0, maxDepth: maxDepth) }
     }
 
     /// Parses one JSON text from a byte array that must be an object; the same as the generic ``parseObject(_:maxDepth:)``.
-    /// - Throws: ``JOSEError`` with code `.unexpectedJSON`, or any code of ``parse(_:maxDepth:)``.
+    /// - Throws: ``JSONError`` with code `.unexpectedJSON`, or any code of ``parse(_:maxDepth:)``.
     public static func parseObject(_ bytes: [UInt8], maxDepth: Int = 16) throws -> JSONObject {
         guard case .object(let object) = try parse(bytes, maxDepth: maxDepth) else {
-            throw JOSEError(.unexpectedJSON, "expected a JSON object")
+            throw JSONError(.unexpectedJSON, "expected a JSON object")
         }
         return object
     }
 
     /// Parses one JSON text that must be an object (a JWS header or JWT claims set).
-    /// - Throws: ``JOSEError`` with code `.unexpectedJSON` when the value is not an object, or any code of ``parse(_:maxDepth:)``.
+    /// - Throws: ``JSONError`` with code `.unexpectedJSON` when the value is not an object, or any code of ``parse(_:maxDepth:)``.
     public static func parseObject(_ bytes: some Collection<UInt8>, maxDepth: Int = 16) throws -> JSONObject {
         guard case .object(let object) = try parse(bytes, maxDepth: maxDepth) else {
-            throw JOSEError(.unexpectedJSON, "expected a JSON object")
+            throw JSONError(.unexpectedJSON, "expected a JSON object")
         }
         return object
     }
@@ -47,7 +47,7 @@ public enum JSON {
         reader.skipWhitespace()
         let value = try reader.readValue(depth: 0)
         reader.skipWhitespace()
-        guard reader.index == buffer.count else { throw JOSEError(.invalidJSON, "content after the JSON value") }
+        guard reader.index == buffer.count else { throw JSONError(.invalidJSON, "content after the JSON value") }
         return value
     }
 
@@ -107,22 +107,47 @@ public enum JSON {
         }
     }
 
+    /// `text` as a JSON string literal, quotes included: the one escaper of Baton's JSON bodies, error
+    /// answers and log lines.
+    ///
+    /// The scalars that ``escapes(_:)`` names are escaped: `"` and `\` with a backslash, LF, CR and tab as
+    /// `\n`, `\r` and `\t`, any other as `\u00XX` or `\u202X`; so the text can neither end a line, forge
+    /// another one nor carry a terminal escape sequence.
+    public static func quote(_ text: String) -> String {
+        var output = [UInt8]()
+        output.reserveCapacity(text.utf8.count + 2)
+        writeString(text, to: &output)
+        return String(decoding: output, as: UTF8.self)
+    }
+
+    /// Whether ``quote(_:)`` escapes `scalar`: `"`, `\`, every control character (C0, DEL, C1 such as
+    /// U+0085) and the separators U+2028 and U+2029.
+    public static func escapes(_ scalar: Unicode.Scalar) -> Bool {
+        switch scalar.value {
+        case 0x22, 0x5C, 0..<0x20, 0x7F...0x9F, 0x2028, 0x2029: true
+        default: false
+        }
+    }
+
     private static let hexDigits: [UInt8] = Array("0123456789abcdef".utf8)
 
+    /// Appends `text` quoted and escaped as ``quote(_:)`` describes.
     private static func writeString(_ text: String, to output: inout [UInt8]) {
         output.append(UInt8(ascii: "\""))
-        for byte in text.utf8 {
-            switch byte {
-            case UInt8(ascii: "\""): output.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "\"")])
-            case UInt8(ascii: "\\"): output.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "\\")])
+        for scalar in text.unicodeScalars {
+            guard escapes(scalar) else {
+                if scalar.isASCII { output.append(UInt8(scalar.value)) } else { output.append(contentsOf: UTF8.encode(scalar)!) }
+                continue
+            }
+            switch scalar.value {
+            case 0x22: output.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "\"")])
+            case 0x5C: output.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "\\")])
             case 0x0A: output.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "n")])
             case 0x0D: output.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "r")])
             case 0x09: output.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "t")])
-            case 0..<0x20, 0x7F:
-                output.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "u"), UInt8(ascii: "0"), UInt8(ascii: "0")])
-                output.append(hexDigits[Int(byte >> 4)])
-                output.append(hexDigits[Int(byte & 0x0F)])
-            default: output.append(byte)
+            default:
+                output.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "u")])
+                for shift in [12, 8, 4, 0] { output.append(hexDigits[Int(scalar.value >> shift & 0x0F)]) }
             }
         }
         output.append(UInt8(ascii: "\""))
@@ -140,7 +165,7 @@ private struct Reader {
         self.maxDepth = maxDepth
     }
 
-    private func fail(_ what: String) -> JOSEError { JOSEError(.invalidJSON, "\(what) at byte \(index)") }
+    private func fail(_ what: String) -> JSONError { JSONError(.invalidJSON, "\(what) at byte \(index)") }
 
     mutating func skipWhitespace() {
         while index < bytes.count {
@@ -174,7 +199,7 @@ private struct Reader {
     }
 
     private mutating func readObject(depth: Int) throws -> JSONObject {
-        guard depth <= maxDepth else { throw JOSEError(.tooDeep, "nesting deeper than \(maxDepth)") }
+        guard depth <= maxDepth else { throw JSONError(.tooDeep, "nesting deeper than \(maxDepth)") }
         index += 1
         // Duplicate names are found through fingerprints (kept on the stack for the first 16 members):
         // FNV-1a of an ASCII name without escapes, or 0 for any other name, which is then compared with
@@ -203,13 +228,13 @@ private struct Reader {
                 for position in 0..<count {
                     let other = fingerprints[position]
                     if (other == fingerprint || other == 0 || fingerprint == 0) && members[position].key == key {
-                        throw JOSEError(.duplicateMember, "member name repeated")
+                        throw JSONError(.duplicateMember, "member name repeated")
                     }
                 }
                 fingerprints[count] = fingerprint
                 if count == 15 { seen = Set(members.map(\.key)); seen?.insert(key) }
             } else if seen?.insert(key).inserted == false {
-                throw JOSEError(.duplicateMember, "member name repeated")
+                throw JSONError(.duplicateMember, "member name repeated")
             }
             skipWhitespace()
             guard index < bytes.count, bytes[index] == UInt8(ascii: ":") else { throw fail("expected ':'") }
@@ -232,7 +257,7 @@ private struct Reader {
     }
 
     private mutating func readArray(depth: Int) throws -> [JSONValue] {
-        guard depth <= maxDepth else { throw JOSEError(.tooDeep, "nesting deeper than \(maxDepth)") }
+        guard depth <= maxDepth else { throw JSONError(.tooDeep, "nesting deeper than \(maxDepth)") }
         index += 1
         var elements: [JSONValue] = []
         skipWhitespace()

@@ -90,7 +90,7 @@ extension JSONValue: ExpressibleByStringLiteral, ExpressibleByIntegerLiteral, Ex
 
 /// A JSON object: members in their original order, each name at most once.
 ///
-/// The reader refuses duplicate names (``JOSEError/Code/duplicateMember``); setting a member that
+/// The reader refuses duplicate names (``JSONError/Code/duplicateMember``); setting a member that
 /// exists replaces its value in place. Equality ignores member order.
 public struct JSONObject: Sendable, Equatable, ExpressibleByDictionaryLiteral, Sequence {
     /// One name/value pair.

@@ -1,4 +1,4 @@
-import BatonJOSE
+import BatonJSON
 import Testing
 
 @Suite("JSON")
@@ -58,23 +58,23 @@ struct JSONTests {
         "\"\\ud800\\u0041\"", "{} {}", "{}x", "// c\n{}", "/* c */{}", "\u{FEFF}{}", "[\"\t\"]",
     ])
     func rejectsMalformed(text: String) {
-        #expect(throws: JOSEError(.invalidJSON)) { try JSON.parse(Array(text.utf8)) }
+        #expect(throws: JSONError(.invalidJSON)) { try JSON.parse(Array(text.utf8)) }
     }
 
     @Test("Invalid UTF-8 in strings is rejected", arguments: [[0xC3], [0xFF], [0xED, 0xA0, 0x80], [0xC0, 0xAF], [0xE2, 0x82]] as [[UInt8]])
     func rejectsInvalidUTF8(sequence: [UInt8]) {
         let bytes = Array("\"a".utf8) + sequence + Array("b\"".utf8)
-        #expect(throws: JOSEError(.invalidJSON)) { try JSON.parse(bytes) }
+        #expect(throws: JSONError(.invalidJSON)) { try JSON.parse(bytes) }
     }
 
     @Test("Duplicate member names are rejected, in small and large objects and nested")
     func rejectsDuplicates() throws {
-        #expect(throws: JOSEError(.duplicateMember)) { try JSON.parse(Array(#"{"a":1,"a":1}"#.utf8)) }
-        #expect(throws: JOSEError(.duplicateMember)) { try JSON.parse(Array(#"{"a":1,"b":{"c":1,"c":2}}"#.utf8)) }
-        #expect(throws: JOSEError(.duplicateMember)) { try JSON.parse(Array(#"{"a":1,"\u0061":2}"#.utf8)) }
+        #expect(throws: JSONError(.duplicateMember)) { try JSON.parse(Array(#"{"a":1,"a":1}"#.utf8)) }
+        #expect(throws: JSONError(.duplicateMember)) { try JSON.parse(Array(#"{"a":1,"b":{"c":1,"c":2}}"#.utf8)) }
+        #expect(throws: JSONError(.duplicateMember)) { try JSON.parse(Array(#"{"a":1,"\u0061":2}"#.utf8)) }
         for count in [15, 16, 17, 40] {
             let members = (0..<count).map { "\"k\($0)\":\($0)" } + ["\"k\(count - 1)\":0"]
-            #expect(throws: JOSEError(.duplicateMember)) { try JSON.parse(Array("{\(members.joined(separator: ","))}".utf8)) }
+            #expect(throws: JSONError(.duplicateMember)) { try JSON.parse(Array("{\(members.joined(separator: ","))}".utf8)) }
             let unique = (0..<count).map { "\"k\($0)\":\($0)" }
             #expect(try JSON.parse(Array("{\(unique.joined(separator: ","))}".utf8)).objectValue?.count == count)
         }
@@ -83,16 +83,16 @@ struct JSONTests {
     @Test("Deep nesting is rejected without a crash, however deep")
     func rejectsDeepNesting() throws {
         for depth in [17, 1_000, 200_000] {
-            #expect(throws: JOSEError(.tooDeep)) { try JSON.parse(Array(String(repeating: "[", count: depth).utf8)) }
-            #expect(throws: JOSEError(.tooDeep)) { try JSON.parse(Array(String(repeating: "{\"a\":", count: depth).utf8)) }
+            #expect(throws: JSONError(.tooDeep)) { try JSON.parse(Array(String(repeating: "[", count: depth).utf8)) }
+            #expect(throws: JSONError(.tooDeep)) { try JSON.parse(Array(String(repeating: "{\"a\":", count: depth).utf8)) }
         }
         let sixteen = String(repeating: "[", count: 16) + String(repeating: "]", count: 16)
         #expect(try JSON.parse(Array(sixteen.utf8)).arrayValue != nil)
-        #expect(throws: JOSEError(.tooDeep)) { try JSON.parse(Array(sixteen.utf8), maxDepth: 15) }
+        #expect(throws: JSONError(.tooDeep)) { try JSON.parse(Array(sixteen.utf8), maxDepth: 15) }
     }
 
     @Test("parseObject refuses non-object JSON", arguments: ["[]", "1", "\"x\"", "null", "true"])
     func parseObjectRefusesOtherValues(text: String) {
-        #expect(throws: JOSEError(.unexpectedJSON)) { try JSON.parseObject(Array(text.utf8)) }
+        #expect(throws: JSONError(.unexpectedJSON)) { try JSON.parseObject(Array(text.utf8)) }
     }
 }
