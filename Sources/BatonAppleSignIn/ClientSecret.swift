@@ -1,6 +1,7 @@
 import BatonConcurrency
 import Foundation
 import BatonJOSE
+import BatonJSON
 
 /// Makes Apple client secrets: ES256 JWTs signed with a team's Sign in with Apple key (`.p8`).
 ///
@@ -94,10 +95,12 @@ public struct ClientSecret: ClientSecretSigner, CustomStringConvertible, CustomR
         }
         let iat = Int64(issuedAt.timeIntervalSince1970.rounded(.down))
         let exp = iat + Int64(lifetime.rounded(.down))
-        // Every value is validated above to letters, digits, '.' and '-', so none needs JSON escaping.
-        let claims = #"{"iss":"\#(teamID)","iat":\#(iat),"exp":\#(exp),"aud":"\#(ClientSecret.audience)","sub":"\#(clientID)"}"#
+        let claims: JSONValue = [
+            "iss": .string(teamID), "iat": .number(Double(iat)), "exp": .number(Double(exp)),
+            "aud": .string(ClientSecret.audience), "sub": .string(clientID),
+        ]
         do {
-            return try JWS.signES256(payload: Array(claims.utf8), key: key, kid: keyID)
+            return try JWS.signES256(payload: JSON.serializeBytes(claims), key: key, kid: keyID)
         } catch {
             throw AppleClientError(.keyInvalid, reason: "signing failed")
         }

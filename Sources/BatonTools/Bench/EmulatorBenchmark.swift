@@ -23,7 +23,7 @@ func runEmulatorBenchmark(_ parsed: Arguments) async throws -> Int32 {
     let sender = try emulator.createTeam(), recipient = try emulator.createTeam()
     try emulator.createApp(clientID: clientID, teamID: sender.teamID)
     let users = try emulator.createUsers(clientID: clientID, count: 1_000)
-    let bodies = users.map { Array("{\"client_id\":\"\(clientID)\",\"user\":\"\($0.id)\",\"nonce\":\"n\"}".utf8) }
+    let bodies = users.map { JSON.serializeBytes(["client_id": .string(clientID), "user": .string($0.id), "nonce": "n"]) }
     try emulator.initiateTransfer(clientID: clientID, toTeamID: recipient.teamID)
     let transferSubs = Array(try emulator.transferIdentifiers(clientID: clientID).values)
     try emulator.acceptTransfer(clientID: clientID)

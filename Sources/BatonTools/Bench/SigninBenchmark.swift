@@ -267,7 +267,9 @@ func runSigninBenchmark(_ arguments: Arguments) async throws -> Int32 {
 
 /// The body of `POST /v1/signin` for `token`, with `nonce` when given.
 private func signInBody(_ token: String, nonce: String? = nil) -> [UInt8] {
-    Array("{\"id_token\":\"\(token)\"\(nonce.map { ",\"nonce\":\"\($0)\"" } ?? "")}".utf8)
+    var body: JSONObject = ["id_token": .string(token)]
+    if let nonce { body["nonce"] = .string(nonce) }
+    return JSON.serializeBytes(.object(body))
 }
 
 /// Users migrated so far (the `migrated` events).
