@@ -6,7 +6,7 @@
 #   scripts/fuzz.sh seeds                       regenerate the committed seed corpus in Fuzz/corpus/
 #   scripts/fuzz.sh replay FILE...              run the verifier and JSON targets once on each FILE
 #
-# The fuzzers are the package in Fuzz/BatonFuzz, compiled with -sanitize=fuzzer,address (JOSE and AppleSignIn
+# The fuzzers are the package in Fuzz/BatonFuzz, compiled with -sanitize=fuzzer,address (JSON, JOSE and AppleSignIn
 # included). Each run starts from the committed seeds (Fuzz/corpus/<target>, read only) plus the inputs found
 # by earlier runs (.build/fuzz/corpus/<target>); a crash, a hang (-timeout=10 s), an out-of-memory or an
 # oracle violation (an accepted forgery, a JSON round-trip mismatch) stops the run with a non-zero status

@@ -2,7 +2,7 @@
 import PackageDescription
 
 // An application that embeds the `Baton` library and has modules of its own named like the ecosystem's
-// (swift-log's `Logging`, and `JOSE`, `Postgres`, `HTTPServer`, `AppleSignIn`). SwiftPM refuses two modules
+// (swift-log's `Logging`, and `JSON`, `JOSE`, `Postgres`, `HTTPServer`, `AppleSignIn`). SwiftPM refuses two modules
 // with one name in a package graph, so this builds only while Baton's modules keep names of their own.
 // The main suite builds it (Tests/EmbedderTests).
 let package = Package(
@@ -10,13 +10,14 @@ let package = Package(
     dependencies: [.package(name: "Baton", path: "../..")],
     targets: [
         .target(name: "Logging"),
+        .target(name: "JSON"),
         .target(name: "JOSE"),
         .target(name: "Postgres"),
         .target(name: "HTTPServer"),
         .target(name: "AppleSignIn"),
         .target(
             name: "Embedder",
-            dependencies: ["Logging", "JOSE", "Postgres", "HTTPServer", "AppleSignIn", .product(name: "Baton", package: "Baton")]
+            dependencies: ["Logging", "JSON", "JOSE", "Postgres", "HTTPServer", "AppleSignIn", .product(name: "Baton", package: "Baton")]
         ),
     ],
     swiftLanguageModes: [.v6]

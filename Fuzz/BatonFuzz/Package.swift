@@ -4,7 +4,7 @@ import PackageDescription
 
 /// libFuzzer targets for Baton's token verifier and JSON reader, kept out of the main package so that
 /// `swift build` never needs the fuzzer runtime. Build and run them with `scripts/fuzz.sh` (`make fuzz`),
-/// which passes `--sanitize=fuzzer --sanitize=address`: every module, BatonJOSE and BatonAppleSignIn included, is
+/// which passes `--sanitize=fuzzer --sanitize=address`: every module, BatonJSON, BatonJOSE and BatonAppleSignIn included, is
 /// then compiled with coverage instrumentation and address checks.
 let fuzzerEntryPoint: [SwiftSetting] = [
     .enableUpcomingFeature("ExistentialAny"),
@@ -22,7 +22,10 @@ let package = Package(
     targets: [
         .target(
             name: "FuzzSupport",
-            dependencies: [.product(name: "BatonJOSE", package: baton), .product(name: "BatonAppleSignIn", package: baton)],
+            dependencies: [
+                .product(name: "BatonJSON", package: baton), .product(name: "BatonJOSE", package: baton),
+                .product(name: "BatonAppleSignIn", package: baton),
+            ],
             swiftSettings: [.enableUpcomingFeature("ExistentialAny")]
         ),
         .executableTarget(name: "fuzz-verifier", dependencies: ["FuzzSupport"], swiftSettings: fuzzerEntryPoint),

@@ -37,8 +37,20 @@ struct JSONTests {
     func serialize() throws {
         let value: JSONValue = ["b": true, "s": "q\"\\\n\u{1}é", "n": 42, "f": 0.25, "a": [.null, "x"], "o": [:]]
         let text = JSON.serialize(value)
-        #expect(text == #"{"b":true,"s":"q\"\\\né","n":42,"f":0.25,"a":[null,"x"],"o":{}}"#.replacingOccurrences(of: "é", with: "\\u0001é"))
+        #expect(text == #"{"b":true,"s":"q\"\\\n\u0001é","n":42,"f":0.25,"a":[null,"x"],"o":{}}"#)
         #expect(try JSON.parse(Array(text.utf8)) == value)
+    }
+
+    @Test("The escaper escapes quotes, backslashes, every control character and U+2028/9; other text passes through")
+    func quote() throws {
+        #expect(JSON.quote("a\"b\\c\n\r\t") == #""a\"b\\c\n\r\t""#)
+        #expect(JSON.quote("\u{0}\u{1F}\u{7F}\u{80}\u{85}\u{9F}\u{2028}\u{2029}") == #""\u0000\u001f\u007f\u0080\u0085\u009f\u2028\u2029""#)
+        #expect(JSON.quote("é😀/\u{A0}\u{2027}\u{202A}") == "\"é😀/\u{A0}\u{2027}\u{202A}\"")
+        #expect(JSON.quote("") == #""""#)
+        for text in ["a\u{85}b\u{2028}c\"\u{1B}[31m", "\u{10FFFF}\u{0}"] {
+            #expect(try JSON.parse(Array(JSON.quote(text).utf8)) == .string(text))
+        }
+        #expect(JSON.escapes("\u{85}") && JSON.escapes("\"") && !JSON.escapes("a") && !JSON.escapes("\u{A0}"))
     }
 
     @Test("Object equality ignores member order; subscripts replace and remove")

@@ -2,12 +2,12 @@ import Foundation
 import TestSupport
 import Testing
 
-/// An application that embeds Baton (Examples/EmbedderCheck) has modules of its own named `Logging`, `JOSE`,
+/// An application that embeds Baton (Examples/EmbedderCheck) has modules of its own named `Logging`, `JSON`, `JOSE`,
 /// `Postgres`, `HTTPServer` and `AppleSignIn`; SwiftPM refuses a package graph where two modules share a
 /// name, so the example builds only while Baton's modules keep names of their own.
 @Suite("An embedder's package graph")
 struct EmbedderPackageTests {
-    @Test("an embedder with its own Logging, JOSE, Postgres, HTTPServer and AppleSignIn modules builds beside the Baton product")
+    @Test("an embedder with its own Logging, JSON, JOSE, Postgres, HTTPServer and AppleSignIn modules builds beside the Baton product")
     func embedderBuilds() async throws {
         // The example's build (Baton's library modules and the example's target only) in a scratch directory
         // removed afterwards; the manifest cache goes there too.

@@ -3,12 +3,13 @@ import Baton
 import BatonLogging
 import HTTPServer
 import JOSE
+import JSON
 import Logging
 import Postgres
 
 /// The embedder's start-up: its own modules and Baton's side by side, Baton's logs going to the embedder's `Logger`.
 public func startBaton(configuration: BatonConfiguration) async throws -> (app: Logging.Logger, engine: BatonEngine) {
-    let app = Logging.Logger(label: [JOSEModule.name, PostgresModule.name, HTTPServerModule.name, AppleSignInModule.name].joined(separator: "+"))
+    let app = Logging.Logger(label: [JSONModule.name, JOSEModule.name, PostgresModule.name, HTTPServerModule.name, AppleSignInModule.name].joined(separator: "+"))
     let engine = try await BatonEngine.start(configuration: configuration, logger: batonLogger(forwardingTo: app))
     return (app, engine)
 }
