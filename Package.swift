@@ -24,15 +24,16 @@ let package = Package(
         // Linux's epoll and eventfd headers (glibc), which Swift's Glibc module does not include.
         .systemLibrary(name: "CBatonEpoll"),
 
+        .target(name: "BatonErrors", swiftSettings: swiftSettings),
         .target(name: "BatonLogging", swiftSettings: swiftSettings),
         .target(name: "BatonConcurrency", dependencies: ["CBatonEpoll"], swiftSettings: swiftSettings),
-        .target(name: "BatonJOSE", dependencies: ["CBatonOpenSSL"], swiftSettings: swiftSettings),
-        .target(name: "BatonAppleSignIn", dependencies: ["BatonJOSE", "BatonLogging", "BatonConcurrency"], swiftSettings: swiftSettings),
+        .target(name: "BatonJOSE", dependencies: ["CBatonOpenSSL", "BatonErrors"], swiftSettings: swiftSettings),
+        .target(name: "BatonAppleSignIn", dependencies: ["BatonErrors", "BatonJOSE", "BatonLogging", "BatonConcurrency"], swiftSettings: swiftSettings),
         .target(name: "BatonPostgres", dependencies: ["CBatonLibPQ", "BatonLogging", "BatonConcurrency"], swiftSettings: swiftSettings),
-        .target(name: "BatonHTTPServer", dependencies: ["CBatonMicroHTTPD", "BatonLogging", "BatonConcurrency"], swiftSettings: swiftSettings),
-        .target(name: "Baton", dependencies: ["BatonAppleSignIn", "BatonJOSE", "BatonPostgres", "BatonLogging", "BatonConcurrency"], resources: [.copy("Schema")], swiftSettings: swiftSettings),
+        .target(name: "BatonHTTPServer", dependencies: ["CBatonMicroHTTPD", "BatonErrors", "BatonLogging", "BatonConcurrency"], swiftSettings: swiftSettings),
+        .target(name: "Baton", dependencies: ["BatonErrors", "BatonAppleSignIn", "BatonJOSE", "BatonPostgres", "BatonLogging", "BatonConcurrency"], resources: [.copy("Schema")], swiftSettings: swiftSettings),
         .target(name: "BatonService", dependencies: ["Baton", "BatonAppleSignIn", "BatonHTTPServer", "BatonJOSE", "BatonLogging", "BatonConcurrency"], swiftSettings: swiftSettings),
-        .target(name: "BatonEmulator", dependencies: ["BatonAppleSignIn", "BatonJOSE", "BatonHTTPServer", "BatonLogging", "BatonConcurrency"], swiftSettings: swiftSettings),
+        .target(name: "BatonEmulator", dependencies: ["BatonErrors", "BatonAppleSignIn", "BatonJOSE", "BatonHTTPServer", "BatonLogging", "BatonConcurrency"], swiftSettings: swiftSettings),
         // What the `baton` executable runs besides the product: its command-line kit, benchmarks, the HTTP fuzzer,
         // the demo scenario, and the one raw HTTP client of tools and tests. No library product exposes it.
         .target(
@@ -51,7 +52,7 @@ let package = Package(
         .testTarget(name: "BatonJOSETests", dependencies: ["BatonJOSE"], swiftSettings: swiftSettings),
         .testTarget(name: "BatonAppleSignInTests", dependencies: ["BatonAppleSignIn", "BatonJOSE", "BatonEmulator", "BatonHTTPServer", "TestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "BatonPostgresTests", dependencies: ["BatonPostgres", "BatonConcurrency", "TestSupport"], swiftSettings: swiftSettings),
-        .testTarget(name: "BatonHTTPServerTests", dependencies: ["BatonHTTPServer", "BatonConcurrency", "BatonTools", "TestSupport"], swiftSettings: swiftSettings),
+        .testTarget(name: "BatonHTTPServerTests", dependencies: ["BatonErrors", "BatonHTTPServer", "BatonConcurrency", "BatonTools", "TestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "BatonTests", dependencies: ["Baton", "BatonAppleSignIn", "TestSupport", "BatonEmulator"], swiftSettings: swiftSettings),
         .testTarget(name: "BatonServiceTests", dependencies: ["BatonService", "TestSupport", "Baton", "BatonEmulator", "BatonAppleSignIn", "BatonHTTPServer", "BatonJOSE", "BatonPostgres", "BatonConcurrency"], swiftSettings: swiftSettings),
         .testTarget(name: "BatonEmulatorTests", dependencies: ["BatonEmulator", "BatonAppleSignIn", "TestSupport"], swiftSettings: swiftSettings),
