@@ -19,7 +19,7 @@ import BatonLogging
 /// | `GET /report` | the same report as an HTML page (admin token) |
 /// | `GET /healthz`, `/readyz`, `/metrics` | liveness, readiness, Prometheus text |
 ///
-/// Errors are `{"error": code, "reason": text}` with the status its code maps to (`HTTPStatusMapping.swift`); bad input is
+/// Errors are `{"error": code, "reason": text}` with the status their code states (`BatonErrorCode.httpStatus`); bad input is
 /// 4xx, an unreachable database 503. Each request logs one line (route, status, duration, outcome or
 /// error), never tokens, secrets or emails.
 public final class BatonAPI: Sendable {
