@@ -25,17 +25,18 @@ let package = Package(
         // Linux's epoll and eventfd headers (glibc), which Swift's Glibc module does not include.
         .systemLibrary(name: "CBatonEpoll"),
 
+        .target(name: "BatonErrors", swiftSettings: swiftSettings),
         // The one strict JSON reader, writer and string escaper, below every module that reads or writes JSON.
-        .target(name: "BatonJSON", swiftSettings: swiftSettings),
+        .target(name: "BatonJSON", dependencies: ["BatonErrors"], swiftSettings: swiftSettings),
         .target(name: "BatonLogging", dependencies: ["BatonJSON"], swiftSettings: swiftSettings),
         .target(name: "BatonConcurrency", dependencies: ["CBatonEpoll"], swiftSettings: swiftSettings),
-        .target(name: "BatonJOSE", dependencies: ["CBatonOpenSSL", "BatonJSON"], swiftSettings: swiftSettings),
-        .target(name: "BatonAppleSignIn", dependencies: ["BatonJOSE", "BatonJSON", "BatonLogging", "BatonConcurrency"], swiftSettings: swiftSettings),
+        .target(name: "BatonJOSE", dependencies: ["CBatonOpenSSL", "BatonErrors", "BatonJSON"], swiftSettings: swiftSettings),
+        .target(name: "BatonAppleSignIn", dependencies: ["BatonErrors", "BatonJOSE", "BatonJSON", "BatonLogging", "BatonConcurrency"], swiftSettings: swiftSettings),
         .target(name: "BatonPostgres", dependencies: ["CBatonLibPQ", "BatonLogging", "BatonConcurrency"], swiftSettings: swiftSettings),
-        .target(name: "BatonHTTPServer", dependencies: ["CBatonMicroHTTPD", "BatonJSON", "BatonLogging", "BatonConcurrency"], swiftSettings: swiftSettings),
-        .target(name: "Baton", dependencies: ["BatonAppleSignIn", "BatonJOSE", "BatonJSON", "BatonPostgres", "BatonLogging", "BatonConcurrency"], resources: [.copy("Schema")], swiftSettings: swiftSettings),
+        .target(name: "BatonHTTPServer", dependencies: ["CBatonMicroHTTPD", "BatonErrors", "BatonJSON", "BatonLogging", "BatonConcurrency"], swiftSettings: swiftSettings),
+        .target(name: "Baton", dependencies: ["BatonErrors", "BatonAppleSignIn", "BatonJOSE", "BatonJSON", "BatonPostgres", "BatonLogging", "BatonConcurrency"], resources: [.copy("Schema")], swiftSettings: swiftSettings),
         .target(name: "BatonService", dependencies: ["Baton", "BatonAppleSignIn", "BatonHTTPServer", "BatonJOSE", "BatonJSON", "BatonLogging", "BatonConcurrency"], swiftSettings: swiftSettings),
-        .target(name: "BatonEmulator", dependencies: ["BatonAppleSignIn", "BatonJOSE", "BatonJSON", "BatonHTTPServer", "BatonLogging", "BatonConcurrency"], swiftSettings: swiftSettings),
+        .target(name: "BatonEmulator", dependencies: ["BatonErrors", "BatonAppleSignIn", "BatonJOSE", "BatonJSON", "BatonHTTPServer", "BatonLogging", "BatonConcurrency"], swiftSettings: swiftSettings),
         // What the `baton` executable runs besides the product: its command-line kit, benchmarks, the HTTP fuzzer,
         // the demo scenario, and the one raw HTTP client of tools and tests. No library product exposes it.
         .target(
@@ -55,7 +56,7 @@ let package = Package(
         .testTarget(name: "BatonJOSETests", dependencies: ["BatonJOSE", "BatonJSON"], swiftSettings: swiftSettings),
         .testTarget(name: "BatonAppleSignInTests", dependencies: ["BatonAppleSignIn", "BatonJOSE", "BatonJSON", "BatonEmulator", "BatonHTTPServer", "TestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "BatonPostgresTests", dependencies: ["BatonPostgres", "BatonConcurrency", "TestSupport"], swiftSettings: swiftSettings),
-        .testTarget(name: "BatonHTTPServerTests", dependencies: ["BatonHTTPServer", "BatonConcurrency", "BatonTools", "TestSupport"], swiftSettings: swiftSettings),
+        .testTarget(name: "BatonHTTPServerTests", dependencies: ["BatonErrors", "BatonHTTPServer", "BatonConcurrency", "BatonTools", "TestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "BatonTests", dependencies: ["Baton", "BatonAppleSignIn", "TestSupport", "BatonEmulator"], swiftSettings: swiftSettings),
         .testTarget(name: "BatonServiceTests", dependencies: ["BatonService", "TestSupport", "Baton", "BatonEmulator", "BatonAppleSignIn", "BatonHTTPServer", "BatonJOSE", "BatonJSON", "BatonPostgres", "BatonConcurrency"], swiftSettings: swiftSettings),
         .testTarget(name: "BatonEmulatorTests", dependencies: ["BatonEmulator", "BatonAppleSignIn", "BatonJSON", "TestSupport"], swiftSettings: swiftSettings),

@@ -283,7 +283,7 @@ public final class BulkJob: Sendable {
     /// down or read-only during a failover, no connection free): worth waiting for, not the row's fault.
     static func isDatabaseOutage(_ error: any Error) -> Bool {
         guard let error = error as? PostgresError else { return false }
-        return error.isUnavailable && error.code != .poolClosed
+        return error.isUnavailable
     }
 
     /// Runs `operation`; while it fails with a database outage, waits with the backoff and runs it again, for at

@@ -43,7 +43,7 @@ private func runImport(_ parsed: Arguments) async throws -> Int32 {
         }
     } catch let error as BulkJobError {
         await pool.close()
-        throw CommandFailure.rejected("baton import: \(error)")
+        throw CommandFailure.rejected("baton import: \(error.reason)")
     } catch let error as PostgresError {
         await pool.close()
         throw CommandFailure.failed("baton import: \(error)")

@@ -46,8 +46,8 @@ private func runExport(_ parsed: Arguments) async throws -> Int32 {
         return 0
     } catch let error as BulkJobError {
         await pool.close()
-        if error.code == .invalidColumn { throw CommandFailure.usage("baton transfer-ids: \(error)") }
-        throw CommandFailure.rejected("baton transfer-ids: \(error)")
+        if error.code == .invalidColumn { throw CommandFailure.usage("baton transfer-ids: \(error.reason)") }
+        throw CommandFailure.rejected("baton transfer-ids: \(error.reason)")
     } catch let error as ConfigurationError {
         await pool.close()
         throw CommandFailure.usage("\(error)")
