@@ -26,6 +26,8 @@ let package = Package(
 
         .target(name: "BatonLogging", swiftSettings: swiftSettings),
         .target(name: "BatonConcurrency", dependencies: ["CBatonEpoll"], swiftSettings: swiftSettings),
+        // Child processes (posix_spawn, waitpid), for the tools and the tests; no library product exposes it.
+        .target(name: "BatonProcess", dependencies: ["BatonConcurrency"], swiftSettings: swiftSettings),
         .target(name: "BatonJOSE", dependencies: ["CBatonOpenSSL"], swiftSettings: swiftSettings),
         .target(name: "BatonAppleSignIn", dependencies: ["BatonJOSE", "BatonLogging", "BatonConcurrency"], swiftSettings: swiftSettings),
         .target(name: "BatonPostgres", dependencies: ["CBatonLibPQ", "BatonLogging", "BatonConcurrency"], swiftSettings: swiftSettings),
@@ -37,7 +39,7 @@ let package = Package(
         // the demo scenario, and the one raw HTTP client of tools and tests. No library product exposes it.
         .target(
             name: "BatonTools",
-            dependencies: ["BatonService", "Baton", "BatonEmulator", "BatonAppleSignIn", "BatonJOSE", "BatonPostgres", "BatonHTTPServer", "BatonLogging", "BatonConcurrency"],
+            dependencies: ["BatonService", "Baton", "BatonEmulator", "BatonAppleSignIn", "BatonJOSE", "BatonPostgres", "BatonHTTPServer", "BatonLogging", "BatonConcurrency", "BatonProcess"],
             swiftSettings: swiftSettings
         ),
         .executableTarget(
@@ -47,7 +49,7 @@ let package = Package(
         ),
 
         // Shared helpers for tests: scoped databases, emulators and servers that always tear down, the built binary.
-        .target(name: "TestSupport", dependencies: ["BatonEmulator", "BatonHTTPServer", "BatonPostgres"], path: "Tests/TestSupport", swiftSettings: swiftSettings),
+        .target(name: "TestSupport", dependencies: ["BatonEmulator", "BatonHTTPServer", "BatonPostgres", "BatonConcurrency", "BatonProcess"], path: "Tests/TestSupport", swiftSettings: swiftSettings),
         .testTarget(name: "BatonJOSETests", dependencies: ["BatonJOSE"], swiftSettings: swiftSettings),
         .testTarget(name: "BatonAppleSignInTests", dependencies: ["BatonAppleSignIn", "BatonJOSE", "BatonEmulator", "BatonHTTPServer", "TestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "BatonPostgresTests", dependencies: ["BatonPostgres", "BatonConcurrency", "TestSupport"], swiftSettings: swiftSettings),
@@ -55,7 +57,7 @@ let package = Package(
         .testTarget(name: "BatonTests", dependencies: ["Baton", "BatonAppleSignIn", "BatonConcurrency", "TestSupport", "BatonEmulator"], swiftSettings: swiftSettings),
         .testTarget(name: "BatonServiceTests", dependencies: ["BatonService", "TestSupport", "Baton", "BatonEmulator", "BatonAppleSignIn", "BatonHTTPServer", "BatonJOSE", "BatonPostgres", "BatonConcurrency"], swiftSettings: swiftSettings),
         .testTarget(name: "BatonEmulatorTests", dependencies: ["BatonEmulator", "BatonAppleSignIn", "TestSupport"], swiftSettings: swiftSettings),
-        .testTarget(name: "CLITests", dependencies: ["BatonEmulator", "BatonJOSE", "TestSupport"], swiftSettings: swiftSettings),
+        .testTarget(name: "CLITests", dependencies: ["BatonEmulator", "BatonJOSE", "BatonProcess", "TestSupport"], swiftSettings: swiftSettings),
         // The fault suite: `baton serve` and `baton exchange` as child processes under outages (`make faults`).
         .testTarget(name: "FaultTests", dependencies: ["BatonEmulator", "TestSupport"], swiftSettings: swiftSettings),
         // Builds Examples/EmbedderCheck: an embedder's own `Logging`, `JOSE`, … modules beside the `Baton` product.
