@@ -293,12 +293,22 @@ struct ConfigurationTests {
         #expect(configuration.apple.transfer?.sender?.privateKeyPath == packageRoot.appendingPathComponent("sample-config/keys/sender.p8").path)
         #expect(try configuration.legacy.quotedTable() == "\"public\".\"users\"")
 
-        let readme = try String(contentsOf: packageRoot.appendingPathComponent("docs/configuration.md"), encoding: .utf8)
-        for key in BatonConfiguration.keys {
-            let row = "| `\(key.path)` | `\(key.environmentVariable)` | \(key.defaultDescription) | \(key.summary) |"
-            #expect(readme.contains(row), "docs/configuration.md does not have the row \(row)")
-        }
-        #expect(readme.contains(BatonConfiguration.adminTokenVariable))
+    }
+
+    @Test("docs/configuration.md's key table is the declared keys, one row each in file order, and nothing else")
+    func documentedKeys() throws {
+        let docs = try String(contentsOf: packageRoot.appendingPathComponent("docs/configuration.md"), encoding: .utf8)
+        let section = try #require(docs.components(separatedBy: "\n## Keys\n").dropFirst().first)
+        let table = section.split(separator: "\n", omittingEmptySubsequences: false).drop { !$0.hasPrefix("|") }
+            .prefix { $0.hasPrefix("|") }.dropFirst(2).map(String.init)
+        // The tokens themselves have a variable but no key: their rows start with `—`.
+        let tokens = table.filter { $0.hasPrefix("| — |") }
+        #expect(tokens.count == 2 && tokens[0].contains(BatonConfiguration.adminTokenVariable) && tokens[1].contains(BatonConfiguration.serviceTokenVariable))
+        let expected = BatonConfiguration.keys.map { "| `\($0.path)` | `\($0.environmentVariable)` | \($0.defaultDescription) | \($0.summary) |" }
+        let rows = table.filter { !$0.hasPrefix("| — |") }
+        for row in expected where !rows.contains(row) { Issue.record("docs/configuration.md lacks the row \(row)") }
+        for row in rows where !expected.contains(row) { Issue.record("docs/configuration.md has a row for no declared key: \(row)") }
+        #expect(rows == expected, "the rows are not in the declared order")
     }
 
     @Test("the key table and the Codable shape name the same keys")

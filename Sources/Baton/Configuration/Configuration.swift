@@ -14,7 +14,7 @@ import BatonPostgres
 ///
 /// Loading validates everything it can without I/O beyond reading the admin token file, and a failure is a
 /// ``ConfigurationError`` naming the key and its environment variable.
-public struct BatonConfiguration: Sendable, Equatable, Codable {
+public struct BatonConfiguration: Sendable, Equatable, Codable, ConfigurationSection {
     /// Where `baton serve` listens; default `127.0.0.1:8080`.
     public var listen: ListenAddress
     /// The PostgreSQL database holding the application's table and Baton's schema.
@@ -63,14 +63,6 @@ public struct BatonConfiguration: Sendable, Equatable, Codable {
         self.serviceToken = serviceToken
         self.requireNonce = requireNonce
         self.server = server
-    }
-
-    enum CodingKeys: String, CodingKey {
-        case listen, database, apple, legacy, server
-        case adminTokenFile = "admin_token_file"
-        case reportRefreshSeconds = "report_refresh_seconds"
-        case serviceTokenFile = "service_token_file"
-        case requireNonce = "require_nonce"
     }
 
     // MARK: - Sections
@@ -126,7 +118,7 @@ public struct BatonConfiguration: Sendable, Equatable, Codable {
     }
 
     /// The `server` section: limits of `baton serve`'s HTTP server against slow or greedy clients.
-    public struct Server: Sendable, Equatable, Codable {
+    public struct Server: Sendable, Equatable, Codable, ConfigurationSection {
         /// The longest a request's handler may run before the answer is 503 `timeout`, in milliseconds; also how
         /// long shutdown waits for running handlers. Default 10,000; 100...600,000.
         public var requestTimeoutMilliseconds: Int
@@ -153,18 +145,10 @@ public struct BatonConfiguration: Sendable, Equatable, Codable {
             self.eventLoops = eventLoops
             self.batchScheduling = batchScheduling
         }
-
-        enum CodingKeys: String, CodingKey {
-            case requestTimeoutMilliseconds = "request_timeout_ms"
-            case requestHeadTimeoutMilliseconds = "request_head_timeout_ms"
-            case connectionsPerIP = "connections_per_ip"
-            case eventLoops = "event_loops"
-            case batchScheduling = "batch_scheduling"
-        }
     }
 
     /// The database section.
-    public struct Database: Sendable, Equatable, Codable {
+    public struct Database: Sendable, Equatable, Codable, ConfigurationSection {
         /// A libpq connection URL, `postgresql://…` (it may hold a password: never print it).
         public var url: String
         /// Connections in the pool; default 8, 1...1000.
@@ -190,17 +174,10 @@ public struct BatonConfiguration: Sendable, Equatable, Codable {
             PostgresPool(url: url, maxConnections: maxConnections, statementTimeoutMilliseconds: statementTimeoutMilliseconds,
                          pooler: pooler, logger: logger)
         }
-
-        enum CodingKeys: String, CodingKey {
-            case url
-            case poolSize = "pool_size"
-            case statementTimeoutMilliseconds = "statement_timeout_ms"
-            case pooler
-        }
     }
 
     /// The `apple` section.
-    public struct Apple: Sendable, Equatable, Codable {
+    public struct Apple: Sendable, Equatable, Codable, ConfigurationSection {
         /// Apple's base URL (the emulator's in tests); default `https://appleid.apple.com`.
         public var baseURL: URL
         /// The identity-token key set; default `base_url` + `/auth/keys`.
@@ -240,16 +217,6 @@ public struct BatonConfiguration: Sendable, Equatable, Codable {
             self.notificationMaxAgeSeconds = notificationMaxAgeSeconds
         }
 
-        enum CodingKeys: String, CodingKey {
-            case notificationMaxAgeSeconds = "notification_max_age_seconds"
-            case baseURL = "base_url"
-            case keysURL = "keys_url"
-            case issuer
-            case clientIDs = "client_ids"
-            case legacyClientIDs = "legacy_client_ids"
-            case transfer
-        }
-
         /// `base` + `/auth/keys`, keeping any path prefix of `base`.
         static func keysURL(for base: URL) -> URL {
             base.appendingPathComponent("auth").appendingPathComponent("keys")
@@ -257,7 +224,7 @@ public struct BatonConfiguration: Sendable, Equatable, Codable {
     }
 
     /// The transfer: the app's client ID, when the recipient accepted it, and each team's key.
-    public struct Transfer: Sendable, Equatable, Codable {
+    public struct Transfer: Sendable, Equatable, Codable, ConfigurationSection {
         /// The transferred app's primary client ID (`client_id` of `/auth/token` and `/auth/usermigrationinfo`).
         public var clientID: String
         /// When the recipient accepted the transfer; absent before. The 60-day window starts here.
@@ -278,12 +245,6 @@ public struct BatonConfiguration: Sendable, Equatable, Codable {
             self.recipient = recipient
         }
 
-        enum CodingKeys: String, CodingKey {
-            case clientID = "client_id"
-            case acceptedAt = "accepted_at"
-            case sender, recipient
-        }
-
         /// When the 60-day window closes; nil before acceptance.
         public var windowEndsAt: Date? { acceptedAt.map { $0.addingTimeInterval(Transfer.window) } }
 
@@ -295,7 +256,7 @@ public struct BatonConfiguration: Sendable, Equatable, Codable {
     }
 
     /// One team's Sign in with Apple key.
-    public struct TeamCredentials: Sendable, Equatable, Codable {
+    public struct TeamCredentials: Sendable, Equatable, Codable, ConfigurationSection {
         /// The team ID: 10 upper-case letters or digits.
         public var teamID: String
         /// The key ID of the `.p8` key: 10 letters or digits.
@@ -309,17 +270,11 @@ public struct BatonConfiguration: Sendable, Equatable, Codable {
             self.keyID = keyID
             self.privateKeyPath = privateKeyPath
         }
-
-        enum CodingKeys: String, CodingKey {
-            case teamID = "team_id"
-            case keyID = "key_id"
-            case privateKeyPath = "private_key_path"
-        }
     }
 
     /// The application's own user (or identity) table, which Baton reads and rewrites but never creates or
     /// drops. The shapes auth frameworks give it, and how to name them here, are in docs/schemas.md.
-    public struct Legacy: Sendable, Equatable, Codable {
+    public struct Legacy: Sendable, Equatable, Codable, ConfigurationSection {
         /// The table, optionally schema-qualified: `public.users`, `auth.identities`.
         public var table: String
         /// The primary key column.
@@ -363,21 +318,6 @@ public struct BatonConfiguration: Sendable, Equatable, Codable {
             self.emailPolicy = emailPolicy
             self.onDuplicate = onDuplicate
             self.createdAtColumn = createdAtColumn
-        }
-
-        enum CodingKeys: String, CodingKey {
-            case table
-            case keyColumn = "key_column"
-            case subjectColumn = "subject_column"
-            case emailColumn = "email_column"
-            case transferColumn = "transfer_column"
-            case filters = "where"
-            case email
-            case json
-            case emailCopies = "email_copies"
-            case emailPolicy = "email_policy"
-            case onDuplicate = "on_duplicate"
-            case createdAtColumn = "created_at_column"
         }
 
         /// The validated identifiers, ready for `PostgresQuery` interpolation (which quotes them).

@@ -37,7 +37,7 @@ public enum DuplicatePolicy: String, Sendable, Equatable, Codable, CaseIterable 
 
 /// `legacy.email`: the email lives in another table that the identity row references
 /// (`auth_user.email` through `socialaccount_socialaccount.user_id`).
-public struct LegacyEmailTable: Sendable, Equatable, Codable {
+public struct LegacyEmailTable: Sendable, Equatable, Codable, ConfigurationSection {
     /// The users table, optionally schema-qualified: `public.auth_user`, `auth.users`.
     public var table: String
     /// Its email column.
@@ -54,18 +54,12 @@ public struct LegacyEmailTable: Sendable, Equatable, Codable {
         self.keyColumn = keyColumn
         self.referenceColumn = referenceColumn
     }
-
-    enum CodingKeys: String, CodingKey {
-        case table, column
-        case keyColumn = "key_column"
-        case referenceColumn = "reference_column"
-    }
 }
 
 /// One entry of `legacy.email_copies`: a further table keeping its own copy of the user's email, one row per
 /// address (allauth's `account_emailaddress`). The row of the user holding the old address is rewritten with the
 /// new one, under `legacy.email_policy`; its other columns are kept and no row is added or deleted.
-public struct LegacyEmailCopy: Sendable, Equatable, Codable {
+public struct LegacyEmailCopy: Sendable, Equatable, Codable, ConfigurationSection {
     /// The table, optionally schema-qualified: `public.account_emailaddress`.
     public var table: String
     /// Its email column.
@@ -83,18 +77,12 @@ public struct LegacyEmailCopy: Sendable, Equatable, Codable {
         self.userColumn = userColumn
         self.filters = filters
     }
-
-    enum CodingKeys: String, CodingKey {
-        case table, column
-        case userColumn = "user_column"
-        case filters = "where"
-    }
 }
 
 /// `legacy.json`: a json/jsonb (or text holding JSON) column of `legacy.table` whose top-level keys copy
 /// the claims; the listed keys are rewritten with the new subject and email, other keys never touched, a
 /// missing key never added.
-public struct LegacyJSONCopy: Sendable, Equatable, Codable {
+public struct LegacyJSONCopy: Sendable, Equatable, Codable, ConfigurationSection {
     /// The column: `extra_data`, `identity_data`.
     public var column: String
     /// Keys holding the subject (default `["sub"]`).
@@ -112,13 +100,6 @@ public struct LegacyJSONCopy: Sendable, Equatable, Codable {
         self.subjectKeys = subjectKeys
         self.emailKeys = emailKeys
         self.emailTableColumn = emailTableColumn
-    }
-
-    enum CodingKeys: String, CodingKey {
-        case column
-        case subjectKeys = "subject_keys"
-        case emailKeys = "email_keys"
-        case emailTableColumn = "email_table_column"
     }
 }
 
