@@ -329,7 +329,7 @@ public struct BatonConfiguration: Sendable, Equatable, Codable, ConfigurationSec
         /// The table, quoted for SQL: `"public"."users"`.
         /// - Throws: ``ConfigurationError`` (`invalidValue`) when the name is not a valid identifier.
         public func quotedTable() throws -> String {
-            try BatonConfiguration.quoteIdentifier(table, key: "legacy.table", allowSchema: true)
+            try identifier(\.table, in: BatonConfiguration.name(of: \.legacy), allowSchema: true).quoted
         }
     }
 

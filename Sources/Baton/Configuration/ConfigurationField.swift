@@ -216,4 +216,21 @@ extension ConfigurationSection {
         }
         return field.name
     }
+
+    /// The path of the key stored in `property` when the section is at `path`: `legacy`, `\.keyColumn` →
+    /// `legacy.key_column`.
+    static func key(_ property: PartialKeyPath<Self>, in path: String) -> String {
+        path.isEmpty ? name(of: property) : "\(path).\(name(of: property))"
+    }
+
+    /// The SQL identifier in `property`, validated under its key (``BatonConfiguration/identifier(_:key:allowSchema:)``).
+    func identifier(_ property: KeyPath<Self, String>, in path: String, allowSchema: Bool = false) throws -> PostgresIdentifier {
+        try BatonConfiguration.identifier(self[keyPath: property], key: Self.key(property, in: path), allowSchema: allowSchema)
+    }
+
+    /// The SQL identifier in an optional `property`, if set, validated under its key; never schema-qualified.
+    func identifier(_ property: KeyPath<Self, String?>, in path: String) throws -> PostgresIdentifier? {
+        guard let text = self[keyPath: property] else { return nil }
+        return try BatonConfiguration.identifier(text, key: Self.key(property, in: path), allowSchema: false)
+    }
 }

@@ -182,47 +182,52 @@ extension BatonConfiguration {
         /// Validates `legacy`.
         /// - Throws: ``ConfigurationError`` (`invalidValue`) naming the first bad key.
         public init(_ legacy: Legacy) throws {
-            func column(_ text: String, _ key: String) throws -> PostgresIdentifier {
-                try BatonConfiguration.identifier(text, key: key, allowSchema: false)
+            let path = BatonConfiguration.name(of: \.legacy)
+            table = try legacy.identifier(\.table, in: path, allowSchema: true)
+            keyColumn = try legacy.identifier(\.keyColumn, in: path)
+            subjectColumn = try legacy.identifier(\.subjectColumn, in: path)
+            emailColumn = try legacy.identifier(\.emailColumn, in: path)
+            transferColumn = try legacy.identifier(\.transferColumn, in: path)
+            filters = try Self.filters(legacy, \.filters, in: path)
+            emailTable = try legacy.email.map { email in
+                let path = Legacy.key(\.email, in: path)
+                return EmailTable(table: try email.identifier(\.table, in: path, allowSchema: true), column: try email.identifier(\.column, in: path),
+                                  keyColumn: try email.identifier(\.keyColumn, in: path), referenceColumn: try email.identifier(\.referenceColumn, in: path))
             }
-            table = try BatonConfiguration.identifier(legacy.table, key: "legacy.table", allowSchema: true)
-            keyColumn = try column(legacy.keyColumn, "legacy.key_column")
-            subjectColumn = try column(legacy.subjectColumn, "legacy.subject_column")
-            emailColumn = try legacy.emailColumn.map { try column($0, "legacy.email_column") }
-            transferColumn = try legacy.transferColumn.map { try column($0, "legacy.transfer_column") }
-            func parseFilters(_ filters: [String: String]?, _ key: String) throws -> [Filter] {
-                try (filters ?? [:]).sorted { $0.key < $1.key }.map { Filter(column: try column($0.key, key), value: $0.value) }
-            }
-            filters = try parseFilters(legacy.filters, "legacy.where")
-            emailTable = try legacy.email.map {
-                EmailTable(table: try BatonConfiguration.identifier($0.table, key: "legacy.email.table", allowSchema: true),
-                           column: try column($0.column, "legacy.email.column"),
-                           keyColumn: try column($0.keyColumn, "legacy.email.key_column"),
-                           referenceColumn: try column($0.referenceColumn, "legacy.email.reference_column"))
-            }
-            json = try legacy.json.map { copy in
-                let subjectKeys = copy.subjectKeys ?? ["sub"]
-                let emailKeys = copy.emailKeys ?? []
-                for (name, keys) in [("subject_keys", subjectKeys), ("email_keys", emailKeys)]
-                where keys.contains(where: { $0.isEmpty || $0.utf8.count > 255 }) || Set(keys).count != keys.count {
-                    throw ConfigurationError(.invalidValue, key: "legacy.json.\(name)", reason: "must list distinct, non-empty JSON keys")
-                }
-                guard Set(subjectKeys).isDisjoint(with: emailKeys) else {
-                    throw ConfigurationError(.invalidValue, key: "legacy.json.email_keys", reason: "must not repeat a key of legacy.json.subject_keys")
-                }
-                return JSONCopy(column: try column(copy.column, "legacy.json.column"), subjectKeys: subjectKeys, emailKeys: emailKeys,
-                                emailTableColumn: try copy.emailTableColumn.map { try column($0, "legacy.json.email_table_column") })
-            }
+            json = try legacy.json.map { try Self.jsonCopy($0, in: Legacy.key(\.json, in: path)) }
             emailCopies = try (legacy.emailCopies ?? []).enumerated().map { index, copy in
-                let key = "legacy.email_copies[\(index)]"
-                return EmailCopy(table: try BatonConfiguration.identifier(copy.table, key: key + ".table", allowSchema: true),
-                                 column: try column(copy.column, key + ".column"), userColumn: try column(copy.userColumn, key + ".user_column"),
-                                 filters: try parseFilters(copy.filters, key + ".where"))
+                let path = "\(Legacy.key(\.emailCopies, in: path))[\(index)]"
+                return EmailCopy(table: try copy.identifier(\.table, in: path, allowSchema: true), column: try copy.identifier(\.column, in: path),
+                                 userColumn: try copy.identifier(\.userColumn, in: path), filters: try Self.filters(copy, \.filters, in: path))
             }
             emailPolicy = (emailColumn == nil && emailTable == nil) ? .never : (legacy.emailPolicy ?? .relay)
             duplicatePolicy = legacy.onDuplicate ?? .report
-            createdAtColumn = try legacy.createdAtColumn.map { try column($0, "legacy.created_at_column") }
+            createdAtColumn = try legacy.identifier(\.createdAtColumn, in: path)
             try checkDistinct()
+        }
+
+        /// The filters in `member` of `section` (at `path`), ordered by column name, each column validated.
+        private static func filters<Section: ConfigurationSection>(_ section: Section, _ member: KeyPath<Section, [String: String]?>, in path: String) throws -> [Filter] {
+            let key = Section.key(member, in: path)
+            return try (section[keyPath: member] ?? [:]).sorted { $0.key < $1.key }.map {
+                Filter(column: try BatonConfiguration.identifier($0.key, key: key, allowSchema: false), value: $0.value)
+            }
+        }
+
+        /// `legacy.json` (at `path`) with its default keys, each list of distinct, non-empty keys, the two disjoint.
+        private static func jsonCopy(_ copy: LegacyJSONCopy, in path: String) throws -> JSONCopy {
+            let subjectKeys = copy.subjectKeys ?? ["sub"]
+            let emailKeys = copy.emailKeys ?? []
+            for (member, keys) in [(\LegacyJSONCopy.subjectKeys, subjectKeys), (\LegacyJSONCopy.emailKeys, emailKeys)]
+            where keys.contains(where: { $0.isEmpty || $0.utf8.count > 255 }) || Set(keys).count != keys.count {
+                throw ConfigurationError(.invalidValue, key: LegacyJSONCopy.key(member, in: path), reason: "must list distinct, non-empty JSON keys")
+            }
+            guard Set(subjectKeys).isDisjoint(with: emailKeys) else {
+                throw ConfigurationError(.invalidValue, key: LegacyJSONCopy.key(\.emailKeys, in: path),
+                                         reason: "must not repeat a key of \(LegacyJSONCopy.key(\.subjectKeys, in: path))")
+            }
+            return JSONCopy(column: try copy.identifier(\.column, in: path), subjectKeys: subjectKeys, emailKeys: emailKeys,
+                            emailTableColumn: try copy.identifier(\.emailTableColumn, in: path))
         }
 
         private func checkDistinct() throws {
