@@ -10,7 +10,9 @@ import BatonPostgres
 /// comma-separated; an empty value removes the key. The admin token comes only from `BATON_ADMIN_TOKEN` or from
 /// the file named by `admin_token_file`, never from the JSON itself. Paths in the JSON file are relative to the
 /// file's directory; paths from the environment are relative to the current directory.
-/// ``BatonConfiguration/keys`` declares every key, its default and its meaning; `docs/configuration.md` documents them.
+/// Each key is declared once in `ConfigurationKeys.swift` (name, property, default, rule, meaning), which decodes,
+/// defaults, overrides, checks and documents it; ``BatonConfiguration/keys`` lists them and `docs/configuration.md`
+/// shows them.
 ///
 /// Loading validates everything it can without I/O beyond reading the admin token file, and a failure is a
 /// ``ConfigurationError`` naming the key and its environment variable.
@@ -27,7 +29,7 @@ public struct BatonConfiguration: Sendable, Equatable, Codable, ConfigurationSec
     public var adminTokenFile: String?
     /// The admin token, from `BATON_ADMIN_TOKEN` or `admin_token_file`; never read from or written to JSON.
     public var adminToken: AdminToken?
-    /// Seconds between reloads of the `GET /report` page (a meta refresh); 0 for none; default 300.
+    /// Seconds between reloads of the `GET /report` page (a meta refresh); 0 for none; default 300 (`report_refresh_seconds`).
     public var reportRefreshSeconds: Int
     /// The file holding the service token `GET /v1/credential-state` then requires, if any.
     public var serviceTokenFile: String?
@@ -118,19 +120,20 @@ public struct BatonConfiguration: Sendable, Equatable, Codable, ConfigurationSec
     }
 
     /// The `server` section: limits of `baton serve`'s HTTP server against slow or greedy clients.
+    /// Each limit's range is declared with its key and checked by ``BatonConfiguration/validate()``.
     public struct Server: Sendable, Equatable, Codable, ConfigurationSection {
         /// The longest a request's handler may run before the answer is 503 `timeout`, in milliseconds; also how
-        /// long shutdown waits for running handlers. Default 10,000; 100...600,000.
+        /// long shutdown waits for running handlers. Default 10,000 (`server.request_timeout_ms`).
         public var requestTimeoutMilliseconds: Int
         /// The longest a client may take to send a request's head and body, in milliseconds, however slowly it
-        /// trickles bytes. Default 10,000; 100...600,000.
+        /// trickles bytes. Default 10,000 (`server.request_head_timeout_ms`).
         public var requestHeadTimeoutMilliseconds: Int
         /// Connections one client address may hold at once, across the event loops; one more is answered 503
         /// `too_many_connections`. Default 256 (a quarter of the server's 1,024, four times an application server's
-        /// 64-connection pool); 1...10,000.
+        /// 64-connection pool; `server.connections_per_ip`).
         public var connectionsPerIP: Int
         /// Event loops serving HTTP, each a thread with its own pipeline connection for sign-ins; nil (the
-        /// default): one per core. 1...64.
+        /// default): one per core (`server.event_loops`).
         public var eventLoops: Int?
         /// Whether the event loops' threads run under Linux's `SCHED_BATCH` policy: their wake-ups do not preempt
         /// the task running on the core, so a loop batches more and the cores switch less. Default true.
@@ -151,12 +154,12 @@ public struct BatonConfiguration: Sendable, Equatable, Codable, ConfigurationSec
     public struct Database: Sendable, Equatable, Codable, ConfigurationSection {
         /// A libpq connection URL, `postgresql://…` (it may hold a password: never print it).
         public var url: String
-        /// Connections in the pool; default 8, 1...1000.
+        /// Connections in the pool; default 8 (`database.pool_size`).
         public var poolSize: Int
         /// The `statement_timeout` of the service's connections, in milliseconds (it also bounds waiting for
         /// locks), so a request facing a slow or locked database fails with a 503 instead of hanging, on every
         /// connection including replacements; `baton serve` defaults to 5,000, other commands to none; 0 sends
-        /// none (the server's or the role's setting, behind PgBouncer). 0...3,600,000.
+        /// none (the server's or the role's setting, behind PgBouncer; `database.statement_timeout_ms`).
         public var statementTimeoutMilliseconds: Int?
         /// What is in front of PostgreSQL: nothing (default), a session-mode or a transaction-mode pooler.
         public var pooler: PostgresPooler
