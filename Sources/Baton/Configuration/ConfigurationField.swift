@@ -118,11 +118,8 @@ struct ConfigurationField<Section: ConfigurationSection>: Sendable {
         _ name: String, _ property: any WritableKeyPath<Section, Value> & Sendable, kind: BatonConfiguration.KeyKind = Value.kind,
         check: ValueCheck<Value>? = nil, _ summary: String
     ) -> Self {
-        ConfigurationField(name: name, property: property, isRequired: true,
-                           keys: [.init(name, kind, .required, summary, check?.documented)],
-                           decode: { container, section in section[keyPath: property] = try container.decode(Value.self, forKey: MemberName(name)) },
-                           encode: { section, container in try container.encode(section[keyPath: property], forKey: MemberName(name)) },
-                           check: { section, path in try check?.run(section[keyPath: property], path) })
+        present(name, property, isRequired: true, keys: [.init(name, kind, .required, summary, check?.documented)],
+                read: { container, key, _ in try container.decode(Value.self, forKey: key) }, check: { try check?.run($0, $1) })
     }
 
     /// A key that keeps its value in ``ConfigurationSection/defaults`` when absent or `null`.
@@ -139,13 +136,9 @@ struct ConfigurationField<Section: ConfigurationSection>: Sendable {
         _ name: String, _ property: any WritableKeyPath<Section, Value> & Sendable, documented: String,
         from fallback: @escaping @Sendable (Section) -> Value, check: ValueCheck<Value>? = nil, _ summary: String
     ) -> Self {
-        ConfigurationField(name: name, property: property, isRequired: false,
-                           keys: [.init(name, Value.kind, .value(documented), summary, check?.documented)],
-                           decode: { container, section in
-                               section[keyPath: property] = try container.decodeIfPresent(Value.self, forKey: MemberName(name)) ?? fallback(section)
-                           },
-                           encode: { section, container in try container.encode(section[keyPath: property], forKey: MemberName(name)) },
-                           check: { section, path in try check?.run(section[keyPath: property], path) })
+        present(name, property, isRequired: false, keys: [.init(name, Value.kind, .value(documented), summary, check?.documented)],
+                read: { container, key, section in try container.decodeIfPresent(Value.self, forKey: key) ?? fallback(section) },
+                check: { try check?.run($0, $1) })
     }
 
     /// A key that may stay absent (nil); `absent` says what that means, for the documentation.
@@ -153,48 +146,58 @@ struct ConfigurationField<Section: ConfigurationSection>: Sendable {
         _ name: String, _ property: any WritableKeyPath<Section, Value?> & Sendable, kind: BatonConfiguration.KeyKind = Value.kind,
         absent: String, check: ValueCheck<Value>? = nil, _ summary: String
     ) -> Self {
-        ConfigurationField(name: name, property: property, isRequired: false,
-                           keys: [.init(name, kind, .absent(absent), summary, check?.documented)],
-                           decode: { container, section in section[keyPath: property] = try container.decodeIfPresent(Value.self, forKey: MemberName(name)) },
-                           encode: { section, container in try container.encodeIfPresent(section[keyPath: property], forKey: MemberName(name)) },
-                           check: { section, path in
-                               if let value = section[keyPath: property] { try check?.run(value, path) }
-                           })
+        mayBeAbsent(name, property, keys: [.init(name, kind, .absent(absent), summary, check?.documented)], check: { try check?.run($0, $1) })
     }
 
     /// A nested section, required when one of its members is, else created from its defaults when absent.
     static func section<Value: ConfigurationSection>(_ name: String, _ property: any WritableKeyPath<Section, Value> & Sendable) -> Self {
         let required = Value.fields.contains(where: \.isRequired)
-        return ConfigurationField(name: name, property: property, isRequired: required, keys: Value.declaredKeys(under: name),
-                                  decode: { container, section in
-                                      if required {
-                                          section[keyPath: property] = try container.decode(Value.self, forKey: MemberName(name))
-                                      } else if let value = try container.decodeIfPresent(Value.self, forKey: MemberName(name)) {
-                                          section[keyPath: property] = value
-                                      }
-                                  },
-                                  encode: { section, container in try container.encode(section[keyPath: property], forKey: MemberName(name)) },
-                                  check: { section, path in try section[keyPath: property].checkFields(at: path) })
+        return present(name, property, isRequired: required, keys: Value.declaredKeys(under: name),
+                       read: { container, key, section in
+                           required ? try container.decode(Value.self, forKey: key)
+                               : try container.decodeIfPresent(Value.self, forKey: key) ?? section[keyPath: property]
+                       },
+                       check: { try $0.checkFields(at: $1) })
     }
 
     /// A nested section that may be absent (`apple.transfer`, `legacy.email`).
     static func optionalSection<Value: ConfigurationSection>(_ name: String, _ property: any WritableKeyPath<Section, Value?> & Sendable) -> Self {
-        ConfigurationField(name: name, property: property, isRequired: false, keys: Value.declaredKeys(under: name),
-                           decode: { container, section in section[keyPath: property] = try container.decodeIfPresent(Value.self, forKey: MemberName(name)) },
-                           encode: { section, container in try container.encodeIfPresent(section[keyPath: property], forKey: MemberName(name)) },
-                           check: { section, path in try section[keyPath: property]?.checkFields(at: path) })
+        mayBeAbsent(name, property, keys: Value.declaredKeys(under: name), check: { try $0.checkFields(at: $1) })
     }
 
     /// A key holding a list of objects, each a section whose members are keys `name[].member`.
     static func records<Element: ConfigurationSection>(
         _ name: String, _ property: any WritableKeyPath<Section, [Element]?> & Sendable, absent: String, _ summary: String
     ) -> Self {
-        ConfigurationField(name: name, property: property, isRequired: false,
-                           keys: [.init(name, .records, .absent(absent), summary, nil)] + Element.declaredKeys(under: name + "[]"),
-                           decode: { container, section in section[keyPath: property] = try container.decodeIfPresent([Element].self, forKey: MemberName(name)) },
+        mayBeAbsent(name, property, keys: [.init(name, .records, .absent(absent), summary, nil)] + Element.declaredKeys(under: name + "[]"),
+                    check: { list, path in
+                        for (index, element) in list.enumerated() { try element.checkFields(at: "\(path)[\(index)]") }
+                    })
+    }
+
+    /// A member always holding a value, which `read` decodes (from the section decoded so far, for a default);
+    /// `check` is given the value and its path.
+    private static func present<Value: Codable & Sendable>(
+        _ name: String, _ property: any WritableKeyPath<Section, Value> & Sendable, isRequired: Bool, keys: [BatonConfiguration.Key],
+        read: @escaping @Sendable (KeyedDecodingContainer<MemberName>, MemberName, Section) throws -> Value,
+        check: @escaping @Sendable (Value, String) throws -> Void
+    ) -> Self {
+        ConfigurationField(name: name, property: property, isRequired: isRequired, keys: keys,
+                           decode: { container, section in section[keyPath: property] = try read(container, MemberName(name), section) },
+                           encode: { section, container in try container.encode(section[keyPath: property], forKey: MemberName(name)) },
+                           check: { section, path in try check(section[keyPath: property], path) })
+    }
+
+    /// A member that may be absent: nil when absent or `null`, left out when encoded, checked only when present.
+    private static func mayBeAbsent<Value: Codable & Sendable>(
+        _ name: String, _ property: any WritableKeyPath<Section, Value?> & Sendable, keys: [BatonConfiguration.Key],
+        check: @escaping @Sendable (Value, String) throws -> Void
+    ) -> Self {
+        ConfigurationField(name: name, property: property, isRequired: false, keys: keys,
+                           decode: { container, section in section[keyPath: property] = try container.decodeIfPresent(Value.self, forKey: MemberName(name)) },
                            encode: { section, container in try container.encodeIfPresent(section[keyPath: property], forKey: MemberName(name)) },
                            check: { section, path in
-                               for (index, element) in (section[keyPath: property] ?? []).enumerated() { try element.checkFields(at: "\(path)[\(index)]") }
+                               if let value = section[keyPath: property] { try check(value, path) }
                            })
     }
 
