@@ -78,25 +78,6 @@ struct ValueCheck<Value>: Sendable {
     }
 }
 
-extension ValueCheck where Value == Int {
-    /// A whole number in `range`, with `unit` named after it; `zero`, when given, is what 0 means, accepted
-    /// even outside `range` (`report_refresh_seconds`: 0 or 10…86400).
-    static func within(_ range: ClosedRange<Int>, unit: String? = nil, zero: String? = nil) -> ValueCheck {
-        let units = unit.map { " (\($0))" } ?? ""
-        let rule: String
-        if let zero, range.lowerBound != 0 {
-            rule = "must be 0 (\(zero)) or from \(range.lowerBound) to \(range.upperBound)\(units)"
-        } else {
-            rule = "must be from \(range.lowerBound)\(zero.map { " (\($0))" } ?? "") to \(range.upperBound)\(units)"
-        }
-        return ValueCheck(documented: rule) { value, key in
-            guard range.contains(value) || (zero != nil && value == 0) else {
-                throw ConfigurationError(.invalidValue, key: key, reason: rule)
-            }
-        }
-    }
-}
-
 /// One member of a section: its JSON name, the property it fills, what its absence means, its rule and its
 /// documentation. Built with ``required(_:_:kind:check:_:)`` and its siblings, one line of a section's `fields`.
 struct ConfigurationField<Section: ConfigurationSection>: Sendable {

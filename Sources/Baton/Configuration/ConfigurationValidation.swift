@@ -70,6 +70,25 @@ extension BatonConfiguration {
     }
 }
 
+extension ValueCheck where Value == Int {
+    /// A whole number in `range`, with `unit` named after it; `zero`, when given, is what 0 means, accepted
+    /// even outside `range` (`report_refresh_seconds`: 0 or 10…86400).
+    static func within(_ range: ClosedRange<Int>, unit: String? = nil, zero: String? = nil) -> ValueCheck {
+        let units = unit.map { " (\($0))" } ?? ""
+        let rule: String
+        if let zero, range.lowerBound != 0 {
+            rule = "must be 0 (\(zero)) or from \(range.lowerBound) to \(range.upperBound)\(units)"
+        } else {
+            rule = "must be from \(range.lowerBound)\(zero.map { " (\($0))" } ?? "") to \(range.upperBound)\(units)"
+        }
+        return ValueCheck(documented: rule) { value, key in
+            guard range.contains(value) || (zero != nil && value == 0) else {
+                throw ConfigurationError(.invalidValue, key: key, reason: rule)
+            }
+        }
+    }
+}
+
 extension ValueCheck where Value == BatonConfiguration.ListenAddress {
     /// A host and a port from 0 to 65535 (a hand-built address may have neither).
     static var listenAddress: ValueCheck {
