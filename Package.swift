@@ -30,6 +30,8 @@ let package = Package(
         .target(name: "BatonJSON", dependencies: ["BatonErrors"], swiftSettings: swiftSettings),
         .target(name: "BatonLogging", dependencies: ["BatonJSON"], swiftSettings: swiftSettings),
         .target(name: "BatonConcurrency", dependencies: ["CBatonEpoll"], swiftSettings: swiftSettings),
+        // Child processes (posix_spawn, waitpid), for the tools and the tests; no library product exposes it.
+        .target(name: "BatonProcess", dependencies: ["BatonConcurrency"], swiftSettings: swiftSettings),
         .target(name: "BatonJOSE", dependencies: ["CBatonOpenSSL", "BatonErrors", "BatonJSON"], swiftSettings: swiftSettings),
         .target(name: "BatonAppleSignIn", dependencies: ["BatonErrors", "BatonJOSE", "BatonJSON", "BatonLogging", "BatonConcurrency"], swiftSettings: swiftSettings),
         .target(name: "BatonPostgres", dependencies: ["CBatonLibPQ", "BatonLogging", "BatonConcurrency"], swiftSettings: swiftSettings),
@@ -41,7 +43,7 @@ let package = Package(
         // the demo scenario, and the one raw HTTP client of tools and tests. No library product exposes it.
         .target(
             name: "BatonTools",
-            dependencies: ["BatonService", "Baton", "BatonEmulator", "BatonAppleSignIn", "BatonJOSE", "BatonJSON", "BatonPostgres", "BatonHTTPServer", "BatonLogging", "BatonConcurrency"],
+            dependencies: ["BatonService", "Baton", "BatonEmulator", "BatonAppleSignIn", "BatonJOSE", "BatonJSON", "BatonPostgres", "BatonHTTPServer", "BatonLogging", "BatonConcurrency", "BatonProcess"],
             swiftSettings: swiftSettings
         ),
         .executableTarget(
@@ -51,16 +53,16 @@ let package = Package(
         ),
 
         // Shared helpers for tests: scoped databases, emulators and servers that always tear down, the built binary.
-        .target(name: "TestSupport", dependencies: ["BatonEmulator", "BatonHTTPServer", "BatonPostgres"], path: "Tests/TestSupport", swiftSettings: swiftSettings),
+        .target(name: "TestSupport", dependencies: ["BatonEmulator", "BatonHTTPServer", "BatonPostgres", "BatonConcurrency", "BatonProcess"], path: "Tests/TestSupport", swiftSettings: swiftSettings),
         .testTarget(name: "BatonJSONTests", dependencies: ["BatonJSON"], swiftSettings: swiftSettings),
         .testTarget(name: "BatonJOSETests", dependencies: ["BatonJOSE", "BatonJSON"], swiftSettings: swiftSettings),
         .testTarget(name: "BatonAppleSignInTests", dependencies: ["BatonAppleSignIn", "BatonJOSE", "BatonJSON", "BatonEmulator", "BatonHTTPServer", "TestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "BatonPostgresTests", dependencies: ["BatonPostgres", "BatonConcurrency", "TestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "BatonHTTPServerTests", dependencies: ["BatonErrors", "BatonHTTPServer", "BatonConcurrency", "BatonTools", "TestSupport"], swiftSettings: swiftSettings),
-        .testTarget(name: "BatonTests", dependencies: ["Baton", "BatonAppleSignIn", "TestSupport", "BatonEmulator"], swiftSettings: swiftSettings),
+        .testTarget(name: "BatonTests", dependencies: ["Baton", "BatonAppleSignIn", "BatonConcurrency", "TestSupport", "BatonEmulator"], swiftSettings: swiftSettings),
         .testTarget(name: "BatonServiceTests", dependencies: ["BatonService", "TestSupport", "Baton", "BatonEmulator", "BatonAppleSignIn", "BatonHTTPServer", "BatonJOSE", "BatonJSON", "BatonPostgres", "BatonConcurrency"], swiftSettings: swiftSettings),
         .testTarget(name: "BatonEmulatorTests", dependencies: ["BatonEmulator", "BatonAppleSignIn", "BatonJSON", "TestSupport"], swiftSettings: swiftSettings),
-        .testTarget(name: "CLITests", dependencies: ["BatonEmulator", "BatonJOSE", "BatonJSON", "TestSupport"], swiftSettings: swiftSettings),
+        .testTarget(name: "CLITests", dependencies: ["BatonEmulator", "BatonJOSE", "BatonJSON", "BatonProcess", "TestSupport"], swiftSettings: swiftSettings),
         // The fault suite: `baton serve` and `baton exchange` as child processes under outages (`make faults`).
         .testTarget(name: "FaultTests", dependencies: ["BatonEmulator", "TestSupport"], swiftSettings: swiftSettings),
         // Builds Examples/EmbedderCheck: an embedder's own `Logging`, `JOSE`, … modules beside the `Baton` product.
