@@ -19,7 +19,7 @@ package let rehearseCommand = Command(
         .number("rate", default: 10, in: 0.1...100_000, "exchange requests per second per process, for the projection"),
         .integer("processes", default: 1, in: 1...1_000, "exchange processes, for the projection"),
         .text("json", "FILE", "also write the result as JSON to FILE"),
-        .integer("concurrency", default: 32, in: 1...256, "devices and job workers in flight during the rehearsal"),
+        .integer("concurrency", default: Rehearsal.defaultConcurrency, in: 1...256, "devices and job workers in flight during the rehearsal"),
     ],
     discussion: """
     The source is never written: pg_dump runs with default_transaction_read_only=on. The copy, the emulator
