@@ -48,7 +48,7 @@ do {
         print(command.usage(path: (["baton"] + chosen.dropLast()).joined(separator: " ")))
         exit(0)
     }
-    exit(try await command.run(try Arguments(rest, for: command)))
+    exit(try await command.run(rest))
 } catch let failure as CommandFailure {
     let full = chosen.joined(separator: " ")
     switch failure {

@@ -24,16 +24,21 @@ let doctorCommand = Command(
       - who Baton cannot reach: Apple rows without a subject (nor transfer identifier); relay addresses,
         which need the receiving team's email sources registered before any mail; duplicates to merge.
     """,
-    options: [.config],
+    options: DoctorOptions.self,
     discussion: """
     Lines start with 'ok', 'warn' or 'FAIL'; a FAIL line ends with a fix.
     Exit status: 0 nothing failed, 1 a check failed, 2 the configuration is invalid.
     """,
     run: { parsed in
         var doctor = Doctor()
-        return await doctor.run(configPath: parsed.value("config"), environment: ProcessInfo.processInfo.environment, now: Date())
+        return await doctor.run(configPath: parsed.config, environment: ProcessInfo.processInfo.environment, now: Date())
     }
 )
+
+/// The options of `baton doctor`.
+private struct DoctorOptions: CommandOptions {
+    let config = Option.config
+}
 
 /// Runs the checks and prints their lines.
 struct Doctor {

@@ -16,22 +16,25 @@ let mergeCommand = Command(
     column is NOT NULL), then the real record is migrated as on a sign-in, with events holding every old
     value. No row is deleted and nothing else of the fresh record changes. Running it again merges 0.
     """,
-    options: [
-        .flag("dry-run", "print the pairs it would merge and change nothing"),
-        .flag("yes", "merge them"),
-        .config,
-    ],
+    options: MergeOptions.self,
     discussion: "Exit status: 0 done, 1 the database failed, 2 usage or configuration errors (neither --dry-run nor --yes).",
     run: runMerge
 )
 
+/// The options of `baton merge`.
+private struct MergeOptions: CommandOptions {
+    let dryRun = Option.flag("dry-run", "print the pairs it would merge and change nothing")
+    let yes = Option.flag("yes", "merge them")
+    let config = Option.config
+}
+
 @Sendable
-private func runMerge(_ parsed: Arguments) async throws -> Int32 {
-    let dryRun = parsed.flag("dry-run")
-    guard dryRun != parsed.flag("yes") else {
+private func runMerge(_ parsed: Parsed<MergeOptions>) async throws -> Int32 {
+    let dryRun = parsed.dryRun
+    guard dryRun != parsed.yes else {
         throw CommandFailure.usage("give --dry-run to see the pairs, or --yes to merge them")
     }
-    let configuration = try await parsed.configuration()
+    let configuration = try await loadConfiguration(parsed.config)
     let legacy: BatonConfiguration.LegacyIdentifiers
     do { legacy = try configuration.legacy.identifiers() } catch let error as ConfigurationError { throw CommandFailure.usage("\(error)") }
     let pool = PostgresPool(url: configuration.database.url, maxConnections: 1)
