@@ -29,11 +29,7 @@ let emulatorCommand = Command(
         } catch {
             throw CommandFailure.failed("baton emulator: \(error)")
         }
-        FileHandle.standardOutput.write(Data("emulator listening on \(emulator.baseURL.absoluteString)\n".utf8))
-        let signal = await waitForTerminationSignal()
-        logger.info("stopping", ["signal": String(signal)])
-        await emulator.stop()
-        return 0
+        return await serveUntilTerminated(announcing: "emulator listening on \(emulator.baseURL.absoluteString)", logger: logger) { await emulator.stop() }
     }
 )
 

@@ -44,12 +44,8 @@ struct BulkOptions: CommandOptions {
 /// recipient, asking for confirmation unless `confirmed`).
 func runBulkCommand(_ parsed: Parsed<BulkOptions>, side: BatonConfiguration.TransferSide, target: String? = nil, confirmed: Bool = false) async throws -> Int32 {
     let name = side == .recipient ? "exchange" : "transfer-ids"
-    let workers = parsed.workers
-    let rate = parsed.rate
-    let lease = parsed.lease
-    let maxFailures = parsed.maxFailures
-    let databaseRetrySeconds = parsed.databaseRetrySeconds
-    let maxOutageSeconds = parsed.maxOutage
+    let job = BulkJobOptions(workers: parsed.workers, rate: parsed.rate, maxConsecutiveFailures: parsed.maxFailures,
+                             databaseRetrySeconds: parsed.databaseRetrySeconds, maxOutageSeconds: parsed.maxOutage)
     let dryRun = parsed.dryRun
     let configuration = try await loadConfiguration(parsed.config)
     guard let transfer = configuration.apple.transfer else {
@@ -59,9 +55,9 @@ func runBulkCommand(_ parsed: Parsed<BulkOptions>, side: BatonConfiguration.Tran
     let window = TransferWindow(acceptedAt: transfer.acceptedAt)
     let now = Date()
 
-    let pool = configuration.database.pool(maxConnections: workers + 2)
+    let pool = configuration.database.pool(maxConnections: job.workers + 2)
     defer { Task { await pool.close() } }
-    let queue = TransferQueue(pool: pool, kind: side == .recipient ? .exchange : .transferIdentifiers, leaseSeconds: lease)
+    let queue = TransferQueue(pool: pool, kind: side == .recipient ? .exchange : .transferIdentifiers, leaseSeconds: parsed.lease)
 
     // The window: the exchange needs it open, the sender job only not closed.
     switch window.status(at: now) {
@@ -142,13 +138,11 @@ func runBulkCommand(_ parsed: Parsed<BulkOptions>, side: BatonConfiguration.Tran
         throw CommandFailure.failed("baton \(name): \(error)")
     }
 
-    let options = AppleClient.Options(retry: RetryPolicy(maxAttempts: 1), maxConnectionsPerHost: workers)
+    let options = AppleClient.Options(retry: RetryPolicy(maxAttempts: 1), maxConnectionsPerHost: job.workers)
     let client: AppleClient
     do {
         client = try await configuration.appleClient(for: side, options: options, logger: logger)
-    } catch let error as ConfigurationError {
-        throw CommandFailure.usage("\(error)")
-    } catch let error as AppleClientError {
+    } catch where error is ConfigurationError || error is AppleClientError {
         throw CommandFailure.usage("\(error)")
     }
 
@@ -165,9 +159,9 @@ func runBulkCommand(_ parsed: Parsed<BulkOptions>, side: BatonConfiguration.Tran
         } catch let error as AppleClientError {
             throw CommandFailure.failed("baton \(name) --dry-run: \(error)\n\(error.explanation)")
         }
-        let minutes = Double(pending) / rate / 60
+        let minutes = Double(pending) / job.rate / 60
         let checked = firstSubject == nil ? "credentials accepted by Apple" : "credentials accepted by Apple, and a transfer identifier made for the first user"
-        print("dry run: \(pending) users pending; \(checked); at \(rate)/s with \(workers) workers this takes about \(TransferWindow.describe(minutes * 60)); nothing was changed")
+        print("dry run: \(pending) users pending; \(checked); at \(job.rate)/s with \(job.workers) workers this takes about \(TransferWindow.describe(minutes * 60)); nothing was changed")
         return 0
     }
 
@@ -177,9 +171,7 @@ func runBulkCommand(_ parsed: Parsed<BulkOptions>, side: BatonConfiguration.Tran
     } else {
         work = .transferIdentifiers(targetTeamID: targetTeamID)
     }
-    let run = try BulkRun(queue: queue, work: work, client: client, options: BulkJobOptions(workers: workers, rate: rate, maxConsecutiveFailures: maxFailures,
-                                                                                                 databaseRetrySeconds: databaseRetrySeconds, maxOutageSeconds: maxOutageSeconds),
-                          window: window, logger: logger)
+    let run = try BulkRun(queue: queue, work: work, client: client, options: job, window: window, logger: logger)
     let summary = await run.run(total: pending)
     printSummary(name, summary)
     return summary.hasFailures ? 1 : 0

@@ -35,11 +35,7 @@ let serveCommand = Command(
         // Which servers it uses, with the password redacted: the string was checked by libpq at load.
         logger.info("database", ["connection": (try? PostgresConnectionString(configuration.database.url))?.redacted ?? "unparsable"])
         let host = configuration.listen.host.contains(":") ? "[\(configuration.listen.host)]" : configuration.listen.host
-        FileHandle.standardOutput.write(Data("baton listening on http://\(host):\(server.port)\n".utf8))
-        let signal = await waitForTerminationSignal()
-        logger.info("stopping", ["signal": String(signal)])
-        await server.stop()
-        return 0
+        return await serveUntilTerminated(announcing: "baton listening on http://\(host):\(server.port)", logger: logger) { await server.stop() }
     }
 )
 
