@@ -43,20 +43,19 @@ private func runImport(_ parsed: Parsed<ImportOptions>) async throws -> Int32 {
         url = try await loadConfiguration(parsed.config).database.url
     }
     let pool = PostgresPool(url: url, maxConnections: 1)
-    let importer = TransferImporter(pool: pool)
-    let summary: TransferImporter.Summary
-    do {
-        summary = try await importer.importFile(path: parsed.positionals[0], dryRun: parsed.dryRun) { rejection in
-            printError("line \(rejection.line): \(rejection.reason)")
+    let summary = try await withTeardown {
+        do {
+            return try await TransferImporter(pool: pool).importFile(path: parsed.positionals[0], dryRun: parsed.dryRun) { rejection in
+                printError("line \(rejection.line): \(rejection.reason)")
+            }
+        } catch let error as BulkJobError {
+            throw CommandFailure.rejected("baton import: \(error)")
+        } catch let error as PostgresError {
+            throw CommandFailure.failed("baton import: \(error)")
         }
-    } catch let error as BulkJobError {
+    } teardown: {
         await pool.close()
-        throw CommandFailure.rejected("baton import: \(error)")
-    } catch let error as PostgresError {
-        await pool.close()
-        throw CommandFailure.failed("baton import: \(error)")
     }
-    await pool.close()
     let verb = parsed.dryRun ? "would load" : "loaded"
     print("\(summary.lines) lines: \(verb) \(summary.loaded), already present \(summary.alreadyPresent), rejected \(summary.rejected)")
     return summary.rejected == 0 ? 0 : 1

@@ -35,29 +35,30 @@ private func runMerge(_ parsed: Parsed<MergeOptions>) async throws -> Int32 {
         throw CommandFailure.usage("give --dry-run to see the pairs, or --yes to merge them")
     }
     let configuration = try await loadConfiguration(parsed.config)
-    let legacy: BatonConfiguration.LegacyIdentifiers
-    do { legacy = try configuration.legacy.identifiers() } catch let error as ConfigurationError { throw CommandFailure.usage("\(error)") }
+    let legacy = try legacyIdentifiers(configuration)
     let pool = PostgresPool(url: configuration.database.url, maxConnections: 1)
     let store = LegacyStore(pool: pool, legacy: legacy)
-    do {
-        if dryRun {
-            let pending = try await store.duplicates(unmergedOnly: true)
-            for duplicate in pending {
-                print("would merge fresh \(duplicate.pair.freshKey) into legacy \(duplicate.pair.legacyKey) (found by \(duplicate.foundBy.rawValue))")
+    try await withTeardown {
+        do {
+            if dryRun {
+                let pending = try await store.duplicates(unmergedOnly: true)
+                for duplicate in pending {
+                    print("would merge fresh \(duplicate.pair.freshKey) into legacy \(duplicate.pair.legacyKey) (found by \(duplicate.foundBy.rawValue))")
+                }
+                print("would merge \(pending.count)")
+            } else {
+                let merged = try await store.mergeDuplicates()
+                for merge in merged {
+                    let account = merge.sameAccount ? "; one account: nothing for the application to move" : ""
+                    print("merged fresh \(merge.freshKey) into legacy \(merge.user.key)\(account)")
+                }
+                print("merged \(merged.count)")
             }
-            print("would merge \(pending.count)")
-        } else {
-            let merged = try await store.mergeDuplicates()
-            for merge in merged {
-                let account = merge.sameAccount ? "; one account: nothing for the application to move" : ""
-                print("merged fresh \(merge.freshKey) into legacy \(merge.user.key)\(account)")
-            }
-            print("merged \(merged.count)")
+        } catch let error as PostgresError {
+            throw CommandFailure.failed("baton merge: \(error)")
         }
-    } catch let error as PostgresError {
+    } teardown: {
         await pool.close()
-        throw CommandFailure.failed("baton merge: \(error)")
     }
-    await pool.close()
     return 0
 }

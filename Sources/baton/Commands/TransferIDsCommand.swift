@@ -41,22 +41,20 @@ private func runExport(_ path: String, _ parsed: Parsed<TransferIDsOptions>) asy
     guard !path.isEmpty else { throw CommandFailure.usage("--export needs a file name") }
     let columns = (parsed.columns ?? "").split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
     let configuration = try await loadConfiguration(parsed.bulk.config)
+    let legacy = try legacyIdentifiers(configuration)
     let pool = configuration.database.pool(maxConnections: 1)
-    do {
-        let exporter = try TransferExporter(pool: pool, legacy: try configuration.legacy.identifiers(), columns: columns)
-        let summary = try await exporter.export(to: path)
+    let summary = try await withTeardown {
+        do {
+            return try await TransferExporter(pool: pool, legacy: legacy, columns: columns).export(to: path)
+        } catch let error as BulkJobError {
+            if error.code == .invalidColumn { throw CommandFailure.usage("baton transfer-ids: \(error)") }
+            throw CommandFailure.rejected("baton transfer-ids: \(error)")
+        } catch let error as PostgresError {
+            throw CommandFailure.failed("baton transfer-ids: \(error)")
+        }
+    } teardown: {
         await pool.close()
-        print("transfer-ids: exported \(summary.rows) rows to \(path) (key, transfer_sub\(columns.isEmpty ? "" : ", " + columns.joined(separator: ", ")))")
-        return 0
-    } catch let error as BulkJobError {
-        await pool.close()
-        if error.code == .invalidColumn { throw CommandFailure.usage("baton transfer-ids: \(error)") }
-        throw CommandFailure.rejected("baton transfer-ids: \(error)")
-    } catch let error as ConfigurationError {
-        await pool.close()
-        throw CommandFailure.usage("\(error)")
-    } catch let error as PostgresError {
-        await pool.close()
-        throw CommandFailure.failed("baton transfer-ids: \(error)")
     }
+    print("transfer-ids: exported \(summary.rows) rows to \(path) (key, transfer_sub\(columns.isEmpty ? "" : ", " + columns.joined(separator: ", ")))")
+    return 0
 }
