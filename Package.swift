@@ -24,20 +24,23 @@ let package = Package(
         // Linux's epoll and eventfd headers (glibc), which Swift's Glibc module does not include.
         .systemLibrary(name: "CBatonEpoll"),
 
+        .target(name: "BatonErrors", swiftSettings: swiftSettings),
         .target(name: "BatonLogging", swiftSettings: swiftSettings),
         .target(name: "BatonConcurrency", dependencies: ["CBatonEpoll"], swiftSettings: swiftSettings),
-        .target(name: "BatonJOSE", dependencies: ["CBatonOpenSSL"], swiftSettings: swiftSettings),
-        .target(name: "BatonAppleSignIn", dependencies: ["BatonJOSE", "BatonLogging", "BatonConcurrency"], swiftSettings: swiftSettings),
+        // Child processes (posix_spawn, waitpid), for the tools and the tests; no library product exposes it.
+        .target(name: "BatonProcess", dependencies: ["BatonConcurrency"], swiftSettings: swiftSettings),
+        .target(name: "BatonJOSE", dependencies: ["CBatonOpenSSL", "BatonErrors"], swiftSettings: swiftSettings),
+        .target(name: "BatonAppleSignIn", dependencies: ["BatonErrors", "BatonJOSE", "BatonLogging", "BatonConcurrency"], swiftSettings: swiftSettings),
         .target(name: "BatonPostgres", dependencies: ["CBatonLibPQ", "BatonLogging", "BatonConcurrency"], swiftSettings: swiftSettings),
-        .target(name: "BatonHTTPServer", dependencies: ["CBatonMicroHTTPD", "BatonLogging", "BatonConcurrency"], swiftSettings: swiftSettings),
-        .target(name: "Baton", dependencies: ["BatonAppleSignIn", "BatonJOSE", "BatonPostgres", "BatonLogging", "BatonConcurrency"], resources: [.copy("Schema")], swiftSettings: swiftSettings),
+        .target(name: "BatonHTTPServer", dependencies: ["CBatonMicroHTTPD", "BatonErrors", "BatonLogging", "BatonConcurrency"], swiftSettings: swiftSettings),
+        .target(name: "Baton", dependencies: ["BatonErrors", "BatonAppleSignIn", "BatonJOSE", "BatonPostgres", "BatonLogging", "BatonConcurrency"], resources: [.copy("Schema")], swiftSettings: swiftSettings),
         .target(name: "BatonService", dependencies: ["Baton", "BatonAppleSignIn", "BatonHTTPServer", "BatonJOSE", "BatonLogging", "BatonConcurrency"], swiftSettings: swiftSettings),
-        .target(name: "BatonEmulator", dependencies: ["BatonAppleSignIn", "BatonJOSE", "BatonHTTPServer", "BatonLogging", "BatonConcurrency"], swiftSettings: swiftSettings),
+        .target(name: "BatonEmulator", dependencies: ["BatonErrors", "BatonAppleSignIn", "BatonJOSE", "BatonHTTPServer", "BatonLogging", "BatonConcurrency"], swiftSettings: swiftSettings),
         // What the `baton` executable runs besides the product: its command-line kit, benchmarks, the HTTP fuzzer,
         // the demo scenario, and the one raw HTTP client of tools and tests. No library product exposes it.
         .target(
             name: "BatonTools",
-            dependencies: ["BatonService", "Baton", "BatonEmulator", "BatonAppleSignIn", "BatonJOSE", "BatonPostgres", "BatonHTTPServer", "BatonLogging", "BatonConcurrency"],
+            dependencies: ["BatonService", "Baton", "BatonEmulator", "BatonAppleSignIn", "BatonJOSE", "BatonPostgres", "BatonHTTPServer", "BatonLogging", "BatonConcurrency", "BatonProcess"],
             swiftSettings: swiftSettings
         ),
         .executableTarget(
@@ -47,15 +50,15 @@ let package = Package(
         ),
 
         // Shared helpers for tests: scoped databases, emulators and servers that always tear down, the built binary.
-        .target(name: "TestSupport", dependencies: ["BatonEmulator", "BatonHTTPServer", "BatonPostgres"], path: "Tests/TestSupport", swiftSettings: swiftSettings),
+        .target(name: "TestSupport", dependencies: ["BatonEmulator", "BatonHTTPServer", "BatonPostgres", "BatonConcurrency", "BatonProcess"], path: "Tests/TestSupport", swiftSettings: swiftSettings),
         .testTarget(name: "BatonJOSETests", dependencies: ["BatonJOSE"], swiftSettings: swiftSettings),
         .testTarget(name: "BatonAppleSignInTests", dependencies: ["BatonAppleSignIn", "BatonJOSE", "BatonEmulator", "BatonHTTPServer", "TestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "BatonPostgresTests", dependencies: ["BatonPostgres", "BatonConcurrency", "TestSupport"], swiftSettings: swiftSettings),
-        .testTarget(name: "BatonHTTPServerTests", dependencies: ["BatonHTTPServer", "BatonConcurrency", "BatonTools", "TestSupport"], swiftSettings: swiftSettings),
-        .testTarget(name: "BatonTests", dependencies: ["Baton", "BatonAppleSignIn", "TestSupport", "BatonEmulator"], swiftSettings: swiftSettings),
+        .testTarget(name: "BatonHTTPServerTests", dependencies: ["BatonErrors", "BatonHTTPServer", "BatonConcurrency", "BatonTools", "TestSupport"], swiftSettings: swiftSettings),
+        .testTarget(name: "BatonTests", dependencies: ["Baton", "BatonAppleSignIn", "BatonConcurrency", "TestSupport", "BatonEmulator"], swiftSettings: swiftSettings),
         .testTarget(name: "BatonServiceTests", dependencies: ["BatonService", "TestSupport", "Baton", "BatonEmulator", "BatonAppleSignIn", "BatonHTTPServer", "BatonJOSE", "BatonPostgres", "BatonConcurrency"], swiftSettings: swiftSettings),
         .testTarget(name: "BatonEmulatorTests", dependencies: ["BatonEmulator", "BatonAppleSignIn", "TestSupport"], swiftSettings: swiftSettings),
-        .testTarget(name: "CLITests", dependencies: ["BatonEmulator", "BatonJOSE", "TestSupport"], swiftSettings: swiftSettings),
+        .testTarget(name: "CLITests", dependencies: ["BatonEmulator", "BatonJOSE", "BatonProcess", "TestSupport"], swiftSettings: swiftSettings),
         // The command-line kit itself (parsing, typed options, help), without running the binary.
         .testTarget(name: "BatonToolsTests", dependencies: ["BatonTools", "BatonLogging"], swiftSettings: swiftSettings),
         // The fault suite: `baton serve` and `baton exchange` as child processes under outages (`make faults`).

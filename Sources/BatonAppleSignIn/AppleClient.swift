@@ -1,3 +1,4 @@
+import BatonConcurrency
 import Foundation
 import BatonLogging
 
@@ -36,8 +37,7 @@ public struct RetryPolicy: Sendable, Equatable {
     /// The exponential backoff after failed attempt `attempt` (1-based), with "equal jitter": half of the ceiling
     /// `min(maxDelay, baseDelay · 2^(attempt−1))` is fixed and half is scaled by `jitter` (0...1).
     public func backoff(afterAttempt attempt: Int, jitter: Double) -> TimeInterval {
-        let ceiling = min(maxDelay, baseDelay * pow(2, Double(max(0, attempt - 1))))
-        return ceiling / 2 + ceiling / 2 * min(1, max(0, jitter))
+        Backoff(initial: baseDelay, cap: maxDelay).delay(afterAttempt: attempt, jitter: jitter)
     }
 
     /// The wait before the next attempt after failed attempt `attempt`: the `Retry-After` Apple asked for when it
@@ -73,8 +73,7 @@ public struct RetryPolicy: Sendable, Equatable {
     /// `seconds` as whole nanoseconds for `Task.sleep`, converted checked: negative, NaN and infinite values
     /// give 0 and the result never exceeds one day, so a number from outside cannot trap the conversion.
     public static func nanoseconds(_ seconds: TimeInterval) -> UInt64 {
-        guard seconds.isFinite, seconds > 0 else { return 0 }
-        return UInt64(min(seconds, 86_400) * 1e9)
+        Backoff.nanoseconds(seconds)
     }
 }
 

@@ -1,7 +1,4 @@
 import Foundation
-#if canImport(FoundationNetworking)
-import FoundationNetworking
-#endif
 import BatonJOSE
 import BatonLogging
 import Synchronization
@@ -209,8 +206,8 @@ public final class KeySetCache: VerificationKeyProvider {
     }
 }
 
-/// Fetches a key set over HTTPS with strict limits: a 5 s timeout, no redirects, HTTP 200 only,
-/// and at most 64 KiB of body.
+/// Fetches a key set over HTTPS with strict limits, through the module's one transport
+/// (``URLSessionAppleTransport``): a 5 s timeout, no redirects, HTTP 200 only, and at most 64 KiB of body.
 public struct HTTPKeySetFetcher: KeySetFetcher {
     /// Apple's key set, `https://appleid.apple.com/auth/keys`.
     public static let appleKeysURL = URL(string: "https://appleid.apple.com/auth/keys")!
@@ -227,12 +224,14 @@ public struct HTTPKeySetFetcher: KeySetFetcher {
     public let timeout: TimeInterval
     /// The largest body accepted in bytes (default 65 536).
     public let maxBytes: Int
+    private let transport: URLSessionAppleTransport
 
     /// Creates a fetcher for `url`.
     public init(url: URL, timeout: TimeInterval = 5, maxBytes: Int = 65_536) {
         self.url = url
         self.timeout = timeout
         self.maxBytes = maxBytes
+        self.transport = URLSessionAppleTransport(timeout: timeout, maxConnectionsPerHost: 1, maxBodyBytes: maxBytes)
     }
 
     /// Fetches the document.
@@ -242,83 +241,16 @@ public struct HTTPKeySetFetcher: KeySetFetcher {
         guard let scheme = url.scheme?.lowercased(), scheme == "https" || scheme == "http" else {
             throw FetchError(description: "key set URL must be http or https")
         }
-        let configuration = URLSessionConfiguration.ephemeral
-        configuration.timeoutIntervalForRequest = timeout
-        configuration.timeoutIntervalForResource = timeout
-        configuration.urlCache = nil
-        configuration.httpCookieStorage = nil
-        let delegate = FetchDelegate(maxBytes: maxBytes)
-        let session = URLSession(configuration: configuration, delegate: delegate, delegateQueue: nil)
-        defer { session.finishTasksAndInvalidate() }
-        var request = URLRequest(url: url, cachePolicy: .reloadIgnoringLocalCacheData, timeoutInterval: timeout)
-        request.setValue("application/json", forHTTPHeaderField: "Accept")
-        return try await withCheckedThrowingContinuation { continuation in
-            delegate.start(session.dataTask(with: request), continuation: continuation)
+        let response: AppleHTTPResponse
+        do {
+            response = try await transport.send("GET", url: url, headers: ["Accept": "application/json"])
+        } catch let error as AppleTransportError {
+            throw FetchError(description: "fetch failed: \(error)")
         }
-    }
-}
-
-/// Collects one response for ``HTTPKeySetFetcher``: refuses redirects, non-200 statuses and oversize bodies.
-// @unchecked Sendable: URLSession calls the delegate on its own serial delegate queue, and `start` runs
-// before the task is resumed, so the mutable fields are never touched concurrently.
-private final class FetchDelegate: NSObject, URLSessionDataDelegate, @unchecked Sendable {
-    private let maxBytes: Int
-    private var body: [UInt8] = []
-    private var failure: HTTPKeySetFetcher.FetchError?
-    private var continuation: CheckedContinuation<[UInt8], any Error>?
-
-    init(maxBytes: Int) {
-        self.maxBytes = maxBytes
-    }
-
-    func start(_ task: URLSessionDataTask, continuation: CheckedContinuation<[UInt8], any Error>) {
-        self.continuation = continuation
-        task.resume()
-    }
-
-    func urlSession(_ session: URLSession, task: URLSessionTask, willPerformHTTPRedirection response: HTTPURLResponse,
-                    newRequest request: URLRequest, completionHandler: @escaping (URLRequest?) -> Void) {
-        failure = .init(description: "redirect refused (HTTP \(response.statusCode))")
-        completionHandler(nil)
-    }
-
-    func urlSession(_ session: URLSession, dataTask: URLSessionDataTask, didReceive response: URLResponse,
-                    completionHandler: @escaping (URLSession.ResponseDisposition) -> Void) {
-        guard let http = response as? HTTPURLResponse, http.statusCode == 200 else {
-            let status = (response as? HTTPURLResponse)?.statusCode ?? 0
-            failure = failure ?? .init(description: "HTTP \(status), expected 200")
-            completionHandler(.cancel)
-            return
-        }
-        if http.expectedContentLength > Int64(maxBytes) {
-            failure = .init(description: "key set larger than \(maxBytes) bytes")
-            completionHandler(.cancel)
-            return
-        }
-        completionHandler(.allow)
-    }
-
-    func urlSession(_ session: URLSession, dataTask: URLSessionDataTask, didReceive data: Data) {
-        guard failure == nil else { return }
-        if body.count + data.count > maxBytes {
-            failure = .init(description: "key set larger than \(maxBytes) bytes")
-            dataTask.cancel()
-            return
-        }
-        body.append(contentsOf: data)
-    }
-
-    func urlSession(_ session: URLSession, task: URLSessionTask, didCompleteWithError error: (any Error)?) {
-        guard let continuation else { return }
-        self.continuation = nil
-        if let failure {
-            continuation.resume(throwing: failure)
-        } else if let error {
-            continuation.resume(throwing: HTTPKeySetFetcher.FetchError(description: "fetch failed: \(error.localizedDescription)"))
-        } else if let http = task.response as? HTTPURLResponse, http.statusCode == 200 {
-            continuation.resume(returning: body)
-        } else {
-            continuation.resume(throwing: HTTPKeySetFetcher.FetchError(description: "no HTTP 200 response"))
+        switch response.status {
+        case 200: return [UInt8](response.body)
+        case 300..<400: throw FetchError(description: "redirect refused (HTTP \(response.status))")
+        default: throw FetchError(description: "HTTP \(response.status), expected 200")
         }
     }
 }

@@ -1,62 +1,45 @@
-import BatonHTTPServer
+import BatonErrors
 
 /// Why the emulator refused a call: Apple's OAuth error codes for Apple's endpoints, and the
 /// emulator's own codes for scenario control.
 ///
 /// `description` carries the code and a short reason, never a token, secret or email.
-public struct EmulatorError: Error, Sendable, Equatable, CustomStringConvertible {
-    /// Stable codes; the raw value is what the HTTP body's `error` member says.
-    public enum Code: String, Sendable, Equatable, CaseIterable {
-        /// Apple: the client could not be authenticated (bad client secret, wrong team, app not transferred).
-        case invalidClient = "invalid_client"
-        /// Apple: a parameter is missing or malformed, an unknown transfer identifier, a revoked user,
-        /// or the transfer window has closed.
-        case invalidRequest = "invalid_request"
-        /// Apple: the access token or authorization code is unknown, expired or issued to someone else.
-        case invalidGrant = "invalid_grant"
-        /// Apple: `grant_type` is not one the endpoint supports.
-        case unsupportedGrantType = "unsupported_grant_type"
-        /// Apple: `scope` is not `user.migration`.
-        case invalidScope = "invalid_scope"
-        /// Control: no such team.
-        case unknownTeam = "unknown_team"
-        /// Control: no such app (client ID).
-        case unknownApp = "unknown_app"
-        /// Control: no such person or user identifier.
-        case unknownUser = "unknown_user"
-        /// Control: the call contradicts the current state (team exists, no pending transfer, …).
-        case conflict = "conflict"
-        /// Control: a malformed argument.
-        case badInput = "bad_input"
-        /// The state file could not be read or written.
-        case stateFile = "state_file"
-    }
+public typealias EmulatorError = CodedError<EmulatorErrorCode>
 
-    /// The stable code.
-    public var code: Code
-    /// A short explanation without secrets.
-    public var reason: String
+/// Stable codes; the raw value is what the HTTP body's `error` member says.
+public enum EmulatorErrorCode: String, ErrorCode, CaseIterable {
+    /// Apple: the client could not be authenticated (bad client secret, wrong team, app not transferred).
+    case invalidClient = "invalid_client"
+    /// Apple: a parameter is missing or malformed, an unknown transfer identifier, a revoked user,
+    /// or the transfer window has closed.
+    case invalidRequest = "invalid_request"
+    /// Apple: the access token or authorization code is unknown, expired or issued to someone else.
+    case invalidGrant = "invalid_grant"
+    /// Apple: `grant_type` is not one the endpoint supports.
+    case unsupportedGrantType = "unsupported_grant_type"
+    /// Apple: `scope` is not `user.migration`.
+    case invalidScope = "invalid_scope"
+    /// Control: no such team.
+    case unknownTeam = "unknown_team"
+    /// Control: no such app (client ID).
+    case unknownApp = "unknown_app"
+    /// Control: no such person or user identifier.
+    case unknownUser = "unknown_user"
+    /// Control: the call contradicts the current state (team exists, no pending transfer, …).
+    case conflict = "conflict"
+    /// Control: a malformed argument.
+    case badInput = "bad_input"
+    /// The state file could not be read or written.
+    case stateFile = "state_file"
 
-    /// Creates an error.
-    public init(_ code: Code, _ reason: String = "") {
-        self.code = code
-        self.reason = reason
-    }
-
-    /// `code: reason`.
-    public var description: String { reason.isEmpty ? code.rawValue : "\(code.rawValue): \(reason)" }
-
-    /// Errors are equal when their codes are.
-    public static func == (lhs: EmulatorError, rhs: EmulatorError) -> Bool { lhs.code == rhs.code }
-
-    /// The HTTP answer: Apple's bare `{"error": code}` with 400 for Apple's codes, else
-    /// `{"error", "reason"}` with 404, 409 or 400.
-    var httpError: HTTPError {
-        switch code {
-        case .unknownTeam, .unknownApp, .unknownUser: HTTPError(404, code: code.rawValue, reason: reason)
-        case .conflict: HTTPError(409, code: code.rawValue, reason: reason)
-        case .stateFile: HTTPError(500, code: code.rawValue, reason: reason)
-        default: HTTPError(400, code: code.rawValue, reason: reason)
+    /// The status of a control endpoint's `{"error", "reason"}` answer: 404 for an unknown team, app or user,
+    /// 409 for a conflict, 500 for the state file, else 400. Apple's endpoints answer every code with 400.
+    public var httpStatus: Int {
+        switch self {
+        case .unknownTeam, .unknownApp, .unknownUser: 404
+        case .conflict: 409
+        case .stateFile: 500
+        case .invalidClient, .invalidRequest, .invalidGrant, .unsupportedGrantType, .invalidScope, .badInput: 400
         }
     }
 }

@@ -140,9 +140,8 @@ extension Emulator {
                 if let path { faults.record(path: path, status: response.status, error: nil, rateLimited: false) }
                 return response
             } catch let error as EmulatorError {
-                let httpError = error.httpError
-                if let path { faults.record(path: path, status: httpError.status, error: httpError.code, rateLimited: false) }
-                return httpError.response
+                if let path { faults.record(path: path, status: error.status, error: error.errorCode, rateLimited: false) }
+                return error.response
             }
         }
     }

@@ -1,9 +1,46 @@
-/// An error a handler throws to answer with a chosen status and a stable error code.
+import BatonErrors
+
+/// An error that chooses its own HTTP answer: a status, a stable `error` code and a reason, written as
+/// `{"error": code, "reason": reason}` (JSON) plus ``headers``.
+///
+/// A handler that throws one is answered with it (``Router``); any other error becomes a 500
+/// `{"error":"internal_error"}` that reveals nothing about its cause. Every ``CodedError`` is one, with its code's
+/// ``ErrorCode/httpStatus``.
+public protocol HTTPResponseError: Error {
+    /// The HTTP status code, e.g. 400.
+    var status: Int { get }
+    /// The body's `error` member: a stable, machine-readable code, e.g. `invalid_request`.
+    var errorCode: String { get }
+    /// The body's `reason` member: a short explanation that must not carry secrets, tokens or emails.
+    var reason: String { get }
+    /// Extra response headers (none by default).
+    var headers: HTTPHeaders { get }
+}
+
+extension HTTPResponseError {
+    /// No extra headers.
+    public var headers: HTTPHeaders { [:] }
+
+    /// The response this error is answered with.
+    public var response: HTTPResponse {
+        var response = HTTPResponse.json(serialized: "{\"error\":\(JSONText.quote(errorCode)),\"reason\":\(JSONText.quote(reason))}", status: status)
+        for field in headers { response.headers.add(field.name, field.value) }
+        return response
+    }
+}
+
+extension CodedError: HTTPResponseError {
+    /// The code's ``ErrorCode/httpStatus``.
+    public var status: Int { code.httpStatus }
+    /// The code's raw value.
+    public var errorCode: String { code.rawValue }
+}
+
+/// An error a handler throws to answer with a status and a code chosen on the spot (routing, limits, request shape).
 ///
 /// The response body is `{"error": code, "reason": reason}` (JSON); `headers` are added to the
-/// response (for example `Retry-After` or `WWW-Authenticate`). Any other error thrown by a
-/// handler becomes a 500 `{"error":"internal_error"}` that reveals nothing about its cause.
-public struct HTTPError: Error, Sendable, Equatable, CustomStringConvertible {
+/// response (for example `Retry-After` or `WWW-Authenticate`).
+public struct HTTPError: HTTPResponseError, Sendable, Equatable, CustomStringConvertible {
     /// The HTTP status code, e.g. 400.
     public var status: Int
     /// A stable, machine-readable code, e.g. `invalid_request`.
@@ -24,12 +61,8 @@ public struct HTTPError: Error, Sendable, Equatable, CustomStringConvertible {
     /// `status code: reason`.
     public var description: String { "\(status) \(code): \(reason)" }
 
-    /// The response this error is answered with.
-    public var response: HTTPResponse {
-        var response = HTTPResponse.json(serialized: "{\"error\":\(JSONText.quote(code)),\"reason\":\(JSONText.quote(reason))}", status: status)
-        for field in headers { response.headers.add(field.name, field.value) }
-        return response
-    }
+    /// ``code``, the body's `error` member.
+    public var errorCode: String { code }
 
     /// 400 `bad_request`.
     public static func badRequest(_ reason: String) -> HTTPError { HTTPError(400, code: "bad_request", reason: reason) }

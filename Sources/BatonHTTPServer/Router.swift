@@ -28,7 +28,7 @@ package typealias HTTPLoopHandler = @Sendable (HTTPRequest, HTTPRequestContext) 
 ///
 /// An unknown path answers 404 `not_found`; a known path with another method answers 405
 /// `method_not_allowed` with an `Allow` header. `HEAD` is served by the `GET` route (the server
-/// sends no body). A handler's ``HTTPError`` becomes its response; any other error a 500
+/// sends no body). A handler's ``HTTPResponseError`` becomes its response; any other error a 500
 /// `internal_error` with no detail, logged at error level.
 public struct Router: Sendable {
     private var routes: [String: [String: Route]] = [:]
@@ -112,9 +112,9 @@ public struct Router: Sendable {
         return .success(route)
     }
 
-    /// A handler's ``HTTPError`` as its response; anything else a 500, logged.
+    /// A handler's ``HTTPResponseError`` as its response; anything else a 500, logged.
     private static func response(for error: any Error, _ request: HTTPRequest, _ logger: Logger) -> HTTPResponse {
-        if let error = error as? HTTPError { return error.response }
+        if let error = error as? any HTTPResponseError { return error.response }
         logger.error("handler failed", ["method": request.method, "path": request.path, "error": String(describing: error)])
         return HTTPError.internalError.response
     }

@@ -56,14 +56,39 @@ public struct PostgresError: Error, Sendable, CustomStringConvertible, CustomDeb
         self.detail = detail
     }
 
-    /// Whether retrying the whole transaction may succeed (serialization failure, deadlock, lost connection,
-    /// a read-only server during a failover).
-    public var isTransient: Bool {
+    /// What a failure means for its caller: the one classification of database errors, which retries, outage waits
+    /// and the `database_unavailable` answer all read.
+    public enum Kind: Sendable, Equatable {
+        /// No writable primary answered: the connection broke or was refused, the server is shutting down or is
+        /// read-only during a failover. Waiting may help; the statement is not wrong.
+        case unreachable
+        /// No connection of the pool became free within its wait limit: the wait has already happened.
+        case saturated
+        /// The transaction lost to a concurrent one (deadlock, serialization failure): running it again may succeed.
+        case contention
+        /// The server gave up on the statement: out of space or memory, or canceled by a statement or lock timeout.
+        case overloaded
+        /// The pool is closed: this process is stopping, and no later call succeeds.
+        case closed
+        /// The statement, a value or the configuration is wrong: running it again fails alike.
+        case refused
+    }
+
+    /// The ``Kind`` of this failure.
+    public var kind: Kind {
         switch code {
-        case .serializationFailure, .deadlockDetected, .connectionFailure, .serverShutdown, .poolTimeout, .readOnly: true
-        default: false
+        case .connectionFailure, .serverShutdown, .readOnly: .unreachable
+        case .poolTimeout: .saturated
+        case .serializationFailure, .deadlockDetected: .contention
+        case .resourceUnavailable, .queryCanceled: .overloaded
+        case .poolClosed: .closed
+        case .uniqueViolation, .undefinedObject, .server, .decoding, .invalidConfiguration, .invalidParameter: .refused
         }
     }
+
+    /// Whether retrying the whole transaction may succeed: the database is unreachable or saturated for now, or the
+    /// transaction lost to a concurrent one.
+    public var isTransient: Bool { kind == .unreachable || kind == .saturated || kind == .contention }
 
     /// Whether the statement is known to have had no effect, so it can go another way as if it had never been sent:
     /// it did not run (a pipeline skipped it after an earlier statement of its group failed, or its Parse failed,
@@ -76,14 +101,9 @@ public struct PostgresError: Error, Sendable, CustomStringConvertible, CustomDeb
     /// Set by ``PostgresPipeline`` on the failure of a statement it knows had no effect (see ``didNotRun``).
     var notRun = false
 
-    /// Whether the error means no writable primary could be reached (lost or refused connection, a server
-    /// shutting down or read-only, no free connection): the database is unavailable, not the statement wrong.
-    public var isUnavailable: Bool {
-        switch code {
-        case .connectionFailure, .serverShutdown, .poolTimeout, .poolClosed, .readOnly: true
-        default: false
-        }
-    }
+    /// Whether the database is out of reach for now (unreachable, or no connection free in time): worth waiting for,
+    /// not the statement's fault. A closed pool is not: it never reopens.
+    public var isUnavailable: Bool { kind == .unreachable || kind == .saturated }
 
     public var description: String {
         if let sqlState { return "postgres \(code.rawValue) (\(sqlState)): \(reason)" }

@@ -19,7 +19,7 @@ import BatonLogging
 /// | `GET /report` | the same report as an HTML page (admin token) |
 /// | `GET /healthz`, `/readyz`, `/metrics` | liveness, readiness, Prometheus text |
 ///
-/// Errors are `{"error": code, "reason": text}` with the status its code maps to (`HTTPStatusMapping.swift`); bad input is
+/// Errors are `{"error": code, "reason": text}` with the status their code states (`BatonErrorCode.httpStatus`); bad input is
 /// 4xx, an unreachable database 503. Each request logs one line (route, status, duration, outcome or
 /// error), never tokens, secrets or emails.
 public final class BatonAPI: Sendable {
@@ -269,12 +269,12 @@ public final class BatonAPI: Sendable {
         switch result {
         case .success(let value):
             (response, outcome) = value
-        case .failure(let error as BatonError):
-            response = HTTPError(error.code.httpStatus, code: error.code.rawValue, reason: error.reason).response
-            rejection = error.code == .invalidToken || error.code == .invalidNotification ? error.reason : error.code.rawValue
-        case .failure(let error as HTTPError):
+        case .failure(let error as BatonError) where error.code == .invalidToken || error.code == .invalidNotification:
             response = error.response
-            rejection = error.code
+            rejection = error.reason  // the rejection's own code: `expired`, `bad_signature`, …
+        case .failure(let error as any HTTPResponseError):
+            response = error.response
+            rejection = error.errorCode
         case .failure(let error):
             logger.error("request failed", ["route": route, "error": String(describing: error)])
             response = HTTPError.internalError.response

@@ -319,6 +319,25 @@ struct URLSessionAppleTransportTests {
         }
     }
 
+    @Test("an answer past the size limit is abandoned unread: a transport failure")
+    func refusesOversizeAnswers() async throws {
+        var router = Router()
+        router.post("/auth/token") { _ in
+            HTTPResponse.json(serialized: #"{"access_token":"\#(String(repeating: "a", count: 2_000))","token_type":"Bearer","expires_in":3600}"#)
+        }
+        try await withServer(router) { _, port in
+            let clock = FakeClock()
+            let client = AppleClient(
+                baseURL: URL(string: "http://127.0.0.1:\(port)")!, credentials: FakeSigner(),
+                options: AppleClient.Options(retry: RetryPolicy(maxAttempts: 1)),
+                transport: URLSessionAppleTransport(timeout: 30, maxBodyBytes: 1_000), now: { clock.now }, sleep: { clock.sleep($0) }
+            )
+            let error = await #expect(throws: AppleClientError.self) { try await client.accessToken() }
+            #expect(error?.code == .connectionFailed)
+            #expect(error?.reason == "answer larger than 1000 bytes")
+        }
+    }
+
     @Test("Retry-After from a live server is waited exactly, then the call succeeds")
     func exactRetryAfter() async throws {
         let calls = Mutex(0)

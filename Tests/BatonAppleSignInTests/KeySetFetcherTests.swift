@@ -107,13 +107,15 @@ struct KeySetFetcherTests {
         #expect(cache.fetchCount == 1)
     }
 
-    @Test("Redirects, other statuses, oversize bodies and slow servers are refused",
-          arguments: ["/redirect", "/error", "/accepted", "/huge", "/slow", "/missing"])
-    func refuses(path: String) async throws {
+    @Test("Redirects, other statuses, oversize bodies and slow servers are refused, each saying why",
+          arguments: [("/redirect", "redirect refused (HTTP 302)"), ("/error", "HTTP 500, expected 200"), ("/accepted", "HTTP 203, expected 200"),
+                      ("/huge", "fetch failed: answer larger than 65536 bytes"), ("/slow", "fetch failed: timed out"), ("/missing", "HTTP 404, expected 200")])
+    func refuses(path: String, reason: String) async throws {
         let server = try Self.server()
         defer { server.stop() }
-        await #expect(throws: HTTPKeySetFetcher.FetchError.self) {
+        let error = await #expect(throws: HTTPKeySetFetcher.FetchError.self) {
             try await HTTPKeySetFetcher(url: server.url(path), timeout: 1).fetchKeySet()
         }
+        #expect(error?.description == reason)
     }
 }

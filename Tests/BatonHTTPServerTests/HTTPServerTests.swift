@@ -1,6 +1,7 @@
 import Foundation
 import FoundationNetworking
 import BatonConcurrency
+import BatonErrors
 import BatonTools
 import TestSupport
 import Testing
@@ -30,8 +31,15 @@ func echoRouter() -> Router {
         HTTPResponse(status: 201, headers: ["X-Seen-Type": request.headers["content-TYPE"] ?? "none"], body: request.body)
     }
     router.get("/teapot") { _ in throw HTTPError(418, code: "teapot", reason: "short and stout", headers: ["Retry-After": "7"]) }
+    router.get("/coded") { _ in throw CodedError(EchoErrorCode.gone, "it left") }
     router.get("/crash") { _ in throw CocoaError(.fileReadNoPermission, userInfo: ["path": "/secret/internal/path"]) }
     return router
+}
+
+/// A code whose errors the echo router throws: any ``CodedError`` answers with its code's own status.
+enum EchoErrorCode: String, ErrorCode {
+    case gone
+    var httpStatus: Int { 410 }
 }
 
 /// A configuration serving with libmicrohttpd's own threads (`loops` 0) or with that many event loops, and at most
@@ -93,7 +101,7 @@ struct HTTPServerTests {
         }
     }
 
-    @Test("HTTPError chooses status, code and headers; other errors give a bare 500")
+    @Test("HTTPError and CodedError choose status, code and headers; other errors give a bare 500")
     func errors() async throws {
         try await withServer(echoRouter()) { _, port in
             let (status, response, body) = try await fetch(port, "/teapot")
@@ -101,6 +109,9 @@ struct HTTPServerTests {
             #expect(response.value(forHTTPHeaderField: "Retry-After") == "7")
             #expect(response.value(forHTTPHeaderField: "Content-Type") == "application/json")
             #expect(body == #"{"error":"teapot","reason":"short and stout"}"#)
+            let (coded, _, codedBody) = try await fetch(port, "/coded")
+            #expect(coded == 410)
+            #expect(codedBody == #"{"error":"gone","reason":"it left"}"#)
             let (crash, _, crashBody) = try await fetch(port, "/crash")
             #expect(crash == 500)
             #expect(crashBody == #"{"error":"internal_error","reason":"internal server error"}"#)

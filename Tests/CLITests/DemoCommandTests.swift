@@ -126,7 +126,7 @@ struct DemoCommandTests {
         let process = try runProcessAsync(batonBinaryPath, ["demo", "--database-url", databaseURL, "--users", "20000", "--concurrency", "4", "--rate", "50",
                                                             "--out", directory.appendingPathComponent("r.html").path])
         // Past step 1 (Baton's schema exists), the demo is running its scenario.
-        let started = try await offPool { () -> Bool in
+        let started = await offPool { () -> Bool in
             for _ in 0..<600 {
                 if (try? TestDatabase.psql(databaseURL, "SELECT count(*) FROM pg_namespace WHERE nspname = 'baton'")) == "1" { return true }
                 usleep(100_000)

@@ -1,5 +1,5 @@
+import BatonProcess
 import Foundation
-import Glibc
 import FoundationNetworking
 import Testing
 import TestSupport
@@ -10,11 +10,12 @@ struct EmulatorCommandTests {
     func runsAndStops() async throws {
         let statePath = FileManager.default.temporaryDirectory.appendingPathComponent("cli-emulator-\(UUID().uuidString).json").path
         defer { try? FileManager.default.removeItem(atPath: statePath) }
-        let child = try SpawnedChild(batonBinaryPath, ["emulator", "--port", "0", "--state", statePath, "--log-level", "error"])
-        defer { child.kill(SIGKILL) }
+        let child = try ChildProcess(batonBinaryPath, ["emulator", "--port", "0", "--state", statePath, "--log-level", "error"],
+                                     standardInput: .inherit, standardOutput: .pipe, standardError: .discard)
+        defer { child.signal(SIGKILL) }
 
         // The first line announces the URL.
-        let text = try await offPool { child.readLine() }
+        let text = await offPool { child.readLine() }
         let prefix = "emulator listening on "
         #expect(text.hasPrefix(prefix))
         let base = text.dropFirst(prefix.count).trimmingCharacters(in: .whitespacesAndNewlines)
@@ -29,8 +30,8 @@ struct EmulatorCommandTests {
         #expect((response as? HTTPURLResponse)?.statusCode == 200)
         #expect(String(decoding: keys, as: UTF8.self).contains("\"kty\":\"RSA\""))
 
-        child.kill(SIGTERM)
-        let status = try await offPool { child.wait() }
+        child.signal(SIGTERM)
+        let status = await child.exitStatus()
         #expect(status == 0)
         let saved = try String(contentsOfFile: statePath, encoding: .utf8)
         #expect(saved.contains("CLITEAM001"))
@@ -74,69 +75,5 @@ struct EmulatorCommandTests {
         #expect((figures["exchange_requests_per_s"] as? Int ?? 0) > 0)
         #expect(figures["errors"] as? Int == 0)
         #expect(figures["concurrency"] as? Int == 4)
-    }
-}
-
-/// A child started with `posix_spawn` whose standard output can be read line by line while it
-/// runs, and which is reaped with `waitpid` (Foundation's `Process` can hang waiting on Linux).
-final class SpawnedChild: @unchecked Sendable {
-    // `pid` and `output` are set once in `init`; `readLine` and `wait` are called from one test
-    // at a time, and `reaped` only by `wait` and `kill` on that test's path.
-    let pid: pid_t
-    private let output: Int32
-    private var buffer: [UInt8] = []
-    private var reaped = false
-
-    init(_ executable: String, _ arguments: [String]) throws {
-        var pipeEnds: [Int32] = [0, 0]
-        guard pipe(&pipeEnds) == 0 else { throw TestSupportError("pipe() failed") }
-        var actions = posix_spawn_file_actions_t()
-        posix_spawn_file_actions_init(&actions)
-        defer { posix_spawn_file_actions_destroy(&actions) }
-        posix_spawn_file_actions_adddup2(&actions, pipeEnds[1], 1)
-        posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0)
-        posix_spawn_file_actions_addclose(&actions, pipeEnds[0])
-        posix_spawn_file_actions_addclose(&actions, pipeEnds[1])
-        let argv = ([executable] + arguments).map { strdup($0) } + [nil]
-        defer { argv.forEach { free($0) } }
-        var child: pid_t = 0
-        let spawned = posix_spawn(&child, executable, &actions, nil, argv, environ)
-        close(pipeEnds[1])
-        guard spawned == 0 else {
-            close(pipeEnds[0])
-            throw TestSupportError("could not start \(executable): error \(spawned)")
-        }
-        pid = child
-        output = pipeEnds[0]
-    }
-
-    deinit { close(output) }
-
-    /// The next line of standard output (without the newline); what is left at end of output.
-    func readLine() -> String {
-        var chunk = [UInt8](repeating: 0, count: 512)
-        while !buffer.contains(UInt8(ascii: "\n")) {
-            let count = read(output, &chunk, chunk.count)
-            guard count > 0 else { break }
-            buffer.append(contentsOf: chunk[..<count])
-        }
-        let end = buffer.firstIndex(of: UInt8(ascii: "\n")) ?? buffer.endIndex
-        let line = String(decoding: buffer[..<end], as: UTF8.self)
-        buffer.removeSubrange(..<min(buffer.endIndex, end + 1))
-        return line
-    }
-
-    /// Sends `signal` unless the child has been reaped.
-    func kill(_ signal: Int32) {
-        if !reaped { Glibc.kill(pid, signal) }
-    }
-
-    /// Waits for the child; its exit status, or 128 + the signal that ended it.
-    func wait() -> Int32 {
-        var status: Int32 = 0
-        while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
-        reaped = true
-        let signal = status & 0x7f
-        return signal == 0 ? (status >> 8) & 0xff : 128 + signal
     }
 }

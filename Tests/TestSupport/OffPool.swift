@@ -1,9 +1,4 @@
-import Dispatch
-
-/// Runs blocking work (a child process, a pipe read) on a Dispatch thread, never on Swift's
-/// cooperative pool, which in-process servers of other suites need to answer their requests.
-public func offPool<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
-    try await withCheckedThrowingContinuation { continuation in
-        DispatchQueue.global().async { continuation.resume(with: Result { try body() }) }
-    }
-}
+// Tests run blocking work (a child process, a pipe read) through the package's one `offPool`, so Swift's
+// cooperative pool, which in-process servers of other suites need, never blocks: every test target that
+// imports TestSupport sees BatonConcurrency's.
+@_exported import BatonConcurrency

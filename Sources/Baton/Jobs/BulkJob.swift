@@ -1,4 +1,5 @@
 import BatonAppleSignIn
+import BatonConcurrency
 import Foundation
 import BatonLogging
 import BatonPostgres
@@ -35,8 +36,8 @@ public struct BulkJobOptions: Sendable, Equatable {
     /// (Apple answered them meanwhile); an outage that spares nobody pauses the job (``maxOutageSeconds``).
     public var transientRetries: Int
     /// The first wait of the job's one backoff, in seconds; default 0.5. Every wait (a retry, Apple or the
-    /// database out of reach) is `RetryPolicy.backoff`: doubled per failure in a row, up to ``maxRetryDelay``,
-    /// with half of it jittered.
+    /// database out of reach) is a `Backoff`: doubled per failure in a row, up to ``maxRetryDelay``, with half
+    /// of it jittered.
     public var retryDelay: Double
     /// The longest wait of the backoff, in seconds; default 10.
     public var maxRetryDelay: Double
@@ -226,8 +227,7 @@ public final class BulkJob: Sendable {
     /// database's alike): ``BulkJobOptions/retryDelay`` doubled per failure up to ``BulkJobOptions/maxRetryDelay``,
     /// half of it jittered. Returns early when the task is cancelled.
     private func backOff(afterFailure failures: Int) async {
-        let delay = RetryPolicy(baseDelay: options.retryDelay, maxDelay: options.maxRetryDelay).backoff(afterAttempt: failures, jitter: Double.random(in: 0...1))
-        try? await Task.sleep(nanoseconds: RetryPolicy.nanoseconds(delay))
+        try? await Backoff(initial: options.retryDelay, cap: options.maxRetryDelay).sleep(afterAttempt: failures)
     }
 
     /// Stops the job (the first reason wins); workers finish their current request and give back their rows.
@@ -283,7 +283,7 @@ public final class BulkJob: Sendable {
     /// down or read-only during a failover, no connection free): worth waiting for, not the row's fault.
     static func isDatabaseOutage(_ error: any Error) -> Bool {
         guard let error = error as? PostgresError else { return false }
-        return error.isUnavailable && error.code != .poolClosed
+        return error.isUnavailable
     }
 
     /// Runs `operation`; while it fails with a database outage, waits with the backoff and runs it again, for at

@@ -1,3 +1,4 @@
+import BatonConcurrency
 import Foundation
 import BatonPostgres
 import Synchronization
@@ -140,7 +141,7 @@ public struct TransferQueue: Sendable {
     public func postpone(_ item: Item, reason: String) async throws -> Bool {
         let attempts = item.attempts + 1
         let final = attempts >= maxAttempts
-        let delay = min(300, retryBaseSeconds * pow(2, Double(attempts - 1)))
+        let delay = Backoff(initial: retryBaseSeconds, cap: 300, jittered: 0).delay(afterAttempt: attempts, jitter: 0)
         try await pool.execute("""
             UPDATE baton.transfers SET attempts = attempts + 1, last_error = \(reason),
                 state = CASE WHEN \(final) THEN 'failed' ELSE state END,

@@ -6,6 +6,7 @@ import Foundation
 import BatonHTTPServer
 import BatonJOSE
 import BatonPostgres
+import BatonProcess
 
 /// `baton bench signin`: sign-in throughput and latency through `baton serve`, against PostgreSQL's own
 /// ceiling on the same SQL measured by pgbench in the same run.
@@ -183,7 +184,7 @@ func runSigninBenchmark(_ arguments: Parsed<SigninBenchmarkOptions>) async throw
         let perf = perfPath.flatMap { connections == 32 ? PerfProfile(output: $0) : nil }
         let cpuBefore = child.cpuSeconds()
         let running = Task { try await offPool { try wrk.run(connections: connections) } }
-        var recorder: SpawnedProcess?
+        var recorder: ChildProcess?
         if let perf {
             try await Task.sleep(for: .seconds(1))
             recorder = try perf.start(pid: child.child.pid, seconds: max(1, wrkSeconds - 2))
@@ -458,8 +459,8 @@ private func runPgbench(script: String, url: String, seconds: Int) throws -> Dou
     let path = FileManager.default.temporaryDirectory.appendingPathComponent("baton-bench-\(UUID().uuidString).sql").path
     try script.write(toFile: path, atomically: true, encoding: .utf8)
     defer { try? FileManager.default.removeItem(atPath: path) }
-    let child = try SpawnedProcess(["/usr/bin/env", "pgbench", "-n", "-M", "prepared", "-D", "i=0", "-f", path, "-c", "8", "-j", "2",
-                                    "-T", String(seconds), url], stderrToStdout: true)
+    let child = try ChildProcess("/usr/bin/env", ["pgbench", "-n", "-M", "prepared", "-D", "i=0", "-f", path, "-c", "8", "-j", "2",
+                                                  "-T", String(seconds), url], standardOutput: .pipe, standardError: .standardOutput)
     let data = child.readToEnd()
     let status = child.waitForExit()
     let text = String(decoding: data, as: UTF8.self)
@@ -508,11 +509,11 @@ private final class LatencyRecorder: @unchecked Sendable {
 
 /// `baton serve` as a child process of this binary, configured through a temporary file.
 private final class ServiceProcess: Sendable {
-    let child: SpawnedProcess
+    let child: ChildProcess
     let port: Int
     private let configPath: String
 
-    private init(child: SpawnedProcess, port: Int, configPath: String) {
+    private init(child: ChildProcess, port: Int, configPath: String) {
         self.child = child
         self.port = port
         self.configPath = configPath
@@ -533,11 +534,11 @@ private final class ServiceProcess: Sendable {
         try text.write(toFile: path, atomically: true, encoding: .utf8)
         let executable = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath().path
         // At info the service logs one line per request; they go to /dev/null so the pipe never fills.
-        let child = try SpawnedProcess([executable, "serve", "--config", path, "--log-level", logLevel], stderrToStdout: false)
+        let child = try ChildProcess(executable, ["serve", "--config", path, "--log-level", logLevel], standardOutput: .pipe, standardError: .discard)
         let line = await offPool { child.readLine() }
         guard line.hasPrefix("baton listening on "), let portText = line.split(separator: ":").last, let port = Int(portText) else {
             child.signal(SIGKILL)
-            _ = child.waitForExit()
+            _ = await child.exitStatus()
             throw CommandFailure.failed("bench signin: baton serve did not start")
         }
         return ServiceProcess(child: child, port: port, configPath: path)
@@ -560,86 +561,11 @@ private final class ServiceProcess: Sendable {
     /// SIGTERM (the service drains and exits), then waits for it.
     func stop() async {
         child.signal(SIGTERM)
-        await offPool { _ = self.child.waitForExit() }
+        _ = await child.exitStatus()
         try? FileManager.default.removeItem(atPath: configPath)
     }
 
     func terminate() {
         child.signal(SIGKILL)
-    }
-}
-
-/// A child started with `posix_spawn`: its standard output on a pipe, standard error either merged into
-/// it or sent to /dev/null. Reads and waits block: call them off Swift's cooperative pool.
-final class SpawnedProcess: Sendable {
-    /// The child's process ID.
-    let pid: pid_t
-    private let output: FileHandle
-
-    init(_ argv: [String], stderrToStdout: Bool) throws {
-        var pipeFDs: [Int32] = [0, 0]
-        guard pipe(&pipeFDs) == 0 else { throw CommandFailure.failed("pipe() failed") }
-        var actions = posix_spawn_file_actions_t()
-        posix_spawn_file_actions_init(&actions)
-        defer { posix_spawn_file_actions_destroy(&actions) }
-        posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
-        posix_spawn_file_actions_adddup2(&actions, pipeFDs[1], 1)
-        if stderrToStdout {
-            posix_spawn_file_actions_adddup2(&actions, pipeFDs[1], 2)
-        } else {
-            posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0)
-        }
-        posix_spawn_file_actions_addclose(&actions, pipeFDs[0])
-        posix_spawn_file_actions_addclose(&actions, pipeFDs[1])
-        // A clean signal state: the spawning thread may block signals (pgbench's -T needs SIGALRM).
-        var attributes = posix_spawnattr_t()
-        posix_spawnattr_init(&attributes)
-        defer { posix_spawnattr_destroy(&attributes) }
-        var noSignals = sigset_t(), allSignals = sigset_t()
-        sigemptyset(&noSignals)
-        sigfillset(&allSignals)
-        posix_spawnattr_setsigmask(&attributes, &noSignals)
-        posix_spawnattr_setsigdefault(&attributes, &allSignals)
-        posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF))
-        let cArguments = argv.map { strdup($0) } + [nil]
-        defer { cArguments.forEach { free($0) } }
-        var child: pid_t = 0
-        let spawned = posix_spawn(&child, argv[0], &actions, &attributes, cArguments, environ)
-        close(pipeFDs[1])
-        guard spawned == 0 else {
-            close(pipeFDs[0])
-            throw CommandFailure.failed("cannot start \(argv[0]): error \(spawned)")
-        }
-        pid = child
-        output = FileHandle(fileDescriptor: pipeFDs[0], closeOnDealloc: true)
-    }
-
-    /// Reads standard output up to the first newline (or its end).
-    func readLine() -> String {
-        var bytes: [UInt8] = []
-        var byte: UInt8 = 0
-        while read(output.fileDescriptor, &byte, 1) == 1 {
-            if byte == 10 { break }
-            bytes.append(byte)
-        }
-        return String(decoding: bytes, as: UTF8.self)
-    }
-
-    /// Reads standard output to its end.
-    func readToEnd() -> Data {
-        output.readDataToEndOfFile()
-    }
-
-    /// Sends `signal`.
-    func signal(_ signal: Int32) {
-        kill(pid, signal)
-    }
-
-    /// Waits for the child and returns its exit status (128 + the signal when killed).
-    func waitForExit() -> Int32 {
-        var status: Int32 = 0
-        while waitpid(pid, &status, 0) == -1 && errno == EINTR {}
-        let signal = status & 0x7F
-        return signal == 0 ? (status >> 8) & 0xFF : 128 + signal
     }
 }

@@ -1,3 +1,4 @@
+import BatonProcess
 import Foundation
 
 /// What one wrk run measured.
@@ -80,10 +81,10 @@ struct WrkLoad {
         defer { try? FileManager.default.removeItem(atPath: scriptPath) }
         let threads = max(1, min(connections, ProcessInfo.processInfo.activeProcessorCount))
         let offset = Int.random(in: 0..<1_000_000)  // each run starts elsewhere in the bodies
-        let child = try SpawnedProcess(["/usr/bin/env", "wrk", "-t", String(threads), "-c", String(connections), "-d", "\(seconds)s",
-                                        "--timeout", "10s", "-s", scriptPath, "http://127.0.0.1:\(port)\(path)", "--", bodiesFile, String(offset),
-                                        eachOnce ? "once" : "spread", String(threads)],
-                                       stderrToStdout: true)
+        let child = try ChildProcess("/usr/bin/env", ["wrk", "-t", String(threads), "-c", String(connections), "-d", "\(seconds)s",
+                                                      "--timeout", "10s", "-s", scriptPath, "http://127.0.0.1:\(port)\(path)", "--", bodiesFile, String(offset),
+                                                      eachOnce ? "once" : "spread", String(threads)],
+                                     standardOutput: .pipe, standardError: .standardOutput)
         // wrk's and PostgreSQL's CPU over the middle of the run (wrk builds its requests first, and prints at the end).
         let window = Swift.max(0.5, Double(seconds) - 1.5)
         usleep(1_000_000)
@@ -150,15 +151,15 @@ struct PerfProfile {
     let output: String
 
     /// Starts recording `pid` (user and kernel, 1,999 Hz, no call graphs) for `seconds`; wait on the result.
-    func start(pid: pid_t, seconds: Int) throws -> SpawnedProcess {
-        try SpawnedProcess(["/usr/bin/perf", "record", "-F", "1999", "-p", String(pid), "-o", output, "--", "sleep", String(seconds)],
-                           stderrToStdout: true)
+    func start(pid: pid_t, seconds: Int) throws -> ChildProcess {
+        try ChildProcess("/usr/bin/perf", ["record", "-F", "1999", "-p", String(pid), "-o", output, "--", "sleep", String(seconds)],
+                         standardOutput: .pipe, standardError: .standardOutput)
     }
 
     /// Percentages of the samples by group, largest first (self time of each symbol, summed by group).
     func groups() throws -> [(group: String, percent: Double)] {
-        let child = try SpawnedProcess(["/usr/bin/perf", "report", "-i", output, "--stdio", "--no-children", "--sort", "dso,sym",
-                                        "--percent-limit", "0", "-F", "overhead,dso,sym"], stderrToStdout: false)
+        let child = try ChildProcess("/usr/bin/perf", ["report", "-i", output, "--stdio", "--no-children", "--sort", "dso,sym",
+                                                       "--percent-limit", "0", "-F", "overhead,dso,sym"], standardOutput: .pipe, standardError: .discard)
         let text = String(decoding: child.readToEnd(), as: UTF8.self)
         guard child.waitForExit() == 0 else { throw CommandFailure.failed("bench signin: perf report failed") }
         var totals: [String: Double] = [:]

@@ -1,4 +1,5 @@
 import BatonConcurrency
+import BatonProcess
 import Foundation
 import Synchronization
 
@@ -87,40 +88,24 @@ final class ThrowawayCluster: Sendable {
         }
     }
 
-    /// Runs `tool` and waits (`posix_spawn` and `waitpid`: Foundation's `Process.waitUntilExit` can hang on
-    /// Linux off the main thread). Standard error goes to `log` (nil discards it), quoted in the error when the
-    /// tool fails; standard output to `standardOutput`, else to the log. Files are created in the cluster's
-    /// own directory.
+    /// Runs `tool` and waits (a ``ChildProcess``; blocks). Standard error goes to `log` (nil discards it), quoted
+    /// in the error when the tool fails; standard output to `standardOutput`, else to the log. Files are created
+    /// in the cluster's own directory.
     static func run(_ tool: String, _ arguments: [String], log: String? = nil, environment: [String: String]? = nil,
                     standardOutput: String? = nil) throws {
-        var actions = posix_spawn_file_actions_t()
-        posix_spawn_file_actions_init(&actions)
-        defer { posix_spawn_file_actions_destroy(&actions) }
-        posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
-        posix_spawn_file_actions_addopen(&actions, 2, log ?? "/dev/null", O_WRONLY | O_CREAT | O_TRUNC, 0o600)
-        if let standardOutput {
-            posix_spawn_file_actions_addopen(&actions, 1, standardOutput, O_WRONLY | O_CREAT | O_TRUNC, 0o600)
-        } else {
-            posix_spawn_file_actions_adddup2(&actions, 2, 1)
+        let name = (tool as NSString).lastPathComponent
+        let logStream: ChildProcess.Stream = log.map { .file($0) } ?? .discard
+        let child: ChildProcess
+        do {
+            child = try ChildProcess(tool, arguments, environment: environment, standardOutput: standardOutput.map { .file($0) } ?? logStream,
+                                     standardError: standardOutput == nil ? .standardOutput : logStream)
+        } catch {
+            throw ToolFailure(tool: name, status: -1, output: error.description)
         }
-        let environment = (environment ?? ProcessInfo.processInfo.environment).map { "\($0.key)=\($0.value)" }
-        var argv: [UnsafeMutablePointer<CChar>?] = ([tool] + arguments).map { strdup($0) } + [nil]
-        var envp: [UnsafeMutablePointer<CChar>?] = environment.map { strdup($0) } + [nil]
-        defer {
-            for pointer in argv + envp { free(pointer) }
-        }
-        var pid: pid_t = 0
-        let spawned = posix_spawn(&pid, tool, &actions, nil, &argv, &envp)
-        guard spawned == 0 else {
-            throw ToolFailure(tool: (tool as NSString).lastPathComponent, status: -1, output: String(cString: strerror(spawned)))
-        }
-        var status: Int32 = 0
-        while waitpid(pid, &status, 0) == -1 && errno == EINTR {}
-        let exited = (status & 0x7f) == 0
-        let code = exited ? Int((status >> 8) & 0xff) : -1
-        guard code == 0 else {
+        let status = child.waitForExit()
+        guard status == 0 else {
             let text = log.flatMap { try? String(contentsOfFile: $0, encoding: .utf8) } ?? ""
-            throw ToolFailure(tool: (tool as NSString).lastPathComponent, status: code, output: text.trimmingCharacters(in: .whitespacesAndNewlines))
+            throw ToolFailure(tool: name, status: Int(status), output: text.trimmingCharacters(in: .whitespacesAndNewlines))
         }
     }
 }

@@ -184,7 +184,7 @@ func printSummary(_ name: String, _ summary: BulkJobSummary) {
     let perSecond = summary.elapsed > 0 ? Double(counts.requests) / summary.elapsed : 0
     print("\(name): done \(counts.succeeded), already done \(counts.alreadyDone), unresolvable \(counts.unresolvable), failed \(counts.failed), remaining \(remaining); \(counts.requests) requests in \(String(format: "%.1f", summary.elapsed)) s (\(String(format: "%.1f", perSecond))/s), \(counts.rateLimited) rate-limited")
     if let reason = summary.stopReason {
-        printError("baton \(name): \(reason)")
+        printError("baton \(name): \(reason.reason)")
         let left = summary.remaining.map { "\($0) users were" } ?? "users were"
         if reason.code == .windowClosed {
             printError("\(left) left pending and can no longer be exchanged")

@@ -49,7 +49,7 @@ private func runImport(_ parsed: Parsed<ImportOptions>) async throws -> Int32 {
                 printError("line \(rejection.line): \(rejection.reason)")
             }
         } catch let error as BulkJobError {
-            throw CommandFailure.rejected("baton import: \(error)")
+            throw CommandFailure.rejected("baton import: \(error.reason)")
         } catch let error as PostgresError {
             throw CommandFailure.failed("baton import: \(error)")
         }

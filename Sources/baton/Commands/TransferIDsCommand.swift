@@ -47,8 +47,8 @@ private func runExport(_ path: String, _ parsed: Parsed<TransferIDsOptions>) asy
         do {
             return try await TransferExporter(pool: pool, legacy: legacy, columns: columns).export(to: path)
         } catch let error as BulkJobError {
-            if error.code == .invalidColumn { throw CommandFailure.usage("baton transfer-ids: \(error)") }
-            throw CommandFailure.rejected("baton transfer-ids: \(error)")
+            if error.code == .invalidColumn { throw CommandFailure.usage("baton transfer-ids: \(error.reason)") }
+            throw CommandFailure.rejected("baton transfer-ids: \(error.reason)")
         } catch let error as PostgresError {
             throw CommandFailure.failed("baton transfer-ids: \(error)")
         }

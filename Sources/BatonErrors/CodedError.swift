@@ -1,0 +1,35 @@
+/// A stable error code: a snake_case raw value safe to log, to match on and to answer over HTTP, and the HTTP
+/// status an error with this code is answered with, stated once beside the code.
+public protocol ErrorCode: RawRepresentable<String>, Sendable, Hashable {
+    /// The HTTP status an error with this code is answered with (a 5xx for what the server, not the caller, must fix).
+    var httpStatus: Int { get }
+}
+
+/// The one shape of Baton's errors: a stable ``ErrorCode`` plus a short reason.
+///
+/// Each module names its own, e.g. `typealias JOSEError = CodedError<JOSEErrorCode>`. The reason never holds token
+/// bytes, key material, emails, SQL values or secrets. Two errors are equal when their codes are, so tests can write
+/// `#expect(throws: JOSEError(.tooLarge))`.
+public struct CodedError<Codes: ErrorCode>: Error, Sendable, Equatable, CustomStringConvertible {
+    /// The module's code enum, e.g. `JOSEErrorCode` for `JOSEError`.
+    public typealias Code = Codes
+
+    /// What went wrong, stable across releases.
+    public let code: Code
+    /// Why, in words, for people; empty when the code says it all.
+    public let reason: String
+
+    /// Creates an error with `code` and an optional `reason`.
+    public init(_ code: Code, _ reason: String = "") {
+        self.code = code
+        self.reason = reason
+    }
+
+    /// `code: reason`, or the code alone.
+    public var description: String {
+        reason.isEmpty ? code.rawValue : "\(code.rawValue): \(reason)"
+    }
+
+    /// Errors are equal when their codes are equal; the reason is explanation only.
+    public static func == (lhs: CodedError, rhs: CodedError) -> Bool { lhs.code == rhs.code }
+}
