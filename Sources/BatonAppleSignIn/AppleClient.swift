@@ -86,13 +86,6 @@ public struct AccessToken: Sendable, Equatable, CustomStringConvertible, CustomR
     /// When the client renews it: shortly before ``expiresAt``.
     public let renewAt: Date
 
-    /// Creates a token.
-    public init(value: String, expiresAt: Date, renewAt: Date) {
-        self.value = value
-        self.expiresAt = expiresAt
-        self.renewAt = renewAt
-    }
-
     /// `access token (expires 2026-…)`; never the value.
     public var description: String { "access token (expires \(expiresAt))" }
 

@@ -26,11 +26,18 @@ final class Emulator: Sendable {
     /// Sizes of `accessTokens` and `codes` above which the expired ones are purged: 100,000, then twice what
     /// a purge left, so a million sign-ins within a code's lifetime purge a few times, not on every call.
     private let purgeLimits = Mutex((accessTokens: 100_000, codes: 100_000))
-    /// Client secrets whose signature verified, with the key it verified against: a secret is reused for
-    /// every call of a job (a million in a rehearsal), and an ES256 verification costs more than the rest of
-    /// the call. A hit skips only the signature check, and only while the key ID still names that same key;
-    /// the claims (team, client, audience, times) are checked on every call. At most 64 entries.
-    private let verifiedSecrets = Mutex<[String: P256PublicKey]>([:])
+    /// Client secrets whose signature verified, with their key ID, the key it verified against and their claims:
+    /// a secret is reused for every call of a job (ten million in a rehearsal), and its parsing and ES256
+    /// verification cost more than the rest of the call. A hit skips only the parsing and the signature check,
+    /// and only while the key ID still names that same key; the claims (team, client, audience, times) are
+    /// checked on every call. At most 64 entries.
+    private let verifiedSecrets = Mutex<[String: VerifiedSecret]>([:])
+
+    private struct VerifiedSecret {
+        var kid: String
+        var key: P256PublicKey
+        var claims: JSONObject
+    }
     private let saveQueue = DispatchQueue(label: "baton.emulator.state")
     private let savePending = Mutex(false)
 
@@ -264,22 +271,27 @@ final class Emulator: Sendable {
     /// - Throws: ``EmulatorError`` `invalid_client` for any failure.
     func authenticate(clientSecret: String, clientID: String, now: Date) throws(EmulatorError) -> String {
         func refuse(_ reason: String) -> EmulatorError { EmulatorError(.invalidClient, reason) }
-        guard let jws = try? CompactJWS.parse(clientSecret) else { throw refuse("client_secret is not a compact JWS") }
-        guard jws.header.alg == "ES256" else { throw refuse("client_secret must be ES256") }
-        guard let kid = jws.header.kid, let registered = keys.withLock({ $0.teamKeys[kid] }) else {
-            throw refuse("client_secret kid is not registered")
-        }
-        let verifiedBefore = verifiedSecrets.withLock { $0[clientSecret] } === registered.key
-        guard jws.signature.count == 64, verifiedBefore || registered.key.verifyES256(signature: jws.signature, message: jws.signingInput) else {
-            throw refuse("client_secret signature does not verify")
-        }
-        if !verifiedBefore {
+        let registered: (teamID: String, key: P256PublicKey)
+        let claims: JSONObject
+        if let verified = verifiedSecrets.withLock({ $0[clientSecret] }), let current = keys.withLock({ $0.teamKeys[verified.kid] }),
+           current.key === verified.key {
+            (registered, claims) = (current, verified.claims)
+        } else {
+            guard let jws = try? CompactJWS.parse(clientSecret) else { throw refuse("client_secret is not a compact JWS") }
+            guard jws.header.alg == "ES256" else { throw refuse("client_secret must be ES256") }
+            guard let kid = jws.header.kid, let found = keys.withLock({ $0.teamKeys[kid] }) else {
+                throw refuse("client_secret kid is not registered")
+            }
+            guard jws.signature.count == 64, found.key.verifyES256(signature: jws.signature, message: jws.signingInput) else {
+                throw refuse("client_secret signature does not verify")
+            }
+            guard let parsed = try? jws.claims() else { throw refuse("client_secret claims are not a JSON object") }
+            (registered, claims) = (found, parsed)
             verifiedSecrets.withLock { secrets in
                 if secrets.count >= 64 { secrets.removeAll() }
-                secrets[clientSecret] = registered.key
+                secrets[clientSecret] = VerifiedSecret(kid: kid, key: found.key, claims: parsed)
             }
         }
-        guard let claims = try? jws.claims() else { throw refuse("client_secret claims are not a JSON object") }
         guard claims["iss"]?.stringValue == registered.teamID else { throw refuse("client_secret iss is not the key's team") }
         guard claims["sub"]?.stringValue == clientID else { throw refuse("client_secret sub is not client_id") }
         guard claims["aud"]?.stringValue == Emulator.issuer else { throw refuse("client_secret aud is not \(Emulator.issuer)") }

@@ -244,6 +244,32 @@ struct ConfigurationTests {
         }
     }
 
+    @Test("a key's range is one text: the error's reason and the end of its documentation line", arguments: [
+        ("server.request_timeout_ms", 99, 100, "must be from 100 to 600000 (milliseconds)"),
+        ("database.statement_timeout_ms", 3_600_001, 0, "must be from 0 (none) to 3600000 (milliseconds)"),
+        ("report_refresh_seconds", 9, 0, "must be 0 (no reload) or from 10 to 86400 (seconds)"),
+        ("server.event_loops", 65, 64, "must be from 1 to 64"),
+    ])
+    func rangeDeclaredOnce(_ path: String, _ value: Int, _ accepted: Int, _ rule: String) throws {
+        let error = #expect(throws: ConfigurationError.self) { try load(try configJSON { set(&$0, path, value) }) }
+        #expect(error == ConfigurationError(.invalidValue, key: path, reason: rule))
+        let key = try #require(BatonConfiguration.keys.first { $0.path == path })
+        #expect(key.summary.hasSuffix("; " + rule))
+        _ = try load(try configJSON { set(&$0, path, accepted) })
+    }
+
+    @Test("an absent or null key takes its declared default; a section of defaults may be left out whole")
+    func nullTakesDefault() throws {
+        let configuration = try load(try configJSON {
+            set(&$0, "database.pool_size", NSNull())
+            set(&$0, "listen", NSNull())
+            $0["server"] = nil
+        })
+        #expect(configuration.database.poolSize == BatonConfiguration.Database(url: "x").poolSize)
+        #expect(configuration.listen == BatonConfiguration.ListenAddress(host: "127.0.0.1", port: 8080))
+        #expect(configuration.server == BatonConfiguration.Server())
+    }
+
     @Test("a missing section names the variables of its required keys")
     func missingSection() throws {
         let error = #expect(throws: ConfigurationError.self) { try load(try configJSON { $0["legacy"] = nil }) }
@@ -293,16 +319,26 @@ struct ConfigurationTests {
         #expect(configuration.apple.transfer?.sender?.privateKeyPath == packageRoot.appendingPathComponent("sample-config/keys/sender.p8").path)
         #expect(try configuration.legacy.quotedTable() == "\"public\".\"users\"")
 
-        let readme = try String(contentsOf: packageRoot.appendingPathComponent("docs/configuration.md"), encoding: .utf8)
-        for key in BatonConfiguration.keys {
-            let row = "| `\(key.path)` | `\(key.environmentVariable)` | \(key.defaultDescription) | \(key.summary) |"
-            #expect(readme.contains(row), "docs/configuration.md does not have the row \(row)")
-        }
-        #expect(readme.contains(BatonConfiguration.adminTokenVariable))
     }
 
-    @Test("the key table and the Codable shape name the same keys")
-    func keyTableMatchesCodingKeys() throws {
+    @Test("docs/configuration.md's key table is the declared keys, one row each in file order, and nothing else")
+    func documentedKeys() throws {
+        let docs = try String(contentsOf: packageRoot.appendingPathComponent("docs/configuration.md"), encoding: .utf8)
+        let section = try #require(docs.components(separatedBy: "\n## Keys\n").dropFirst().first)
+        let table = section.split(separator: "\n", omittingEmptySubsequences: false).drop { !$0.hasPrefix("|") }
+            .prefix { $0.hasPrefix("|") }.dropFirst(2).map(String.init)
+        // The tokens themselves have a variable but no key: their rows start with `—`.
+        let tokens = table.filter { $0.hasPrefix("| — |") }
+        #expect(tokens.count == 2 && tokens[0].contains(BatonConfiguration.adminTokenVariable) && tokens[1].contains(BatonConfiguration.serviceTokenVariable))
+        let expected = BatonConfiguration.keys.map { "| `\($0.path)` | `\($0.environmentVariable)` | \($0.defaultDescription) | \($0.summary) |" }
+        let rows = table.filter { !$0.hasPrefix("| — |") }
+        for row in expected where !rows.contains(row) { Issue.record("docs/configuration.md lacks the row \(row)") }
+        for row in rows where !expected.contains(row) { Issue.record("docs/configuration.md has a row for no declared key: \(row)") }
+        #expect(rows == expected, "the rows are not in the declared order")
+    }
+
+    @Test("the key list and the encoded configuration name the same keys")
+    func keyListMatchesEncoding() throws {
         var full = try load(try configJSON())
         full.database.statementTimeoutMilliseconds = 1_000
         full.apple.transfer?.acceptedAt = Date(timeIntervalSince1970: 1_793_491_200)

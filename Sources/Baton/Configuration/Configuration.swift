@@ -10,11 +10,13 @@ import BatonPostgres
 /// comma-separated; an empty value removes the key. The admin token comes only from `BATON_ADMIN_TOKEN` or from
 /// the file named by `admin_token_file`, never from the JSON itself. Paths in the JSON file are relative to the
 /// file's directory; paths from the environment are relative to the current directory.
-/// ``BatonConfiguration/keys`` declares every key, its default and its meaning; `docs/configuration.md` documents them.
+/// Each key is declared once in `ConfigurationKeys.swift` (name, property, default, rule, meaning), which decodes,
+/// defaults, overrides, checks and documents it; ``BatonConfiguration/keys`` lists them and `docs/configuration.md`
+/// shows them.
 ///
 /// Loading validates everything it can without I/O beyond reading the admin token file, and a failure is a
 /// ``ConfigurationError`` naming the key and its environment variable.
-public struct BatonConfiguration: Sendable, Equatable, Codable {
+public struct BatonConfiguration: Sendable, Equatable, Codable, ConfigurationSection {
     /// Where `baton serve` listens; default `127.0.0.1:8080`.
     public var listen: ListenAddress
     /// The PostgreSQL database holding the application's table and Baton's schema.
@@ -27,7 +29,7 @@ public struct BatonConfiguration: Sendable, Equatable, Codable {
     public var adminTokenFile: String?
     /// The admin token, from `BATON_ADMIN_TOKEN` or `admin_token_file`; never read from or written to JSON.
     public var adminToken: AdminToken?
-    /// Seconds between reloads of the `GET /report` page (a meta refresh); 0 for none; default 300.
+    /// Seconds between reloads of the `GET /report` page (a meta refresh); 0 for none; default 300 (`report_refresh_seconds`).
     public var reportRefreshSeconds: Int
     /// The file holding the service token `GET /v1/credential-state` then requires, if any.
     public var serviceTokenFile: String?
@@ -63,14 +65,6 @@ public struct BatonConfiguration: Sendable, Equatable, Codable {
         self.serviceToken = serviceToken
         self.requireNonce = requireNonce
         self.server = server
-    }
-
-    enum CodingKeys: String, CodingKey {
-        case listen, database, apple, legacy, server
-        case adminTokenFile = "admin_token_file"
-        case reportRefreshSeconds = "report_refresh_seconds"
-        case serviceTokenFile = "service_token_file"
-        case requireNonce = "require_nonce"
     }
 
     // MARK: - Sections
@@ -126,19 +120,20 @@ public struct BatonConfiguration: Sendable, Equatable, Codable {
     }
 
     /// The `server` section: limits of `baton serve`'s HTTP server against slow or greedy clients.
-    public struct Server: Sendable, Equatable, Codable {
+    /// Each limit's range is declared with its key and checked by ``BatonConfiguration/validate()``.
+    public struct Server: Sendable, Equatable, Codable, ConfigurationSection {
         /// The longest a request's handler may run before the answer is 503 `timeout`, in milliseconds; also how
-        /// long shutdown waits for running handlers. Default 10,000; 100...600,000.
+        /// long shutdown waits for running handlers. Default 10,000 (`server.request_timeout_ms`).
         public var requestTimeoutMilliseconds: Int
         /// The longest a client may take to send a request's head and body, in milliseconds, however slowly it
-        /// trickles bytes. Default 10,000; 100...600,000.
+        /// trickles bytes. Default 10,000 (`server.request_head_timeout_ms`).
         public var requestHeadTimeoutMilliseconds: Int
         /// Connections one client address may hold at once, across the event loops; one more is answered 503
         /// `too_many_connections`. Default 256 (a quarter of the server's 1,024, four times an application server's
-        /// 64-connection pool); 1...10,000.
+        /// 64-connection pool; `server.connections_per_ip`).
         public var connectionsPerIP: Int
         /// Event loops serving HTTP, each a thread with its own pipeline connection for sign-ins; nil (the
-        /// default): one per core. 1...64.
+        /// default): one per core (`server.event_loops`).
         public var eventLoops: Int?
         /// Whether the event loops' threads run under Linux's `SCHED_BATCH` policy: their wake-ups do not preempt
         /// the task running on the core, so a loop batches more and the cores switch less. Default true.
@@ -153,26 +148,18 @@ public struct BatonConfiguration: Sendable, Equatable, Codable {
             self.eventLoops = eventLoops
             self.batchScheduling = batchScheduling
         }
-
-        enum CodingKeys: String, CodingKey {
-            case requestTimeoutMilliseconds = "request_timeout_ms"
-            case requestHeadTimeoutMilliseconds = "request_head_timeout_ms"
-            case connectionsPerIP = "connections_per_ip"
-            case eventLoops = "event_loops"
-            case batchScheduling = "batch_scheduling"
-        }
     }
 
     /// The database section.
-    public struct Database: Sendable, Equatable, Codable {
+    public struct Database: Sendable, Equatable, Codable, ConfigurationSection {
         /// A libpq connection URL, `postgresql://…` (it may hold a password: never print it).
         public var url: String
-        /// Connections in the pool; default 8, 1...1000.
+        /// Connections in the pool; default 8 (`database.pool_size`).
         public var poolSize: Int
         /// The `statement_timeout` of the service's connections, in milliseconds (it also bounds waiting for
         /// locks), so a request facing a slow or locked database fails with a 503 instead of hanging, on every
         /// connection including replacements; `baton serve` defaults to 5,000, other commands to none; 0 sends
-        /// none (the server's or the role's setting, behind PgBouncer). 0...3,600,000.
+        /// none (the server's or the role's setting, behind PgBouncer; `database.statement_timeout_ms`).
         public var statementTimeoutMilliseconds: Int?
         /// What is in front of PostgreSQL: nothing (default), a session-mode or a transaction-mode pooler.
         public var pooler: PostgresPooler
@@ -190,17 +177,10 @@ public struct BatonConfiguration: Sendable, Equatable, Codable {
             PostgresPool(url: url, maxConnections: maxConnections, statementTimeoutMilliseconds: statementTimeoutMilliseconds,
                          pooler: pooler, logger: logger)
         }
-
-        enum CodingKeys: String, CodingKey {
-            case url
-            case poolSize = "pool_size"
-            case statementTimeoutMilliseconds = "statement_timeout_ms"
-            case pooler
-        }
     }
 
     /// The `apple` section.
-    public struct Apple: Sendable, Equatable, Codable {
+    public struct Apple: Sendable, Equatable, Codable, ConfigurationSection {
         /// Apple's base URL (the emulator's in tests); default `https://appleid.apple.com`.
         public var baseURL: URL
         /// The identity-token key set; default `base_url` + `/auth/keys`.
@@ -240,16 +220,6 @@ public struct BatonConfiguration: Sendable, Equatable, Codable {
             self.notificationMaxAgeSeconds = notificationMaxAgeSeconds
         }
 
-        enum CodingKeys: String, CodingKey {
-            case notificationMaxAgeSeconds = "notification_max_age_seconds"
-            case baseURL = "base_url"
-            case keysURL = "keys_url"
-            case issuer
-            case clientIDs = "client_ids"
-            case legacyClientIDs = "legacy_client_ids"
-            case transfer
-        }
-
         /// `base` + `/auth/keys`, keeping any path prefix of `base`.
         static func keysURL(for base: URL) -> URL {
             base.appendingPathComponent("auth").appendingPathComponent("keys")
@@ -257,7 +227,7 @@ public struct BatonConfiguration: Sendable, Equatable, Codable {
     }
 
     /// The transfer: the app's client ID, when the recipient accepted it, and each team's key.
-    public struct Transfer: Sendable, Equatable, Codable {
+    public struct Transfer: Sendable, Equatable, Codable, ConfigurationSection {
         /// The transferred app's primary client ID (`client_id` of `/auth/token` and `/auth/usermigrationinfo`).
         public var clientID: String
         /// When the recipient accepted the transfer; absent before. The 60-day window starts here.
@@ -278,12 +248,6 @@ public struct BatonConfiguration: Sendable, Equatable, Codable {
             self.recipient = recipient
         }
 
-        enum CodingKeys: String, CodingKey {
-            case clientID = "client_id"
-            case acceptedAt = "accepted_at"
-            case sender, recipient
-        }
-
         /// When the 60-day window closes; nil before acceptance.
         public var windowEndsAt: Date? { acceptedAt.map { $0.addingTimeInterval(Transfer.window) } }
 
@@ -295,7 +259,7 @@ public struct BatonConfiguration: Sendable, Equatable, Codable {
     }
 
     /// One team's Sign in with Apple key.
-    public struct TeamCredentials: Sendable, Equatable, Codable {
+    public struct TeamCredentials: Sendable, Equatable, Codable, ConfigurationSection {
         /// The team ID: 10 upper-case letters or digits.
         public var teamID: String
         /// The key ID of the `.p8` key: 10 letters or digits.
@@ -309,17 +273,11 @@ public struct BatonConfiguration: Sendable, Equatable, Codable {
             self.keyID = keyID
             self.privateKeyPath = privateKeyPath
         }
-
-        enum CodingKeys: String, CodingKey {
-            case teamID = "team_id"
-            case keyID = "key_id"
-            case privateKeyPath = "private_key_path"
-        }
     }
 
     /// The application's own user (or identity) table, which Baton reads and rewrites but never creates or
     /// drops. The shapes auth frameworks give it, and how to name them here, are in docs/schemas.md.
-    public struct Legacy: Sendable, Equatable, Codable {
+    public struct Legacy: Sendable, Equatable, Codable, ConfigurationSection {
         /// The table, optionally schema-qualified: `public.users`, `auth.identities`.
         public var table: String
         /// The primary key column.
@@ -365,21 +323,6 @@ public struct BatonConfiguration: Sendable, Equatable, Codable {
             self.createdAtColumn = createdAtColumn
         }
 
-        enum CodingKeys: String, CodingKey {
-            case table
-            case keyColumn = "key_column"
-            case subjectColumn = "subject_column"
-            case emailColumn = "email_column"
-            case transferColumn = "transfer_column"
-            case filters = "where"
-            case email
-            case json
-            case emailCopies = "email_copies"
-            case emailPolicy = "email_policy"
-            case onDuplicate = "on_duplicate"
-            case createdAtColumn = "created_at_column"
-        }
-
         /// The validated identifiers, ready for `PostgresQuery` interpolation (which quotes them).
         /// - Throws: ``ConfigurationError`` (`invalidValue`) naming the first invalid one.
         public func identifiers() throws -> LegacyIdentifiers {
@@ -389,7 +332,7 @@ public struct BatonConfiguration: Sendable, Equatable, Codable {
         /// The table, quoted for SQL: `"public"."users"`.
         /// - Throws: ``ConfigurationError`` (`invalidValue`) when the name is not a valid identifier.
         public func quotedTable() throws -> String {
-            try BatonConfiguration.quoteIdentifier(table, key: "legacy.table", allowSchema: true)
+            try identifier(\.table, in: BatonConfiguration.name(of: \.legacy), allowSchema: true).quoted
         }
     }
 

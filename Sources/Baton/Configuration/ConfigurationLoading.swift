@@ -57,7 +57,6 @@ extension BatonConfiguration {
         }
         try applyEnvironment(environment, to: &tree)
         try checkKnownKeys(tree, prefix: "")
-        try applyDefaults(to: &tree)
 
         let normalized = Data(JSON.serializeBytes(.object(tree)))
         var configuration: BatonConfiguration
@@ -160,35 +159,6 @@ extension BatonConfiguration {
                     throw ConfigurationError(.invalidValue, key: key.path, reason: "expected a JSON array of objects")
                 }
                 try set(.array(items), at: key.path, in: &tree)
-            }
-        }
-    }
-
-    /// Fills in each absent (or `null`) key that has a default, where its section is present; a missing
-    /// section stays missing so that the error names the section.
-    private static func applyDefaults(to tree: inout JSONObject) throws {
-        // A section none of whose keys is required (`server`) may be left out whole: it is created, then filled.
-        let sections = Set(keys.map { $0.path.split(separator: ".").dropLast().joined(separator: ".") }).filter { !$0.isEmpty }
-        for section in sections.sorted() where !section.hasSuffix("[]") && value(at: section, in: tree) == nil {
-            let members = keys.filter { $0.path.hasPrefix(section + ".") }
-            if members.allSatisfy({ if case .required = $0.defaultValue { false } else { true } }) {
-                try set(.object(JSONObject()), at: section, in: &tree)
-            }
-        }
-        for key in keys where !key.isRecordMember {
-            let parts = key.path.split(separator: ".")
-            let section = parts.dropLast().joined(separator: ".")
-            guard section.isEmpty || value(at: section, in: tree)?.objectValue != nil else { continue }
-            if let present = value(at: key.path, in: tree), !present.isNull { continue }
-            switch key.defaultValue {
-            case .required, .absent:
-                continue
-            case .value(let value, _):
-                try set(value, at: key.path, in: &tree)
-            case .appending(let suffix, let base, _):
-                guard case .string(let text)? = value(at: base, in: tree), let url = URL(string: text) else { continue }
-                let appended = suffix.split(separator: "/").reduce(url) { $0.appendingPathComponent(String($1)) }
-                try set(.string(appended.absoluteString), at: key.path, in: &tree)
             }
         }
     }

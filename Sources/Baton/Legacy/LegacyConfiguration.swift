@@ -37,7 +37,7 @@ public enum DuplicatePolicy: String, Sendable, Equatable, Codable, CaseIterable 
 
 /// `legacy.email`: the email lives in another table that the identity row references
 /// (`auth_user.email` through `socialaccount_socialaccount.user_id`).
-public struct LegacyEmailTable: Sendable, Equatable, Codable {
+public struct LegacyEmailTable: Sendable, Equatable, Codable, ConfigurationSection {
     /// The users table, optionally schema-qualified: `public.auth_user`, `auth.users`.
     public var table: String
     /// Its email column.
@@ -54,18 +54,12 @@ public struct LegacyEmailTable: Sendable, Equatable, Codable {
         self.keyColumn = keyColumn
         self.referenceColumn = referenceColumn
     }
-
-    enum CodingKeys: String, CodingKey {
-        case table, column
-        case keyColumn = "key_column"
-        case referenceColumn = "reference_column"
-    }
 }
 
 /// One entry of `legacy.email_copies`: a further table keeping its own copy of the user's email, one row per
 /// address (allauth's `account_emailaddress`). The row of the user holding the old address is rewritten with the
 /// new one, under `legacy.email_policy`; its other columns are kept and no row is added or deleted.
-public struct LegacyEmailCopy: Sendable, Equatable, Codable {
+public struct LegacyEmailCopy: Sendable, Equatable, Codable, ConfigurationSection {
     /// The table, optionally schema-qualified: `public.account_emailaddress`.
     public var table: String
     /// Its email column.
@@ -83,18 +77,12 @@ public struct LegacyEmailCopy: Sendable, Equatable, Codable {
         self.userColumn = userColumn
         self.filters = filters
     }
-
-    enum CodingKeys: String, CodingKey {
-        case table, column
-        case userColumn = "user_column"
-        case filters = "where"
-    }
 }
 
 /// `legacy.json`: a json/jsonb (or text holding JSON) column of `legacy.table` whose top-level keys copy
 /// the claims; the listed keys are rewritten with the new subject and email, other keys never touched, a
 /// missing key never added.
-public struct LegacyJSONCopy: Sendable, Equatable, Codable {
+public struct LegacyJSONCopy: Sendable, Equatable, Codable, ConfigurationSection {
     /// The column: `extra_data`, `identity_data`.
     public var column: String
     /// Keys holding the subject (default `["sub"]`).
@@ -112,13 +100,6 @@ public struct LegacyJSONCopy: Sendable, Equatable, Codable {
         self.subjectKeys = subjectKeys
         self.emailKeys = emailKeys
         self.emailTableColumn = emailTableColumn
-    }
-
-    enum CodingKeys: String, CodingKey {
-        case column
-        case subjectKeys = "subject_keys"
-        case emailKeys = "email_keys"
-        case emailTableColumn = "email_table_column"
     }
 }
 
@@ -201,47 +182,52 @@ extension BatonConfiguration {
         /// Validates `legacy`.
         /// - Throws: ``ConfigurationError`` (`invalidValue`) naming the first bad key.
         public init(_ legacy: Legacy) throws {
-            func column(_ text: String, _ key: String) throws -> PostgresIdentifier {
-                try BatonConfiguration.identifier(text, key: key, allowSchema: false)
+            let path = BatonConfiguration.name(of: \.legacy)
+            table = try legacy.identifier(\.table, in: path, allowSchema: true)
+            keyColumn = try legacy.identifier(\.keyColumn, in: path)
+            subjectColumn = try legacy.identifier(\.subjectColumn, in: path)
+            emailColumn = try legacy.identifier(\.emailColumn, in: path)
+            transferColumn = try legacy.identifier(\.transferColumn, in: path)
+            filters = try Self.filters(legacy, \.filters, in: path)
+            emailTable = try legacy.email.map { email in
+                let path = Legacy.key(\.email, in: path)
+                return EmailTable(table: try email.identifier(\.table, in: path, allowSchema: true), column: try email.identifier(\.column, in: path),
+                                  keyColumn: try email.identifier(\.keyColumn, in: path), referenceColumn: try email.identifier(\.referenceColumn, in: path))
             }
-            table = try BatonConfiguration.identifier(legacy.table, key: "legacy.table", allowSchema: true)
-            keyColumn = try column(legacy.keyColumn, "legacy.key_column")
-            subjectColumn = try column(legacy.subjectColumn, "legacy.subject_column")
-            emailColumn = try legacy.emailColumn.map { try column($0, "legacy.email_column") }
-            transferColumn = try legacy.transferColumn.map { try column($0, "legacy.transfer_column") }
-            func parseFilters(_ filters: [String: String]?, _ key: String) throws -> [Filter] {
-                try (filters ?? [:]).sorted { $0.key < $1.key }.map { Filter(column: try column($0.key, key), value: $0.value) }
-            }
-            filters = try parseFilters(legacy.filters, "legacy.where")
-            emailTable = try legacy.email.map {
-                EmailTable(table: try BatonConfiguration.identifier($0.table, key: "legacy.email.table", allowSchema: true),
-                           column: try column($0.column, "legacy.email.column"),
-                           keyColumn: try column($0.keyColumn, "legacy.email.key_column"),
-                           referenceColumn: try column($0.referenceColumn, "legacy.email.reference_column"))
-            }
-            json = try legacy.json.map { copy in
-                let subjectKeys = copy.subjectKeys ?? ["sub"]
-                let emailKeys = copy.emailKeys ?? []
-                for (name, keys) in [("subject_keys", subjectKeys), ("email_keys", emailKeys)]
-                where keys.contains(where: { $0.isEmpty || $0.utf8.count > 255 }) || Set(keys).count != keys.count {
-                    throw ConfigurationError(.invalidValue, key: "legacy.json.\(name)", reason: "must list distinct, non-empty JSON keys")
-                }
-                guard Set(subjectKeys).isDisjoint(with: emailKeys) else {
-                    throw ConfigurationError(.invalidValue, key: "legacy.json.email_keys", reason: "must not repeat a key of legacy.json.subject_keys")
-                }
-                return JSONCopy(column: try column(copy.column, "legacy.json.column"), subjectKeys: subjectKeys, emailKeys: emailKeys,
-                                emailTableColumn: try copy.emailTableColumn.map { try column($0, "legacy.json.email_table_column") })
-            }
+            json = try legacy.json.map { try Self.jsonCopy($0, in: Legacy.key(\.json, in: path)) }
             emailCopies = try (legacy.emailCopies ?? []).enumerated().map { index, copy in
-                let key = "legacy.email_copies[\(index)]"
-                return EmailCopy(table: try BatonConfiguration.identifier(copy.table, key: key + ".table", allowSchema: true),
-                                 column: try column(copy.column, key + ".column"), userColumn: try column(copy.userColumn, key + ".user_column"),
-                                 filters: try parseFilters(copy.filters, key + ".where"))
+                let path = "\(Legacy.key(\.emailCopies, in: path))[\(index)]"
+                return EmailCopy(table: try copy.identifier(\.table, in: path, allowSchema: true), column: try copy.identifier(\.column, in: path),
+                                 userColumn: try copy.identifier(\.userColumn, in: path), filters: try Self.filters(copy, \.filters, in: path))
             }
             emailPolicy = (emailColumn == nil && emailTable == nil) ? .never : (legacy.emailPolicy ?? .relay)
             duplicatePolicy = legacy.onDuplicate ?? .report
-            createdAtColumn = try legacy.createdAtColumn.map { try column($0, "legacy.created_at_column") }
+            createdAtColumn = try legacy.identifier(\.createdAtColumn, in: path)
             try checkDistinct()
+        }
+
+        /// The filters in `member` of `section` (at `path`), ordered by column name, each column validated.
+        private static func filters<Section: ConfigurationSection>(_ section: Section, _ member: KeyPath<Section, [String: String]?>, in path: String) throws -> [Filter] {
+            let key = Section.key(member, in: path)
+            return try (section[keyPath: member] ?? [:]).sorted { $0.key < $1.key }.map {
+                Filter(column: try BatonConfiguration.identifier($0.key, key: key, allowSchema: false), value: $0.value)
+            }
+        }
+
+        /// `legacy.json` (at `path`) with its default keys, each list of distinct, non-empty keys, the two disjoint.
+        private static func jsonCopy(_ copy: LegacyJSONCopy, in path: String) throws -> JSONCopy {
+            let subjectKeys = copy.subjectKeys ?? ["sub"]
+            let emailKeys = copy.emailKeys ?? []
+            for (member, keys) in [(\LegacyJSONCopy.subjectKeys, subjectKeys), (\LegacyJSONCopy.emailKeys, emailKeys)]
+            where keys.contains(where: { $0.isEmpty || $0.utf8.count > 255 }) || Set(keys).count != keys.count {
+                throw ConfigurationError(.invalidValue, key: LegacyJSONCopy.key(member, in: path), reason: "must list distinct, non-empty JSON keys")
+            }
+            guard Set(subjectKeys).isDisjoint(with: emailKeys) else {
+                throw ConfigurationError(.invalidValue, key: LegacyJSONCopy.key(\.emailKeys, in: path),
+                                         reason: "must not repeat a key of \(LegacyJSONCopy.key(\.subjectKeys, in: path))")
+            }
+            return JSONCopy(column: try copy.identifier(\.column, in: path), subjectKeys: subjectKeys, emailKeys: emailKeys,
+                            emailTableColumn: try copy.identifier(\.emailTableColumn, in: path))
         }
 
         private func checkDistinct() throws {

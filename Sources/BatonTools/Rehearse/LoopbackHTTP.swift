@@ -118,8 +118,11 @@ struct InProcessAppleTransport: AppleTransport {
     let emulator: AppleEmulator
 
     func send(_ request: AppleHTTPRequest) async throws -> AppleHTTPResponse {
+        // Apple's endpoints take form bodies: a URL without a query (every one of the jobs') is not parsed again.
         var query: [String: String] = [:]
-        for item in URLComponents(url: request.url, resolvingAgainstBaseURL: false)?.queryItems ?? [] { query[item.name] = item.value ?? "" }
+        if request.url.query != nil {
+            for item in URLComponents(url: request.url, resolvingAgainstBaseURL: false)?.queryItems ?? [] { query[item.name] = item.value ?? "" }
+        }
         let answer = await emulator.respond(to: HTTPRequest(method: "POST", path: request.url.path, query: query,
                                                             headers: HTTPHeaders(request.headers.map { ($0.key, $0.value) }),
                                                             body: Array(request.body), remoteAddress: "127.0.0.1"))

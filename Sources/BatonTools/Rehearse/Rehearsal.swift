@@ -30,6 +30,14 @@ struct Rehearsal {
     let options: RehearsalOptions
     /// One device in this many asks Baton for the credential state first (a web or Android client).
     static let credentialStateEvery = 10
+    /// `--concurrency` by default: four per core. The devices, the service and the exchange's workers share the cores
+    /// with PostgreSQL; at 32 on two cores, a 200,000-user rehearsal spent a third more CPU on the devices and twice as
+    /// much on the exchange (PostgreSQL's backends waiting on each other) as at 8.
+    static let defaultConcurrency = min(256, 4 * ProcessInfo.processInfo.activeProcessorCount)
+    /// `transfer-ids`' workers at least. Its Apple call is answered in-process and its answers are stored a batch at
+    /// a time (``TransferQueue/storeTransferIdentifier(_:transferSub:)``), each batch holding the answers of the
+    /// workers waiting: 4 workers stored about 4 answers a statement, and PostgreSQL's CPU per user doubled.
+    static let senderWorkers = 256
     /// Where each phase's end goes (`rehearse phase=NAME seconds=S`, on standard error with the progress lines).
     let phases = PhaseClock()
 
@@ -254,7 +262,8 @@ struct Rehearsal {
         let needing = try await senderQueue.pendingCount()
         if needing > 0 {
             _ = try await job(senderQueue, .transferIdentifiers(targetTeamID: teamB.teamID),
-                              client: appleClient(emulator, team: teamA, clientID: clientID), total: needing, acceptedAt: nil)
+                              client: appleClient(emulator, team: teamA, clientID: clientID), total: needing, acceptedAt: nil,
+                              workers: max(options.concurrency, Self.senderWorkers))
         }
         phases.end("transfer-ids")
         try emulator.initiateTransfer(clientID: clientID, toTeamID: teamB.teamID)
@@ -285,7 +294,7 @@ struct Rehearsal {
         let pending = try await exchangeQueue.pendingCount()
         if pending > 0 {
             _ = try await job(exchangeQueue, .exchange(applier: store), client: appleClient(emulator, team: teamB, clientID: clientID),
-                              total: pending, acceptedAt: acceptedAt)
+                              total: pending, acceptedAt: acceptedAt, workers: options.concurrency)
         }
         phases.end("exchange")
         let row = try await pool.query("""
@@ -297,10 +306,10 @@ struct Rehearsal {
         return ((try row.decode(Int.self, at: 0), try row.decode(Int.self, at: 1), failedDevices), report.renderTable(listLimit: 0))
     }
 
-    /// A bulk job at the rehearsal's concurrency, unthrottled (the emulator has no rate limit), progress to stderr.
-    private func job(_ queue: TransferQueue, _ work: BulkRun.Work, client: AppleClient, total: Int, acceptedAt: Date?) async throws -> BulkJobSummary {
+    /// A bulk job of `workers`, unthrottled (the emulator has no rate limit), progress to stderr.
+    private func job(_ queue: TransferQueue, _ work: BulkRun.Work, client: AppleClient, total: Int, acceptedAt: Date?, workers: Int) async throws -> BulkJobSummary {
         let run = try BulkRun(queue: queue, work: work, client: client,
-                              options: BulkJobOptions(workers: options.concurrency, rate: 100_000, maxConsecutiveFailures: 1_000),
+                              options: BulkJobOptions(workers: workers, rate: 100_000, maxConsecutiveFailures: 1_000),
                               window: TransferWindow(acceptedAt: acceptedAt))
         return await run.run(total: total, isTerminal: false, logInterval: 10)
     }

@@ -52,5 +52,5 @@ private struct RehearseOptions: CommandOptions {
     let rate = Option.number("rate", default: 10, in: 0.1...100_000, "exchange requests per second per process, for the projection")
     let processes = Option.integer("processes", default: 1, in: 1...1_000, "exchange processes, for the projection")
     let json = Option.text("json", "FILE", "also write the result as JSON to FILE")
-    let concurrency = Option.integer("concurrency", default: 32, in: 1...256, "devices and job workers in flight during the rehearsal")
+    let concurrency = Option.integer("concurrency", default: Rehearsal.defaultConcurrency, in: 1...256, "devices and job workers in flight during the rehearsal")
 }
