@@ -63,6 +63,8 @@ let package = Package(
         .testTarget(name: "BatonServiceTests", dependencies: ["BatonService", "TestSupport", "Baton", "BatonEmulator", "BatonAppleSignIn", "BatonHTTPServer", "BatonJOSE", "BatonJSON", "BatonPostgres", "BatonConcurrency"], swiftSettings: swiftSettings),
         .testTarget(name: "BatonEmulatorTests", dependencies: ["BatonEmulator", "BatonAppleSignIn", "BatonJSON", "TestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "CLITests", dependencies: ["BatonEmulator", "BatonJOSE", "BatonJSON", "BatonProcess", "TestSupport"], swiftSettings: swiftSettings),
+        // The command-line kit itself (parsing, typed options, help), without running the binary.
+        .testTarget(name: "BatonToolsTests", dependencies: ["BatonTools", "BatonLogging"], swiftSettings: swiftSettings),
         // The fault suite: `baton serve` and `baton exchange` as child processes under outages (`make faults`).
         .testTarget(name: "FaultTests", dependencies: ["BatonEmulator", "TestSupport"], swiftSettings: swiftSettings),
         // Builds Examples/EmbedderCheck: an embedder's own `Logging`, `JOSE`, … modules beside the `Baton` product.

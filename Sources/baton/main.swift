@@ -34,8 +34,7 @@ let wantsHelp = rest.contains("--help") || rest.contains("-h")
 do {
     // Commands with subcommands (`baton bench verify`): the next word selects one.
     while !command.subcommands.isEmpty {
-        let names = command.subcommands.map { "'\($0.name)'" }
-        let expected = names.count > 1 ? names.dropLast().joined(separator: ", ") + " or " + names.last! : names.joined()
+        let expected = listed(command.subcommands.map { "'\($0.name)'" })
         guard let word = rest.first, let sub = command.subcommands.first(where: { $0.name == word }) else {
             if wantsHelp { break }
             throw CommandFailure.usage(rest.first.map { "unknown \(command.name) command '\($0)': expected \(expected)" } ?? "expected \(expected)")
@@ -48,7 +47,7 @@ do {
         print(command.usage(path: (["baton"] + chosen.dropLast()).joined(separator: " ")))
         exit(0)
     }
-    exit(try await command.run(try Arguments(rest, for: command)))
+    exit(try await command.run(rest))
 } catch let failure as CommandFailure {
     let full = chosen.joined(separator: " ")
     switch failure {

@@ -10,11 +10,11 @@ import FoundationNetworking
 /// recipient side of `/auth/usermigrationinfo`, over keep-alive connections (default 32), against
 /// an in-process emulator; 100,000 key requests, 10,000 tokens and 20,000 exchanges by default.
 @Sendable
-func runEmulatorBenchmark(_ parsed: Arguments) async throws -> Int32 {
-    let concurrency = parsed.integer("concurrency")
-    let requests = parsed.integer("requests")
-    let tokens = parsed.integer("tokens")
-    let exchanges = parsed.integer("exchanges")
+func runEmulatorBenchmark(_ parsed: Parsed<EmulatorBenchmarkOptions>) async throws -> Int32 {
+    let concurrency = parsed.concurrency
+    let requests = parsed.requests
+    let tokens = parsed.tokens
+    let exchanges = parsed.exchanges
 
     var configuration = HTTPServerConfiguration()
     configuration.connectionLimit = max(configuration.connectionLimit, concurrency * 2)

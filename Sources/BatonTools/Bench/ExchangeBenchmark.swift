@@ -14,16 +14,16 @@ import BatonPostgres
 /// the emulator's limit and the job's `--rate`; `--latency-ms` (20); `--workers` (32); `--sequential-seconds` (5).
 /// The database is `--database-url` or `BATON_DATABASE_URL`, and must hold no transfers yet.
 @Sendable
-func runExchangeBenchmark(_ arguments: Arguments) async throws -> Int32 {
-    guard let url = arguments.databaseURLOrEnvironment else {
+func runExchangeBenchmark(_ arguments: Parsed<ExchangeBenchmarkOptions>) async throws -> Int32 {
+    guard let url = databaseURLOrEnvironment(arguments.databaseURL) else {
         throw CommandFailure.usage("no database: give --database-url or set BATON_DATABASE_URL (a throwaway one)")
     }
-    let users = arguments.integer("users")
-    let backlog = arguments.integer("backlog")
-    let limit = arguments.number("limit")
-    let latency = arguments.integer("latency-ms")
-    let workers = arguments.integer("workers")
-    let sequentialSeconds = arguments.number("sequential-seconds")
+    let users = arguments.users
+    let backlog = arguments.backlog
+    let limit = arguments.limit
+    let latency = arguments.latencyMs
+    let workers = arguments.workers
+    let sequentialSeconds = arguments.sequentialSeconds
     let sequentialUsers = Int(sequentialSeconds * 1000 / Double(max(1, latency))) + 50
 
     let clientID = "com.example.bench"

@@ -40,31 +40,30 @@ import BatonProcess
 ///
 /// The last line is one JSON object.
 @Sendable
-func runSigninBenchmark(_ arguments: Arguments) async throws -> Int32 {
+func runSigninBenchmark(_ arguments: Parsed<SigninBenchmarkOptions>) async throws -> Int32 {
     let environment = ProcessInfo.processInfo.environment
-    guard let serverURL = arguments.value("database-url") ?? environment["BATON_TEST_DATABASE_URL"] ?? environment["BATON_DATABASE_URL"] else {
+    guard let serverURL = arguments.databaseURL ?? environment["BATON_TEST_DATABASE_URL"] ?? environment["BATON_DATABASE_URL"] else {
         throw CommandFailure.usage("needs --database-url (a server where it may create a database); or run it under 'scripts/pg.sh run'")
     }
-    let users = arguments.integer("users")
-    let transfers = arguments.integer("transfers")
-    let migrations = arguments.integer("migrations")
-    let wrkMigrations = arguments.integer("wrk-migrations")
-    let withNonce = arguments.flag("nonce")
+    let users = arguments.users
+    let transfers = arguments.transfers
+    let migrations = arguments.migrations
+    let wrkMigrations = arguments.wrkMigrations
+    let withNonce = arguments.nonce
     guard transfers <= users else { throw CommandFailure.usage("--transfers (\(transfers)) must be at most --users (\(users))") }
     guard migrations + wrkMigrations <= transfers else {
         throw CommandFailure.usage("--migrations + --wrk-migrations (\(migrations + wrkMigrations)) must be at most --transfers (\(transfers))")
     }
-    let currentRequests = arguments.integer("current-requests")
-    let concurrency = arguments.integer("concurrency")
-    let pgbenchSeconds = arguments.integer("pgbench-seconds")
-    let poolSize = arguments.integer("pool-size")
-    let wrkSeconds = arguments.integer("wrk-seconds")
+    let currentRequests = arguments.currentRequests
+    let concurrency = arguments.concurrency
+    let pgbenchSeconds = arguments.pgbenchSeconds
+    let poolSize = arguments.poolSize
+    let wrkSeconds = arguments.wrkSeconds
     let wrkConnections = [1, 8, 32, 64]
-    let perfPath = arguments.value("perf")
-    let logLevel = arguments.required("log-level")
+    let perfPath = arguments.perf
+    let logLevel = arguments.logLevel.description
     let clientID = "com.example.bench"
-    // A choice of the schemas' raw values, so the value always names one.
-    let schema = BenchSchema(rawValue: arguments.required("schema")) ?? .users
+    let schema = arguments.schema
 
     // 1. Apple: two teams, the app, its people, the transfer.
     let emulator = try await AppleEmulator.start()
@@ -296,7 +295,7 @@ private func say(_ line: String) {
 }
 
 /// The application tables the sign-in benchmark runs on.
-private enum BenchSchema: String {
+enum BenchSchema: String, CaseIterable, Sendable {
     case users, allauth
 
     var legacy: BatonConfiguration.Legacy {

@@ -15,8 +15,8 @@ import BatonJSON
 /// single-threaded rounds gives microseconds of CPU per operation (`*_cpu_us`, `ratio_cpu`), which stay
 /// meaningful on a machine shared with other work.
 @Sendable
-func runVerifyBenchmark(_ arguments: Arguments) async throws -> Int32 {
-    let seconds = arguments.number("seconds")
+func runVerifyBenchmark(_ arguments: Parsed<VerifyBenchmarkOptions>) async throws -> Int32 {
+    let seconds = arguments.seconds
 
     let fixture = try VerifyBenchmarkFixture()
     let verifier = fixture.verifier

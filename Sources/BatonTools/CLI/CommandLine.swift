@@ -19,16 +19,15 @@ package enum CommandFailure: Error {
     }
 }
 
-/// One option of a command, declared once: parsing, validation, the default and the `--help` line all come from it.
-package struct Option: Sendable {
+/// What the parser and `--help` know of an option, whatever its value's type: its name, what it takes, its
+/// default and help line. Made by the constructors of ``Option``.
+package struct OptionSpec: Sendable {
     /// What the option takes.
     package enum Kind: Sendable {
         /// `--name` alone.
         case flag
-        /// `--name VALUE`, any text; the last one given wins.
+        /// `--name VALUE`, any text.
         case text(default: String?)
-        /// `--name VALUE`, any text, repeatable; every value is kept.
-        case repeatable
         /// `--name N`, a whole number within the range.
         case integer(default: Int?, in: ClosedRange<Int>)
         /// `--name R`, a finite number within the range.
@@ -46,50 +45,10 @@ package struct Option: Sendable {
     /// Absent or empty is a usage error ("missing --name").
     package var isRequired = false
 
-    package static func flag(_ name: String, _ help: String) -> Option {
-        Option(name: name, placeholder: "", kind: .flag, help: help)
-    }
-
-    package static func text(_ name: String, _ placeholder: String, default value: String? = nil, _ help: String) -> Option {
-        Option(name: name, placeholder: placeholder, kind: .text(default: value), help: help)
-    }
-
-    package static func repeatable(_ name: String, _ placeholder: String, _ help: String) -> Option {
-        Option(name: name, placeholder: placeholder, kind: .repeatable, help: help)
-    }
-
-    package static func integer(_ name: String, _ placeholder: String = "N", default value: Int? = nil, in range: ClosedRange<Int>, _ help: String) -> Option {
-        Option(name: name, placeholder: placeholder, kind: .integer(default: value, in: range), help: help)
-    }
-
-    package static func number(_ name: String, _ placeholder: String = "R", default value: Double? = nil, in range: ClosedRange<Double>, _ help: String) -> Option {
-        Option(name: name, placeholder: placeholder, kind: .number(default: value, in: range), help: help)
-    }
-
-    package static func choice(_ name: String, _ words: [String], default value: String? = nil, _ help: String) -> Option {
-        Option(name: name, placeholder: words.joined(separator: "|"), kind: .choice(words, default: value), help: help)
-    }
-
-    /// The same option, required.
-    package func required() -> Option {
-        var option = self
-        option.isRequired = true
-        return option
-    }
-
-    /// `--config FILE`, read by `Arguments.configuration()`.
-    package static let config = Option.text("config", "FILE", "the configuration file (default baton.json; BATON_* variables override it)")
-
-    /// `--log-level L`, read by `Arguments.logLevel`.
-    package static let logLevel = Option.choice("log-level", ["trace", "debug", "info", "notice", "warning", "error"], default: "info", "how much to log")
-
-    /// `--database-url URL`, read by `Arguments.databaseURL(...)`.
-    package static func databaseURL(_ help: String) -> Option { .text("database-url", "URL", help) }
-
     /// The default as `--help` shows it, or nil.
     package var defaultText: String? {
         switch kind {
-        case .flag, .repeatable: nil
+        case .flag: nil
         case .text(let value): value
         case .integer(let value, _): value.map { $0.formatted(.number.grouping(.never)) }
         case .number(let value, _): value.map { $0 == $0.rounded() ? String(Int($0)) : String($0) }
@@ -103,7 +62,7 @@ package struct Option: Sendable {
     /// Checks one given value; the error names the option and what it takes.
     fileprivate func validate(_ value: String) throws {
         switch kind {
-        case .flag, .text, .repeatable:
+        case .flag, .text:
             return
         case .integer(_, let range):
             guard let number = Int(value), range.contains(number) else {
@@ -114,11 +73,240 @@ package struct Option: Sendable {
                 throw CommandFailure.usage("--\(name) must be a number from \(range.lowerBound) to \(range.upperBound)")
             }
         case .choice(let words, _):
-            guard words.contains(value) else {
-                let list = words.count > 1 ? words.dropLast().joined(separator: ", ") + " or " + words.last! : words.joined()
-                throw CommandFailure.usage("--\(name) must be \(list)")
-            }
+            guard words.contains(value) else { throw CommandFailure.usage("--\(name) must be \(listed(words))") }
         }
+    }
+}
+
+/// `a`, `a or b`, `a, b or c`.
+package func listed(_ words: [String]) -> String {
+    words.count > 1 ? words.dropLast().joined(separator: ", ") + " or " + words.last! : words.joined()
+}
+
+/// One option of a command, declared once as a stored property of the command's ``CommandOptions``: parsing,
+/// validation, the default, the `--help` line and the typed value read back (`parsed.users` is an `Int`) all
+/// come from it.
+package struct Option<Value: Sendable>: Sendable {
+    package private(set) var spec: OptionSpec
+    /// The value from every string given for the option, in order (already validated against `spec`).
+    fileprivate let read: @Sendable ([String]) -> Value
+
+    private init(_ name: String, _ placeholder: String, _ kind: OptionSpec.Kind, _ help: String, read: @escaping @Sendable ([String]) -> Value) {
+        spec = OptionSpec(name: name, placeholder: placeholder, kind: kind, help: help)
+        self.read = read
+    }
+}
+
+extension Option where Value == Bool {
+    /// `--name` alone: true when given.
+    package static func flag(_ name: String, _ help: String) -> Option {
+        Option(name, "", .flag, help) { !$0.isEmpty }
+    }
+}
+
+extension Option where Value == String? {
+    /// `--name VALUE`, any text; the last one given wins; nil when absent.
+    package static func text(_ name: String, _ placeholder: String, _ help: String) -> Option {
+        Option(name, placeholder, .text(default: nil), help) { $0.last }
+    }
+
+    /// The same option, required: absent or empty is a usage error, so its value is always there.
+    package func required() -> Option<String> {
+        var required = Option<String>(spec.name, spec.placeholder, spec.kind, spec.help) { $0.last ?? "" }
+        required.spec.isRequired = true
+        return required
+    }
+
+    /// `--config FILE`, for ``loadConfiguration(_:)``.
+    package static let config = text("config", "FILE", "the configuration file (default baton.json; BATON_* variables override it)")
+
+    /// `--database-url URL`, for ``databaseURLOrEnvironment(_:)``.
+    package static func databaseURL(_ help: String) -> Option { text("database-url", "URL", help) }
+}
+
+extension Option where Value == String {
+    /// `--name VALUE`, any text; the last one given wins, else the default.
+    package static func text(_ name: String, _ placeholder: String, default value: String, _ help: String) -> Option {
+        Option(name, placeholder, .text(default: value), help) { $0.last ?? value }
+    }
+}
+
+extension Option where Value == [String] {
+    /// `--name VALUE`, repeatable; every value is kept, in order.
+    package static func repeatable(_ name: String, _ placeholder: String, _ help: String) -> Option {
+        Option(name, placeholder, .text(default: nil), help) { $0 }
+    }
+
+    /// The same option, required: at least one non-empty value.
+    package func required() -> Option {
+        var required = self
+        required.spec.isRequired = true
+        return required
+    }
+}
+
+extension Option where Value == Int {
+    /// `--name N`, a whole number within `range`, else the default.
+    package static func integer(_ name: String, _ placeholder: String = "N", default value: Int, in range: ClosedRange<Int>, _ help: String) -> Option {
+        Option(name, placeholder, .integer(default: value, in: range), help) { $0.last.flatMap { Int($0) } ?? value }
+    }
+}
+
+extension Option where Value == Int? {
+    /// `--name N`, a whole number within `range`; nil when absent.
+    package static func integer(_ name: String, _ placeholder: String = "N", in range: ClosedRange<Int>, _ help: String) -> Option {
+        Option(name, placeholder, .integer(default: nil, in: range), help) { $0.last.flatMap { Int($0) } }
+    }
+}
+
+extension Option where Value == Double {
+    /// `--name R`, a finite number within `range`, else the default.
+    package static func number(_ name: String, _ placeholder: String = "R", default value: Double, in range: ClosedRange<Double>, _ help: String) -> Option {
+        Option(name, placeholder, .number(default: value, in: range), help) { $0.last.flatMap { Double($0) } ?? value }
+    }
+}
+
+extension Option where Value: Equatable {
+    /// `--name WORD`, one of `choices` by its word, else the default.
+    package static func choice(_ name: String, _ choices: [(word: String, value: Value)], default value: Value, _ help: String) -> Option {
+        let words = choices.map(\.word)
+        let defaultWord = choices.first { $0.value == value }?.word
+        return Option(name, words.joined(separator: "|"), .choice(words, default: defaultWord), help) { given in
+            given.last.flatMap { word in choices.first { $0.word == word }?.value } ?? value
+        }
+    }
+}
+
+extension Option where Value: CaseIterable & RawRepresentable & Equatable, Value.RawValue == String {
+    /// `--name WORD`, one of the cases by its raw value, else the default.
+    package static func choice(_ name: String, default value: Value, _ help: String) -> Option {
+        choice(name, Value.allCases.map { ($0.rawValue, $0) }, default: value, help)
+    }
+}
+
+extension Option where Value == Logger.Level {
+    /// `--log-level L`: how much to log.
+    package static func logLevel(default value: Logger.Level = .info, _ help: String = "how much to log") -> Option {
+        choice("log-level", [.trace, .debug, .info, .notice, .warning, .error].map { ($0.description, $0) }, default: value, help)
+    }
+}
+
+/// A command's options: a struct whose stored properties are its ``Option``s (in `--help` order), and
+/// possibly groups of options shared with other commands (another `CommandOptions` as a stored property).
+///
+/// The properties are found by reflection; a command reads them back through ``Parsed``, by property, so a
+/// misspelt option does not compile.
+package protocol CommandOptions: Sendable {
+    init()
+}
+
+/// An ``Option`` of any value type, for reflection.
+private protocol AnyOption { var spec: OptionSpec { get } }
+extension Option: AnyOption {}
+
+extension CommandOptions {
+    /// Every option, groups flattened, in declaration order.
+    package var specs: [OptionSpec] {
+        Mirror(reflecting: self).children.flatMap { child -> [OptionSpec] in
+            if let option = child.value as? any AnyOption { return [option.spec] }
+            if let group = child.value as? any CommandOptions { return group.specs }
+            return []
+        }
+    }
+}
+
+/// A command's options parsed: `parsed.users` is the value of its `users` option (typed by the declaration,
+/// its default when not given), `parsed.bulk` a group's.
+@dynamicMemberLookup
+package struct Parsed<Options: CommandOptions>: Sendable {
+    private let options: Options
+    /// Every string given for each option, by name (a flag's is empty).
+    private let given: [String: [String]]
+    /// The arguments that are not options, in order.
+    package let positionals: [String]
+
+    /// Parses `arguments` against the options.
+    ///
+    /// An undeclared option is a usage error rather than a silently ignored typo; every given value is validated
+    /// when parsed, and required options are checked then. `--name=value` is accepted too; `--` ends the
+    /// options. Positional arguments are refused unless `takesPositionals`.
+    package init(_ arguments: [String], takesPositionals: Bool) throws {
+        let options = Options()
+        let specs = options.specs
+        let declared = Dictionary(uniqueKeysWithValues: specs.map { ($0.name, $0) })
+        var given: [String: [String]] = [:]
+        var positionals: [String] = []
+        var index = 0
+        var onlyPositionals = false
+        while index < arguments.count {
+            let argument = arguments[index]
+            index += 1
+            if onlyPositionals || !argument.hasPrefix("--") || argument == "-" {
+                positionals.append(argument)
+                continue
+            }
+            if argument == "--" {
+                onlyPositionals = true
+                continue
+            }
+            var name = String(argument.dropFirst(2))
+            var inlineValue: String?
+            if let equals = name.firstIndex(of: "=") {
+                inlineValue = String(name[name.index(after: equals)...])
+                name = String(name[..<equals])
+            }
+            guard let spec = declared[name] else { throw CommandFailure.usage("unknown option --\(name)") }
+            if case .flag = spec.kind {
+                guard inlineValue == nil else { throw CommandFailure.usage("--\(name) takes no value") }
+                given[name, default: []].append("")
+                continue
+            }
+            let value: String
+            if let inlineValue {
+                value = inlineValue
+            } else {
+                guard index < arguments.count else { throw CommandFailure.usage("--\(name) needs a value") }
+                value = arguments[index]
+                index += 1
+            }
+            try spec.validate(value)
+            given[name, default: []].append(value)
+        }
+        for spec in specs where spec.isRequired {
+            guard given[spec.name, default: []].contains(where: { !$0.isEmpty }) else { throw CommandFailure.usage("missing --\(spec.name)") }
+        }
+        if !takesPositionals, let extra = positionals.first {
+            throw CommandFailure.usage("unexpected argument '\(extra)'")
+        }
+        self.init(options: options, given: given, positionals: positionals)
+    }
+
+    private init(options: Options, given: [String: [String]], positionals: [String]) {
+        self.options = options
+        self.given = given
+        self.positionals = positionals
+    }
+
+    /// The value of one option: what was given, else its default.
+    package subscript<Value>(dynamicMember option: KeyPath<Options, Option<Value>>) -> Value {
+        let option = options[keyPath: option]
+        return option.read(given[option.spec.name] ?? [])
+    }
+
+    /// A group of options, parsed.
+    package subscript<Group: CommandOptions>(dynamicMember group: KeyPath<Options, Group>) -> Parsed<Group> {
+        Parsed<Group>(options: options[keyPath: group], given: given, positionals: positionals)
+    }
+
+    /// The whole number of `option` (its default when absent), within a range known only at run time (it
+    /// depends on other options).
+    package func value(of option: KeyPath<Options, Option<Int?>>, default defaultValue: Int, in range: ClosedRange<Int>) throws -> Int {
+        guard let number = self[dynamicMember: option] else { return defaultValue }
+        guard range.contains(number) else {
+            let name = options[keyPath: option].spec.name
+            throw CommandFailure.usage("--\(name) must be a whole number from \(range.lowerBound) to \(range.upperBound)")
+        }
+        return number
     }
 }
 
@@ -130,30 +318,45 @@ package struct Command: Sendable {
     package let summary: String
     /// What follows the options in the usage line (`TOKEN`, `FILE.csv`); empty when the command takes no
     /// positional arguments, and then any is refused as unexpected.
-    package var arguments = ""
+    package let arguments: String
     /// Text before the list of options in `--help`.
-    package var abstract = ""
-    package var options: [Option] = []
+    package let abstract: String
+    /// The options, as `--help` lists them.
+    package let options: [OptionSpec]
     /// Text after the list of options in `--help` (outputs, exit status).
-    package var discussion = ""
+    package let discussion: String
     /// Commands selected by the next word (`baton bench verify`); `run` is then unused.
-    package var subcommands: [Command] = []
+    package let subcommands: [Command]
     /// The heading of the subcommands in `--help` (`benchmarks`; scripts/bench.sh reads that list).
-    package var subcommandsTitle = "commands"
-    /// Runs the command with its parsed arguments; returns the exit code.
-    package var run: @Sendable (Arguments) async throws -> Int32
+    package let subcommandsTitle: String
+    /// Parses the arguments that follow the command's words and runs it; returns the exit code.
+    package let run: @Sendable ([String]) async throws -> Int32
 
-    package init(name: String, summary: String, arguments: String = "", abstract: String = "", options: [Option] = [],
-                 discussion: String = "", subcommands: [Command] = [], subcommandsTitle: String = "commands", run: @escaping @Sendable (Arguments) async throws -> Int32 = { _ in 0 }) {
+    /// A command that runs with the options of `Options`.
+    package init<Options: CommandOptions>(name: String, summary: String, arguments: String = "", abstract: String = "", options: Options.Type,
+                                          discussion: String = "", run: @escaping @Sendable (Parsed<Options>) async throws -> Int32) {
         self.name = name
         self.summary = summary
         self.arguments = arguments
         self.abstract = abstract
-        self.options = options
+        self.options = Options().specs
+        self.discussion = discussion
+        self.subcommands = []
+        self.subcommandsTitle = ""
+        self.run = { words in try await run(try Parsed<Options>(words, takesPositionals: !arguments.isEmpty)) }
+    }
+
+    /// A command whose next word selects one of `subcommands`.
+    package init(name: String, summary: String, abstract: String = "", discussion: String = "", subcommands: [Command], subcommandsTitle: String = "commands") {
+        self.name = name
+        self.summary = summary
+        self.arguments = ""
+        self.abstract = abstract
+        self.options = []
         self.discussion = discussion
         self.subcommands = subcommands
         self.subcommandsTitle = subcommandsTitle
-        self.run = run
+        self.run = { _ in 2 }  // unused: the next word selects a subcommand
     }
 
     /// The `--help` text, from the declaration. `path` is the words before the name (`baton`, `baton bench`).
@@ -202,139 +405,19 @@ package struct Command: Sendable {
     }
 }
 
-/// Parsed command-line arguments, checked against a command's declared options.
-///
-/// An undeclared option is a usage error rather than a silently ignored typo; every given value is validated
-/// when parsed, and required options are checked then. `--name=value` is accepted too; `--` ends the options.
-package struct Arguments: Sendable {
-    private let declared: [String: Option]
-    private var repeated: [String: [String]] = [:]
-    private var flags: Set<String> = []
-    package private(set) var positionals: [String] = []
+/// The database URL given (`--database-url`), else `BATON_DATABASE_URL`, else nil.
+package func databaseURLOrEnvironment(_ given: String?) -> String? {
+    guard let url = given ?? ProcessInfo.processInfo.environment["BATON_DATABASE_URL"], !url.isEmpty else { return nil }
+    return url
+}
 
-    /// Parses `arguments` against `command`'s options.
-    package init(_ arguments: [String], for command: Command) throws {
-        declared = Dictionary(uniqueKeysWithValues: command.options.map { ($0.name, $0) })
-        var index = 0
-        var onlyPositionals = false
-        while index < arguments.count {
-            let argument = arguments[index]
-            index += 1
-            if onlyPositionals || !argument.hasPrefix("--") || argument == "-" {
-                positionals.append(argument)
-                continue
-            }
-            if argument == "--" {
-                onlyPositionals = true
-                continue
-            }
-            var name = String(argument.dropFirst(2))
-            var inlineValue: String?
-            if let equals = name.firstIndex(of: "=") {
-                inlineValue = String(name[name.index(after: equals)...])
-                name = String(name[..<equals])
-            }
-            guard let option = declared[name] else { throw CommandFailure.usage("unknown option --\(name)") }
-            if case .flag = option.kind {
-                guard inlineValue == nil else { throw CommandFailure.usage("--\(name) takes no value") }
-                flags.insert(name)
-                continue
-            }
-            let value: String
-            if let inlineValue {
-                value = inlineValue
-            } else {
-                guard index < arguments.count else { throw CommandFailure.usage("--\(name) needs a value") }
-                value = arguments[index]
-                index += 1
-            }
-            try option.validate(value)
-            repeated[name, default: []].append(value)
-        }
-        for option in command.options where option.isRequired {
-            guard values(option.name).contains(where: { !$0.isEmpty }) else { throw CommandFailure.usage("missing --\(option.name)") }
-        }
-        if command.arguments.isEmpty, let extra = positionals.first {
-            throw CommandFailure.usage("unexpected argument '\(extra)'")
-        }
-    }
-
-    private func declaration(_ name: String) -> Option {
-        guard let option = declared[name] else { preconditionFailure("--\(name) is not declared") }
-        return option
-    }
-
-    /// The value given for `--name` (the last one), else its declared default.
-    package func value(_ name: String) -> String? {
-        if let given = repeated[name]?.last { return given }
-        if case .text(let value) = declaration(name).kind { return value }
-        if case .choice(_, let value) = declaration(name).kind { return value }
-        return nil
-    }
-
-    /// Every value given for a repeatable option, in order.
-    package func values(_ name: String) -> [String] { repeated[name] ?? [] }
-
-    /// Whether the flag `--name` was given.
-    package func flag(_ name: String) -> Bool { flags.contains(name) }
-
-    /// The value of `--name`, which the declaration makes required or gives a default.
-    package func required(_ name: String) -> String {
-        guard let value = value(name) else { preconditionFailure("--\(name) has neither a value nor a default") }
-        return value
-    }
-
-    /// The whole number given for `--name` (validated when parsed), else its declared default, else nil.
-    package func optionalInteger(_ name: String) -> Int? {
-        if let given = repeated[name]?.last { return Int(given) }
-        if case .integer(let value, _) = declaration(name).kind { return value }
-        return nil
-    }
-
-    /// The whole number for `--name`, defaulting to its declaration.
-    package func integer(_ name: String) -> Int {
-        guard let value = optionalInteger(name) else { preconditionFailure("--\(name) has no default") }
-        return value
-    }
-
-    /// The whole number for `--name` within a range known only at run time (it depends on other options).
-    package func integer(_ name: String, default defaultValue: Int, in range: ClosedRange<Int>) throws -> Int {
-        guard let text = repeated[name]?.last, let number = Int(text) else { return defaultValue }
-        guard range.contains(number) else {
-            throw CommandFailure.usage("--\(name) must be a whole number from \(range.lowerBound) to \(range.upperBound)")
-        }
-        return number
-    }
-
-    /// The number for `--name` (validated when parsed), defaulting to its declaration.
-    package func number(_ name: String) -> Double {
-        if let given = repeated[name]?.last, let number = Double(given) { return number }
-        guard case .number(let value?, _) = declaration(name).kind else { preconditionFailure("--\(name) has no default") }
-        return value
-    }
-
-    /// The level of `--log-level` (default info).
-    package var logLevel: Logger.Level { Logger.Level(name: required("log-level")) ?? .info }
-
-    /// `--database-url`, else `BATON_DATABASE_URL`, else nil.
-    package var databaseURLOrEnvironment: String? {
-        guard let url = value("database-url") ?? ProcessInfo.processInfo.environment["BATON_DATABASE_URL"], !url.isEmpty else { return nil }
-        return url
-    }
-
-    /// The configuration from `--config` (default `baton.json`) and the `BATON_*` variables; errors are usage errors.
-    package func configuration() async throws -> BatonConfiguration {
-        do {
-            return try await BatonConfiguration.load(path: value("config"), environment: ProcessInfo.processInfo.environment, queue: .global())
-        } catch let error as ConfigurationError {
-            throw CommandFailure.usage("\(error)")
-        }
-    }
-
-    /// The database URL: `--database-url`, else `BATON_DATABASE_URL`, else the configuration's `database.url`.
-    package func databaseURL() async throws -> String {
-        if let url = databaseURLOrEnvironment { return url }
-        return try await configuration().database.url
+/// The configuration from `path` (`--config`; default `baton.json`) and the `BATON_*` variables; errors are
+/// usage errors.
+package func loadConfiguration(_ path: String?) async throws -> BatonConfiguration {
+    do {
+        return try await BatonConfiguration.load(path: path, environment: ProcessInfo.processInfo.environment, queue: .global())
+    } catch let error as ConfigurationError {
+        throw CommandFailure.usage("\(error)")
     }
 }
 

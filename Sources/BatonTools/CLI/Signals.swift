@@ -1,4 +1,5 @@
 import Dispatch
+import BatonLogging
 import Foundation
 
 /// Suspends until the process receives SIGINT or SIGTERM; returns the signal number.
@@ -14,6 +15,16 @@ package func waitForTerminationSignal() async -> Int32 {
             resumed.keep(source)
         }
     }
+}
+
+/// Prints `announcement` on standard output (the server is ready), waits for SIGINT or SIGTERM, then logs the
+/// signal and stops the server; returns exit code 0.
+package func serveUntilTerminated(announcing announcement: String, logger: Logger, stop: () async -> Void) async -> Int32 {
+    FileHandle.standardOutput.write(Data((announcement + "\n").utf8))
+    let signal = await waitForTerminationSignal()
+    logger.info("stopping", ["signal": String(signal)])
+    await stop()
+    return 0
 }
 
 /// Resumes a continuation once, from the signal queue, and keeps the signal sources alive.

@@ -13,19 +13,7 @@ package let demoCommand = Command(
     rest (baton exchange); day 61 for a few stragglers; the report (table here, HTML in FILE).
     `make demo` runs it on a throwaway PostgreSQL (scripts/pg.sh run).
     """,
-    options: [
-        .databaseURL("an empty database (default $BATON_DATABASE_URL); the demo refuses one that\nalready has public.users or a baton schema"),
-        .integer("users", default: 10_000, in: 30...1_000_000, "users of the legacy app"),
-        .integer("concurrency", default: 32, in: 1...256, "devices and job workers in flight"),
-        .number("rate", default: 2_000, in: 1...100_000, "requests per second of the bulk jobs"),
-        .integer("stragglers", in: 0...500_000, "users the exchange leaves for after day 60 (default users/400, 3 to 25)"),
-        .text("out", "FILE", default: "report.html", "the HTML report"),
-        .flag("keep-data", "leave the app's tables and schema baton in the database afterwards"),
-        .choice("schema", DemoSchema.allCases.map(\.rawValue), default: DemoSchema.users.rawValue,
-                "the app's tables: users (public.users), or the tables an auth framework creates\n(docs/schemas.md); DEMO_FLAGS=--schema allauth"),
-        .flag("cross-company", "team B is another company: team A exports keys and transfer identifiers only\n(transfer-ids --export), team B loads them with NULL subjects into a database of\nits own (created beside the given one) and imports key,transfer_sub"),
-        .flag("late-start", "Baton's service starts an hour after acceptance: users who signed in meanwhile got\na second account, which the exchange finds and merges (users schema only)"),
-    ],
+    options: DemoOptionsGiven.self,
     discussion: """
     Everything it starts (the emulator, the service, the jobs) runs in this process on 127.0.0.1 and
     stops with it, also on Ctrl-C. No secret or token is printed.
@@ -33,27 +21,26 @@ package let demoCommand = Command(
     """,
     run: { parsed in
         let environment = ProcessInfo.processInfo.environment
-        guard let url = parsed.databaseURLOrEnvironment else {
+        guard let url = databaseURLOrEnvironment(parsed.databaseURL) else {
             throw CommandFailure.usage("no database: give --database-url or set BATON_DATABASE_URL (make demo starts a throwaway one)")
         }
-        let users = parsed.integer("users")
-        // A choice of the schemas' names, so the value always names one.
-        let schema = DemoSchema(rawValue: parsed.required("schema")) ?? .users
-        if parsed.flag("late-start") && (schema != .users || parsed.flag("cross-company")) {
+        let users = parsed.users
+        let schema = parsed.schema
+        if parsed.lateStart && (schema != .users || parsed.crossCompany) {
             throw CommandFailure.usage("--late-start runs on the users schema, without --cross-company")
         }
         let options = DemoOptions(
             databaseURL: url,
             users: users,
-            concurrency: parsed.integer("concurrency"),
-            rate: parsed.number("rate"),
-            stragglers: try parsed.integer("stragglers", default: min(25, max(3, users / 400)), in: 0...users / 2),
-            reportPath: parsed.required("out"),
-            keepData: parsed.flag("keep-data"),
+            concurrency: parsed.concurrency,
+            rate: parsed.rate,
+            stragglers: try parsed.value(of: \.stragglers, default: min(25, max(3, users / 400)), in: 0...users / 2),
+            reportPath: parsed.out,
+            keepData: parsed.keepData,
             throwawayDatabase: environment["BATON_TEST_PG_DIR"] != nil && environment["BATON_TEST_DATABASE_URL"] == url,
             schema: schema,
-            crossCompany: parsed.flag("cross-company"),
-            lateStart: parsed.flag("late-start")
+            crossCompany: parsed.crossCompany,
+            lateStart: parsed.lateStart
         )
         stopOnInterrupt()
         do {
@@ -65,6 +52,21 @@ package let demoCommand = Command(
         }
     }
 )
+
+/// The options of `baton demo` (``DemoOptions`` is what the scenario is run with).
+private struct DemoOptionsGiven: CommandOptions {
+    let databaseURL = Option.databaseURL("an empty database (default $BATON_DATABASE_URL); the demo refuses one that\nalready has public.users or a baton schema")
+    let users = Option.integer("users", default: 10_000, in: 30...1_000_000, "users of the legacy app")
+    let concurrency = Option.integer("concurrency", default: 32, in: 1...256, "devices and job workers in flight")
+    let rate = Option.number("rate", default: 2_000, in: 1...100_000, "requests per second of the bulk jobs")
+    let stragglers = Option.integer("stragglers", in: 0...500_000, "users the exchange leaves for after day 60 (default users/400, 3 to 25)")
+    let out = Option.text("out", "FILE", default: "report.html", "the HTML report")
+    let keepData = Option.flag("keep-data", "leave the app's tables and schema baton in the database afterwards")
+    let schema = Option.choice("schema", default: DemoSchema.users,
+                               "the app's tables: users (public.users), or the tables an auth framework creates\n(docs/schemas.md); DEMO_FLAGS=--schema allauth")
+    let crossCompany = Option.flag("cross-company", "team B is another company: team A exports keys and transfer identifiers only\n(transfer-ids --export), team B loads them with NULL subjects into a database of\nits own (created beside the given one) and imports key,transfer_sub")
+    let lateStart = Option.flag("late-start", "Baton's service starts an hour after acceptance: users who signed in meanwhile got\na second account, which the exchange finds and merges (users schema only)")
+}
 
 /// On Ctrl-C or SIGTERM, says what happens to what the demo started and exits 130: the emulator, the service
 /// and the jobs live in this process and stop with it; `scripts/pg.sh` deletes its throwaway cluster.

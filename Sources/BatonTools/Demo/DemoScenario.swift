@@ -166,23 +166,13 @@ struct DemoScenario {
         output.line("team A \(teamA.teamID) owns \(DemoScenario.clientID); team B \(teamB.teamID) will receive it; each team has an ES256 key (.p8, never printed)")
         output.line("\(DemoFormat.count(people.count)) people use the app under team A, \(DemoFormat.count(privateCount)) of them behind private relay addresses (created in \(DemoFormat.seconds(peopleSeconds)))")
 
-        let healthy = try await withEmulator(emulator) {
+        let healthy = try await withTeardown {
             try await afterEmulator(pool: pool, emulator: emulator, teamA: teamA, teamB: teamB, people: people)
+        } teardown: {
+            await emulator.stop()
         }
         output.line("stopped the service and the emulator")
         return healthy
-    }
-
-    /// Runs `body`, then stops the emulator whatever happened.
-    private func withEmulator<T>(_ emulator: AppleEmulator, _ body: () async throws -> T) async throws -> T {
-        do {
-            let value = try await body()
-            await emulator.stop()
-            return value
-        } catch {
-            await emulator.stop()
-            throw error
-        }
     }
 
     /// Steps 3 to 6: the legacy table, transfer identifiers, acceptance, the service; then the rest with it running.

@@ -12,15 +12,7 @@ package let rehearseCommand = Command(
     several devices at once), the exchange for the rest, the report. It lists every problem it met (kind,
     count, up to five keys) and projects how long the exchange takes at --rate per process.
     """,
-    options: [
-        .config,
-        .text("from", "URL", "the application's database (only read; the copy is made with pg_dump --table)"),
-        .number("signin-share", default: 0.3, in: 0...1, "share of the users who sign in during the window"),
-        .number("rate", default: 10, in: 0.1...100_000, "exchange requests per second per process, for the projection"),
-        .integer("processes", default: 1, in: 1...1_000, "exchange processes, for the projection"),
-        .text("json", "FILE", "also write the result as JSON to FILE"),
-        .integer("concurrency", default: Rehearsal.defaultConcurrency, in: 1...256, "devices and job workers in flight during the rehearsal"),
-    ],
+    options: RehearseOptions.self,
     discussion: """
     The source is never written: pg_dump runs with default_transaction_read_only=on. The copy, the emulator
     and the service live in this process and its temporary directory, and are removed at the end, also on
@@ -28,11 +20,10 @@ package let rehearseCommand = Command(
     run, 2 usage or configuration errors.
     """,
     run: { parsed in
-        guard let from = parsed.value("from"), !from.isEmpty else { throw CommandFailure.usage("missing --from") }
-        let configuration = try await parsed.configuration()
-        let options = RehearsalOptions(source: from, configuration: configuration, signInShare: parsed.number("signin-share"),
-                                       rate: parsed.number("rate"), processes: parsed.integer("processes"),
-                                       concurrency: parsed.integer("concurrency"))
+        guard let from = parsed.from, !from.isEmpty else { throw CommandFailure.usage("missing --from") }
+        let configuration = try await loadConfiguration(parsed.config)
+        let options = RehearsalOptions(source: from, configuration: configuration, signInShare: parsed.signinShare,
+                                       rate: parsed.rate, processes: parsed.processes, concurrency: parsed.concurrency)
         // Interrupted: the throwaway cluster is stopped and deleted before the process exits.
         let watcher = Task {
             let number = await waitForTerminationSignal()
@@ -42,7 +33,7 @@ package let rehearseCommand = Command(
         defer { watcher.cancel() }
         let result = try await Rehearsal(options: options).run()
         print(result.renderText(), terminator: "")
-        if let path = parsed.value("json") {
+        if let path = parsed.json {
             do {
                 try result.json().write(to: URL(fileURLWithPath: path), options: .atomic)
             } catch {
@@ -52,3 +43,14 @@ package let rehearseCommand = Command(
         return result.problems.isEmpty ? 0 : 1
     }
 )
+
+/// The options of `baton rehearse`.
+private struct RehearseOptions: CommandOptions {
+    let config = Option.config
+    let from = Option.text("from", "URL", "the application's database (only read; the copy is made with pg_dump --table)")
+    let signinShare = Option.number("signin-share", default: 0.3, in: 0...1, "share of the users who sign in during the window")
+    let rate = Option.number("rate", default: 10, in: 0.1...100_000, "exchange requests per second per process, for the projection")
+    let processes = Option.integer("processes", default: 1, in: 1...1_000, "exchange processes, for the projection")
+    let json = Option.text("json", "FILE", "also write the result as JSON to FILE")
+    let concurrency = Option.integer("concurrency", default: Rehearsal.defaultConcurrency, in: 1...256, "devices and job workers in flight during the rehearsal")
+}

@@ -10,23 +10,17 @@ let clientSecretCommand = Command(
     Prints a client secret (an ES256 JWT) signed with the team's Sign in with Apple key, for calls made by
     hand (curl). Baton's own jobs make short-lived secrets themselves and never need this.
     """,
-    options: [
-        Option.text("team-id", "T", "the team that owns the key (10 upper-case letters or digits): the secret's iss").required(),
-        Option.text("key-id", "K", "the key's ID (10 characters): the header's kid").required(),
-        Option.text("key", "FILE.p8", "the key, as downloaded from the developer account (PKCS#8 PEM, EC P-256)").required(),
-        Option.text("client-id", "C", "the bundle ID or Services ID, without the team prefix: the secret's sub").required(),
-        .integer("days", "D", default: 1, in: 1...182, "lifetime in days, 1 to 182 (Apple's limit is six months)"),
-    ],
+    options: ClientSecretOptions.self,
     discussion: """
     The secret is printed on standard output and nowhere else; its expiry goes to standard error.
     Exit status: 0 printed, 1 the key file is unreadable or not a P-256 key, 2 usage.
     """,
     run: { parsed in
-        let teamID = parsed.required("team-id")
-        let keyID = parsed.required("key-id")
-        let keyPath = parsed.required("key")
-        let clientID = parsed.required("client-id")
-        let days = parsed.integer("days")
+        let teamID = parsed.teamID
+        let keyID = parsed.keyID
+        let keyPath = parsed.key
+        let clientID = parsed.clientID
+        let days = parsed.days
         guard AppleIdentifierFormat.isTeamID(teamID) else {
             throw CommandFailure.usage("--team-id must be 10 upper-case letters or digits")
         }
@@ -51,3 +45,12 @@ let clientSecretCommand = Command(
         return 0
     }
 )
+
+/// The options of `baton client-secret`.
+private struct ClientSecretOptions: CommandOptions {
+    let teamID = Option.text("team-id", "T", "the team that owns the key (10 upper-case letters or digits): the secret's iss").required()
+    let keyID = Option.text("key-id", "K", "the key's ID (10 characters): the header's kid").required()
+    let key = Option.text("key", "FILE.p8", "the key, as downloaded from the developer account (PKCS#8 PEM, EC P-256)").required()
+    let clientID = Option.text("client-id", "C", "the bundle ID or Services ID, without the team prefix: the secret's sub").required()
+    let days = Option.integer("days", "D", default: 1, in: 1...182, "lifetime in days, 1 to 182 (Apple's limit is six months)")
+}

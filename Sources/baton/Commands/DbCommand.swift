@@ -23,13 +23,18 @@ private func dbSubcommand(_ action: String, _ summary: String) -> Command {
     Command(
         name: action,
         summary: summary,
-        options: [.databaseURL("the database (default $BATON_DATABASE_URL)")],
+        options: DbOptions.self,
         run: { parsed in try await runDb(action, parsed) }
     )
 }
 
-private func runDb(_ action: String, _ parsed: Arguments) async throws -> Int32 {
-    guard let url = parsed.databaseURLOrEnvironment else {
+/// The options of `baton db migrate` and `baton db status`.
+private struct DbOptions: CommandOptions {
+    let databaseURL = Option.databaseURL("the database (default $BATON_DATABASE_URL)")
+}
+
+private func runDb(_ action: String, _ parsed: Parsed<DbOptions>) async throws -> Int32 {
+    guard let url = databaseURLOrEnvironment(parsed.databaseURL) else {
         throw CommandFailure.usage("no database: give --database-url or set BATON_DATABASE_URL")
     }
     // Migrations keep nothing from one transaction to the next (Migrator), so they run alike straight to

@@ -24,16 +24,21 @@ let doctorCommand = Command(
       - who Baton cannot reach: Apple rows without a subject (nor transfer identifier); relay addresses,
         which need the receiving team's email sources registered before any mail; duplicates to merge.
     """,
-    options: [.config],
+    options: DoctorOptions.self,
     discussion: """
     Lines start with 'ok', 'warn' or 'FAIL'; a FAIL line ends with a fix.
     Exit status: 0 nothing failed, 1 a check failed, 2 the configuration is invalid.
     """,
     run: { parsed in
         var doctor = Doctor()
-        return await doctor.run(configPath: parsed.value("config"), environment: ProcessInfo.processInfo.environment, now: Date())
+        return await doctor.run(configPath: parsed.config, environment: ProcessInfo.processInfo.environment, now: Date())
     }
 )
+
+/// The options of `baton doctor`.
+private struct DoctorOptions: CommandOptions {
+    let config = Option.config
+}
 
 /// Runs the checks and prints their lines.
 struct Doctor {
@@ -253,6 +258,16 @@ struct Doctor {
 
     // MARK: - Database
 
+    /// What `body` returns; nil, after a FAIL line `name: detail(error); fix: fix`, when it throws.
+    private mutating func attempt<Value>(_ name: String, _ detail: (any Error) -> String, fix: String, _ body: () async throws -> Value) async -> Value? {
+        do {
+            return try await body()
+        } catch {
+            report(.failure, name, detail(error), fix: fix)
+            return nil
+        }
+    }
+
     private mutating func checkDatabase(_ configuration: BatonConfiguration) async {
         let pool = configuration.database.pool(maxConnections: 1)
         await checkDatabase(configuration, pool: pool)
@@ -287,21 +302,10 @@ struct Doctor {
     }
 
     private mutating func checkLegacyTable(_ legacy: BatonConfiguration.Legacy, pool: PostgresPool) async {
-        let identifiers: BatonConfiguration.LegacyIdentifiers
-        do {
-            identifiers = try legacy.identifiers()
-        } catch {
-            report(.failure, "legacy table", "\(error)", fix: "correct the legacy section")
-            return
-        }
+        guard let identifiers = await attempt("legacy table", { "\($0)" }, fix: "correct the legacy section", { try legacy.identifiers() }) else { return }
         let store = LegacyStore(pool: pool, legacy: identifiers)
-        let inspection: LegacyInspection
-        do {
-            inspection = try await store.inspectLegacyTable()
-        } catch {
-            report(.failure, "legacy table", "cannot inspect \(legacy.table) (\(Doctor.describe(error)))", fix: "grant this user SELECT on the table")
-            return
-        }
+        guard let inspection = await attempt("legacy table", { "cannot inspect \(legacy.table) (\(Doctor.describe($0)))" },
+                                             fix: "grant this user SELECT on the table", { try await store.inspectLegacyTable() }) else { return }
         // The same inspection the engine runs at start-up (the schema was checked above, migration by migration).
         for finding in inspection.findings where finding.name != "schema" {
             let status: Status = switch finding.status {
@@ -316,13 +320,8 @@ struct Doctor {
 
     /// Who Baton cannot reach, the relay addresses' email sources, and the duplicates waiting for a merge.
     private mutating func checkReach(_ store: LegacyStore) async {
-        let reach: LegacyReach
-        do {
-            reach = try await store.reach()
-        } catch {
-            report(.failure, "reach", "cannot count the Apple rows (\(Doctor.describe(error)))", fix: "run 'baton db migrate' and grant this user SELECT on the table")
-            return
-        }
+        guard let reach = await attempt("reach", { "cannot count the Apple rows (\(Doctor.describe($0)))" },
+                                        fix: "run 'baton db migrate' and grant this user SELECT on the table", { try await store.reach() }) else { return }
         let lost = "\(reach.unreachable) of \(reach.appleRows) Apple rows have no Apple subject\(store.legacy.transferColumn == nil ? "" : " nor transfer identifier")"
         let only = "no sign-in or exchange can find them: POST /v1/link (a sending-team token) or re-verifying their email is their only way"
         if reach.unreachable * 2 > reach.appleRows {

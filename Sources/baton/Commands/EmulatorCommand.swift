@@ -13,21 +13,15 @@ let emulatorCommand = Command(
     (/emulator/authorize, /emulator/credential-state) and scenario control (/emulator/teams, apps,
     users, transfers, transfers/accept, revoke, clock, rotate-keys, faults, stats).
     """,
-    options: [
-        .text("host", "H", default: "127.0.0.1", "address to bind"),
-        .integer("port", "P", default: 8090, in: 0...65535, "port, 0 for a free one"),
-        .text("state", "FILE", "load state from FILE if it exists; save it after every change and on exit"),
-        .logLevel,
-    ],
+    options: EmulatorOptions.self,
     discussion: "Prints 'emulator listening on http://HOST:PORT' once ready; stops gracefully on SIGINT/SIGTERM.",
     run: { parsed in
-        let port = parsed.integer("port")
-        let host = parsed.required("host")
-        let level = parsed.logLevel
-        let logger = Logger(label: "baton.emulator", level: level)
+        let port = parsed.port
+        let host = parsed.host
+        let logger = Logger(label: "baton.emulator", level: parsed.logLevel)
         let emulator: AppleEmulator
         do {
-            emulator = try await AppleEmulator.start(host: host, port: port, statePath: parsed.value("state"), logger: logger)
+            emulator = try await AppleEmulator.start(host: host, port: port, statePath: parsed.state, logger: logger)
         } catch let error as HTTPServerError where error.code == .invalidAddress {
             throw CommandFailure.usage("--host must be a numeric IPv4 or IPv6 address or localhost")
         } catch let error as HTTPServerError {
@@ -35,10 +29,14 @@ let emulatorCommand = Command(
         } catch {
             throw CommandFailure.failed("baton emulator: \(error)")
         }
-        FileHandle.standardOutput.write(Data("emulator listening on \(emulator.baseURL.absoluteString)\n".utf8))
-        let signal = await waitForTerminationSignal()
-        logger.info("stopping", ["signal": String(signal)])
-        await emulator.stop()
-        return 0
+        return await serveUntilTerminated(announcing: "emulator listening on \(emulator.baseURL.absoluteString)", logger: logger) { await emulator.stop() }
     }
 )
+
+/// The options of `baton emulator`.
+private struct EmulatorOptions: CommandOptions {
+    let host = Option.text("host", "H", default: "127.0.0.1", "address to bind")
+    let port = Option.integer("port", "P", default: 8090, in: 0...65535, "port, 0 for a free one")
+    let state = Option.text("state", "FILE", "load state from FILE if it exists; save it after every change and on exit")
+    let logLevel = Option.logLevel()
+}

@@ -14,7 +14,7 @@ let exchangeCommand = Command(
     For every pending row of baton.transfers, asks Apple (recipient team's credentials) for the
     user's new identifier and rewrites the legacy record as a sign-in would (method 'exchange').
     """,
-    options: bulkOptions,
+    options: BulkOptions.self,
     discussion: """
     Resumable and safe to run from several processes and machines at once. Refuses to start once the
     60-day window after apple.transfer.accepted_at has closed. While Apple is unreachable the job
@@ -27,29 +27,27 @@ let exchangeCommand = Command(
 )
 
 /// Options shared by `baton exchange` and `baton transfer-ids`.
-let bulkOptions: [Option] = [
-    .integer("workers", default: 4, in: 1...256, "concurrent requests in this process"),
-    .number("rate", default: 10, in: 0.1...100_000, "requests per second for this process; lowered on 429"),
-    .flag("dry-run", "show what would be done and check the credentials; change nothing"),
-    .config,
-    .integer("lease", "SECONDS", default: 60, in: 1...86_400, "how long a claimed row stays reserved; a dead process's rows\nare taken over after it"),
-    .integer("max-failures", default: 25, in: 1...1_000_000, "consecutive failures that stop the job"),
-    .flag("retry-failed", "make rows that failed their last attempt pending again first"),
-    .flag("retry-unresolvable", "make rows marked unresolvable pending again first (after fixing a shared\ncause: the job stops after 10 consecutive failures with the same error)"),
-    .number("db-retry-seconds", "S", default: 60, in: 0...86_400, "how long to ride out a lost database (restart, failover) before stopping:\nworkers wait with backoff, reconnect and go on"),
-    .number("max-outage", "S", default: 3_600, in: 0...5_184_000, "how long to wait while Apple answers no one (connection refused, timeouts,\n5xx, 429s) before stopping: the job pauses, retries with backoff and goes on\nwhen Apple is back; no user is failed for it"),
-]
+struct BulkOptions: CommandOptions {
+    let workers = Option.integer("workers", default: 4, in: 1...256, "concurrent requests in this process")
+    let rate = Option.number("rate", default: 10, in: 0.1...100_000, "requests per second for this process; lowered on 429")
+    let dryRun = Option.flag("dry-run", "show what would be done and check the credentials; change nothing")
+    let config = Option.config
+    let lease = Option.integer("lease", "SECONDS", default: 60, in: 1...86_400, "how long a claimed row stays reserved; a dead process's rows\nare taken over after it")
+    let maxFailures = Option.integer("max-failures", default: 25, in: 1...1_000_000, "consecutive failures that stop the job")
+    let retryFailed = Option.flag("retry-failed", "make rows that failed their last attempt pending again first")
+    let retryUnresolvable = Option.flag("retry-unresolvable", "make rows marked unresolvable pending again first (after fixing a shared\ncause: the job stops after 10 consecutive failures with the same error)")
+    let databaseRetrySeconds = Option.number("db-retry-seconds", "S", default: 60, in: 0...86_400, "how long to ride out a lost database (restart, failover) before stopping:\nworkers wait with backoff, reconnect and go on")
+    let maxOutage = Option.number("max-outage", "S", default: 3_600, in: 0...5_184_000, "how long to wait while Apple answers no one (connection refused, timeouts,\n5xx, 429s) before stopping: the job pauses, retries with backoff and goes on\nwhen Apple is back; no user is failed for it")
+}
 
-/// Runs `baton exchange` (recipient) or `baton transfer-ids` (sender).
-func runBulkCommand(_ parsed: Arguments, side: BatonConfiguration.TransferSide) async throws -> Int32 {
+/// Runs `baton exchange` (recipient) or `baton transfer-ids` (sender, for the team `target` or the configured
+/// recipient, asking for confirmation unless `confirmed`).
+func runBulkCommand(_ parsed: Parsed<BulkOptions>, side: BatonConfiguration.TransferSide, target: String? = nil, confirmed: Bool = false) async throws -> Int32 {
     let name = side == .recipient ? "exchange" : "transfer-ids"
-    let workers = parsed.integer("workers")
-    let rate = parsed.number("rate")
-    let lease = parsed.integer("lease")
-    let maxFailures = parsed.integer("max-failures")
-    let databaseRetrySeconds = parsed.number("db-retry-seconds")
-    let maxOutageSeconds = parsed.number("max-outage")
-    let configuration = try await parsed.configuration()
+    let job = BulkJobOptions(workers: parsed.workers, rate: parsed.rate, maxConsecutiveFailures: parsed.maxFailures,
+                             databaseRetrySeconds: parsed.databaseRetrySeconds, maxOutageSeconds: parsed.maxOutage)
+    let dryRun = parsed.dryRun
+    let configuration = try await loadConfiguration(parsed.config)
     guard let transfer = configuration.apple.transfer else {
         throw CommandFailure.usage("no transfer is configured: set apple.transfer (see sample-config/README.md)")
     }
@@ -57,9 +55,9 @@ func runBulkCommand(_ parsed: Arguments, side: BatonConfiguration.TransferSide) 
     let window = TransferWindow(acceptedAt: transfer.acceptedAt)
     let now = Date()
 
-    let pool = configuration.database.pool(maxConnections: workers + 2)
+    let pool = configuration.database.pool(maxConnections: job.workers + 2)
     defer { Task { await pool.close() } }
-    let queue = TransferQueue(pool: pool, kind: side == .recipient ? .exchange : .transferIdentifiers, leaseSeconds: lease)
+    let queue = TransferQueue(pool: pool, kind: side == .recipient ? .exchange : .transferIdentifiers, leaseSeconds: parsed.lease)
 
     // The window: the exchange needs it open, the sender job only not closed.
     switch window.status(at: now) {
@@ -80,7 +78,7 @@ func runBulkCommand(_ parsed: Arguments, side: BatonConfiguration.TransferSide) 
     var targetTeamID = ""
     var firstSubject: String?
     if side == .sender {
-        guard let target = parsed.value("target") ?? transfer.recipient?.teamID else {
+        guard let target = target ?? transfer.recipient?.teamID else {
             throw CommandFailure.usage("no target team: set apple.transfer.recipient.team_id or give --target TEAMID")
         }
         guard let sender = transfer.sender else { throw CommandFailure.usage("apple.transfer.sender is not configured") }
@@ -97,7 +95,7 @@ func runBulkCommand(_ parsed: Arguments, side: BatonConfiguration.TransferSide) 
         firstSubject = preview.sample.first
         print("target team: \(target) (the recipient); sending team: \(sender.teamID); client ID: \(transfer.clientID)")
         print("\(preview.count) users need a transfer identifier; for example: \(preview.sample.isEmpty ? "none" : preview.sample.joined(separator: ", "))")
-        if preview.count > 0, !parsed.flag("dry-run"), !parsed.flag("yes") {
+        if preview.count > 0, !dryRun, !confirmed {
             guard isatty(STDIN_FILENO) == 1 else {
                 throw CommandFailure.usage("confirm the target team with --yes (standard input is not a terminal)")
             }
@@ -107,7 +105,7 @@ func runBulkCommand(_ parsed: Arguments, side: BatonConfiguration.TransferSide) 
                 throw CommandFailure.rejected("not confirmed; nothing was done")
             }
         }
-        if !parsed.flag("dry-run") {
+        if !dryRun {
             do {
                 let added = try await seeder.seed()
                 if added > 0 { logger.info("legacy users queued", ["added": String(added)]) }
@@ -119,7 +117,7 @@ func runBulkCommand(_ parsed: Arguments, side: BatonConfiguration.TransferSide) 
 
     // The recipient between companies: rows of the legacy table carrying a transfer identifier in
     // legacy.transfer_column join the queue (what `import transfers` of that column would load).
-    if side == .recipient, !parsed.flag("dry-run") {
+    if side == .recipient, !dryRun {
         do {
             let added = try await LegacySeeder(pool: pool, legacy: try legacyIdentifiers(configuration)).seedTransferColumn()
             if added > 0 { logger.info("transfer identifiers of the legacy table queued", ["added": String(added)]) }
@@ -127,11 +125,11 @@ func runBulkCommand(_ parsed: Arguments, side: BatonConfiguration.TransferSide) 
             throw CommandFailure.failed("baton \(name): cannot walk the legacy table: \(error)")
         }
     }
-    if parsed.flag("retry-failed"), !parsed.flag("dry-run") {
+    if parsed.retryFailed, !dryRun {
         let reset = try await queue.retryFailed()
         if reset > 0 { printError("\(reset) failed rows made pending again") }
     }
-    if parsed.flag("retry-unresolvable"), !parsed.flag("dry-run") {
+    if parsed.retryUnresolvable, !dryRun {
         let reset = try await queue.retryUnresolvable()
         if reset > 0 { printError("\(reset) unresolvable rows made pending again") }
     }
@@ -140,17 +138,15 @@ func runBulkCommand(_ parsed: Arguments, side: BatonConfiguration.TransferSide) 
         throw CommandFailure.failed("baton \(name): \(error)")
     }
 
-    let options = AppleClient.Options(retry: RetryPolicy(maxAttempts: 1), maxConnectionsPerHost: workers)
+    let options = AppleClient.Options(retry: RetryPolicy(maxAttempts: 1), maxConnectionsPerHost: job.workers)
     let client: AppleClient
     do {
         client = try await configuration.appleClient(for: side, options: options, logger: logger)
-    } catch let error as ConfigurationError {
-        throw CommandFailure.usage("\(error)")
-    } catch let error as AppleClientError {
+    } catch where error is ConfigurationError || error is AppleClientError {
         throw CommandFailure.usage("\(error)")
     }
 
-    if parsed.flag("dry-run") {
+    if dryRun {
         if side == .sender { pending = try await LegacySeeder(pool: pool, legacy: try legacyIdentifiers(configuration)).preview(sample: 0).count }
         if side == .recipient, let unseeded = LegacySeeder.unqueuedTransferColumnCount(try legacyIdentifiers(configuration)) {
             pending += try await pool.query(unseeded)[0].decode(Int.self, at: 0)
@@ -163,9 +159,9 @@ func runBulkCommand(_ parsed: Arguments, side: BatonConfiguration.TransferSide) 
         } catch let error as AppleClientError {
             throw CommandFailure.failed("baton \(name) --dry-run: \(error)\n\(error.explanation)")
         }
-        let minutes = Double(pending) / rate / 60
+        let minutes = Double(pending) / job.rate / 60
         let checked = firstSubject == nil ? "credentials accepted by Apple" : "credentials accepted by Apple, and a transfer identifier made for the first user"
-        print("dry run: \(pending) users pending; \(checked); at \(rate)/s with \(workers) workers this takes about \(TransferWindow.describe(minutes * 60)); nothing was changed")
+        print("dry run: \(pending) users pending; \(checked); at \(job.rate)/s with \(job.workers) workers this takes about \(TransferWindow.describe(minutes * 60)); nothing was changed")
         return 0
     }
 
@@ -175,9 +171,7 @@ func runBulkCommand(_ parsed: Arguments, side: BatonConfiguration.TransferSide) 
     } else {
         work = .transferIdentifiers(targetTeamID: targetTeamID)
     }
-    let run = try BulkRun(queue: queue, work: work, client: client, options: BulkJobOptions(workers: workers, rate: rate, maxConsecutiveFailures: maxFailures,
-                                                                                                 databaseRetrySeconds: databaseRetrySeconds, maxOutageSeconds: maxOutageSeconds),
-                          window: window, logger: logger)
+    let run = try BulkRun(queue: queue, work: work, client: client, options: job, window: window, logger: logger)
     let summary = await run.run(total: pending)
     printSummary(name, summary)
     return summary.hasFailures ? 1 : 0

@@ -20,36 +20,43 @@ let importCommand = Command(
         'line N: reason', and the rest are loaded in one transaction. Importing the same file again
         changes nothing. The file streams, so its size does not matter.
         """,
-        options: [
-            .flag("dry-run", "check and report without loading"),
-            .config,
-            .databaseURL("the database (default $BATON_DATABASE_URL, else database.url of the configuration)"),
-        ],
+        options: ImportOptions.self,
         discussion: "Exit status: 0 all lines loaded or already present, 1 some lines rejected, 2 usage or configuration.",
         run: runImport
     )]
 )
 
+/// The options of `baton import transfers`.
+private struct ImportOptions: CommandOptions {
+    let dryRun = Option.flag("dry-run", "check and report without loading")
+    let config = Option.config
+    let databaseURL = Option.databaseURL("the database (default $BATON_DATABASE_URL, else database.url of the configuration)")
+}
+
 @Sendable
-private func runImport(_ parsed: Arguments) async throws -> Int32 {
+private func runImport(_ parsed: Parsed<ImportOptions>) async throws -> Int32 {
     guard parsed.positionals.count == 1 else { throw CommandFailure.usage("expected one FILE.csv") }
-    let url = try await parsed.databaseURL()
-    let pool = PostgresPool(url: url, maxConnections: 1)
-    let importer = TransferImporter(pool: pool)
-    let summary: TransferImporter.Summary
-    do {
-        summary = try await importer.importFile(path: parsed.positionals[0], dryRun: parsed.flag("dry-run")) { rejection in
-            printError("line \(rejection.line): \(rejection.reason)")
-        }
-    } catch let error as BulkJobError {
-        await pool.close()
-        throw CommandFailure.rejected("baton import: \(error.reason)")
-    } catch let error as PostgresError {
-        await pool.close()
-        throw CommandFailure.failed("baton import: \(error)")
+    let url: String
+    if let given = databaseURLOrEnvironment(parsed.databaseURL) {
+        url = given
+    } else {
+        url = try await loadConfiguration(parsed.config).database.url
     }
-    await pool.close()
-    let verb = parsed.flag("dry-run") ? "would load" : "loaded"
+    let pool = PostgresPool(url: url, maxConnections: 1)
+    let summary = try await withTeardown {
+        do {
+            return try await TransferImporter(pool: pool).importFile(path: parsed.positionals[0], dryRun: parsed.dryRun) { rejection in
+                printError("line \(rejection.line): \(rejection.reason)")
+            }
+        } catch let error as BulkJobError {
+            throw CommandFailure.rejected("baton import: \(error.reason)")
+        } catch let error as PostgresError {
+            throw CommandFailure.failed("baton import: \(error)")
+        }
+    } teardown: {
+        await pool.close()
+    }
+    let verb = parsed.dryRun ? "would load" : "loaded"
     print("\(summary.lines) lines: \(verb) \(summary.loaded), already present \(summary.alreadyPresent), rejected \(summary.rejected)")
     return summary.rejected == 0 ? 0 : 1
 }

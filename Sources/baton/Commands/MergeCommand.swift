@@ -16,45 +16,49 @@ let mergeCommand = Command(
     column is NOT NULL), then the real record is migrated as on a sign-in, with events holding every old
     value. No row is deleted and nothing else of the fresh record changes. Running it again merges 0.
     """,
-    options: [
-        .flag("dry-run", "print the pairs it would merge and change nothing"),
-        .flag("yes", "merge them"),
-        .config,
-    ],
+    options: MergeOptions.self,
     discussion: "Exit status: 0 done, 1 the database failed, 2 usage or configuration errors (neither --dry-run nor --yes).",
     run: runMerge
 )
 
+/// The options of `baton merge`.
+private struct MergeOptions: CommandOptions {
+    let dryRun = Option.flag("dry-run", "print the pairs it would merge and change nothing")
+    let yes = Option.flag("yes", "merge them")
+    let config = Option.config
+}
+
 @Sendable
-private func runMerge(_ parsed: Arguments) async throws -> Int32 {
-    let dryRun = parsed.flag("dry-run")
-    guard dryRun != parsed.flag("yes") else {
+private func runMerge(_ parsed: Parsed<MergeOptions>) async throws -> Int32 {
+    let dryRun = parsed.dryRun
+    guard dryRun != parsed.yes else {
         throw CommandFailure.usage("give --dry-run to see the pairs, or --yes to merge them")
     }
-    let configuration = try await parsed.configuration()
-    let legacy: BatonConfiguration.LegacyIdentifiers
-    do { legacy = try configuration.legacy.identifiers() } catch let error as ConfigurationError { throw CommandFailure.usage("\(error)") }
+    let configuration = try await loadConfiguration(parsed.config)
+    let legacy = try legacyIdentifiers(configuration)
     let pool = PostgresPool(url: configuration.database.url, maxConnections: 1)
     let store = LegacyStore(pool: pool, legacy: legacy)
-    do {
-        if dryRun {
-            let pending = try await store.duplicates(unmergedOnly: true)
-            for duplicate in pending {
-                print("would merge fresh \(duplicate.pair.freshKey) into legacy \(duplicate.pair.legacyKey) (found by \(duplicate.foundBy.rawValue))")
+    try await withTeardown {
+        do {
+            if dryRun {
+                let pending = try await store.duplicates(unmergedOnly: true)
+                for duplicate in pending {
+                    print("would merge fresh \(duplicate.pair.freshKey) into legacy \(duplicate.pair.legacyKey) (found by \(duplicate.foundBy.rawValue))")
+                }
+                print("would merge \(pending.count)")
+            } else {
+                let merged = try await store.mergeDuplicates()
+                for merge in merged {
+                    let account = merge.sameAccount ? "; one account: nothing for the application to move" : ""
+                    print("merged fresh \(merge.freshKey) into legacy \(merge.user.key)\(account)")
+                }
+                print("merged \(merged.count)")
             }
-            print("would merge \(pending.count)")
-        } else {
-            let merged = try await store.mergeDuplicates()
-            for merge in merged {
-                let account = merge.sameAccount ? "; one account: nothing for the application to move" : ""
-                print("merged fresh \(merge.freshKey) into legacy \(merge.user.key)\(account)")
-            }
-            print("merged \(merged.count)")
+        } catch let error as PostgresError {
+            throw CommandFailure.failed("baton merge: \(error)")
         }
-    } catch let error as PostgresError {
+    } teardown: {
         await pool.close()
-        throw CommandFailure.failed("baton merge: \(error)")
     }
-    await pool.close()
     return 0
 }

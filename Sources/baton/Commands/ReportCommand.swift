@@ -8,48 +8,34 @@ import BatonPostgres
 let reportCommand = Command(
     name: "report",
     summary: "the correlation report: totals, pace against day 60, failures, unresolved users (table, csv, json, html)",
-    options: [
-        .choice("format", ["table", "csv", "json", "html"], default: "table", """
-            table for a terminal; csv: the unresolved users for a mailer; json: the
-            report as GET /v1/report returns it; html: one self-contained page with charts
-            """),
-        .text("out", "FILE", "write to FILE instead of standard output"),
-        .config,
-        .integer("limit", in: 0...Int(Int32.max), "unresolved users to list; default 20 (table), 100 (html, json), every one (csv)"),
-        .flag("unmasked", """
-            CSV and JSON carry the stored email addresses instead of masked ones (j***@example.com);
-            the table and the page always mask them. With --out the file is created private (0600).
-            """),
-        .text("now", "TIME", "the report's clock (ISO 8601 like 2026-12-31T00:00:00Z, or UNIX seconds); default now"),
-        .text("accepted-at", "TIME", "override apple.transfer.accepted_at (same forms)"),
-    ],
+    options: ReportOptions.self,
     discussion: """
     Every figure is counted by PostgreSQL (GROUP BY); only the unresolved users listed are read.
     Exit status: 0 written, 1 the database failed, 2 usage or configuration errors.
     """,
     run: { parsed in
-        let format = parsed.required("format")
-        let unmasked = parsed.flag("unmasked")
-        if unmasked && (format == "table" || format == "html") {
+        let format = parsed.format
+        let unmasked = parsed.unmasked
+        if unmasked && (format == .table || format == .html) {
             throw CommandFailure.usage("--unmasked applies to csv and json only: the table and the page always mask emails")
         }
-        let limit = parsed.optionalInteger("limit")
-        let now = try parsed.value("now").map { try parseTime($0, option: "now") } ?? Date()
-        let configuration = try await parsed.configuration()
-        let acceptedAt = try parsed.value("accepted-at").map { try parseTime($0, option: "accepted-at") }
+        let limit = parsed.limit
+        let now = try parsed.now.map { try parseTime($0, option: "now") } ?? Date()
+        let configuration = try await loadConfiguration(parsed.config)
+        let acceptedAt = try parsed.acceptedAt.map { try parseTime($0, option: "accepted-at") }
             ?? configuration.apple.transfer?.acceptedAt
 
         let listLimit: Int
         switch format {
-        case "table": listLimit = limit ?? MigrationReport.tableListLimit
-        case "csv": listLimit = limit ?? Int.max
-        default: listLimit = limit ?? ReportBuilder.defaultLimit
+        case .table: listLimit = limit ?? MigrationReport.tableListLimit
+        case .csv: listLimit = limit ?? Int.max
+        case .json, .html: listLimit = limit ?? ReportBuilder.defaultLimit
         }
-        let output = try ReportOutput(path: parsed.value("out"), private: unmasked)
+        let output = try ReportOutput(path: parsed.out, private: unmasked)
         let pool = configuration.database.pool(maxConnections: 1)
         let builder = ReportBuilder(
             pool: pool, legacy: configuration.legacy, acceptedAt: acceptedAt, now: now,
-            limit: format == "csv" ? 0 : listLimit, emails: unmasked ? .unmasked : .masked
+            limit: format == .csv ? 0 : listLimit, emails: unmasked ? .unmasked : .masked
         )
         do {
             try await writeReport(builder, format: format, listLimit: listLimit, to: output)
@@ -64,16 +50,38 @@ let reportCommand = Command(
             default: throw error
             }
         }
-        if let path = parsed.value("out") {
-            print("report: wrote \(path) (\(format))")
+        if let path = parsed.out {
+            print("report: wrote \(path) (\(format.rawValue))")
         }
         return 0
     }
 )
 
+/// The options of `baton report`.
+private struct ReportOptions: CommandOptions {
+    let format = Option.choice("format", default: ReportFormat.table, """
+        table for a terminal; csv: the unresolved users for a mailer; json: the
+        report as GET /v1/report returns it; html: one self-contained page with charts
+        """)
+    let out = Option.text("out", "FILE", "write to FILE instead of standard output")
+    let config = Option.config
+    let limit = Option.integer("limit", in: 0...Int(Int32.max), "unresolved users to list; default 20 (table), 100 (html, json), every one (csv)")
+    let unmasked = Option.flag("unmasked", """
+        CSV and JSON carry the stored email addresses instead of masked ones (j***@example.com);
+        the table and the page always mask them. With --out the file is created private (0600).
+        """)
+    let now = Option.text("now", "TIME", "the report's clock (ISO 8601 like 2026-12-31T00:00:00Z, or UNIX seconds); default now")
+    let acceptedAt = Option.text("accepted-at", "TIME", "override apple.transfer.accepted_at (same forms)")
+}
+
+/// What `--format` writes.
+private enum ReportFormat: String, CaseIterable, Sendable {
+    case table, csv, json, html
+}
+
 /// Builds the report in `format` and writes it; CSV is written page by page.
-private func writeReport(_ builder: ReportBuilder, format: String, listLimit: Int, to output: ReportOutput) async throws {
-    if format == "csv" {
+private func writeReport(_ builder: ReportBuilder, format: ReportFormat, listLimit: Int, to output: ReportOutput) async throws {
+    if format == .csv {
         try await output.write(MigrationReport.csvHeader + "\r\n")
         try await builder.forEachUnresolvedPage(limit: listLimit) { users in
             try await output.write(users.map { MigrationReport.csvLine($0) + "\r\n" }.joined())
@@ -83,8 +91,8 @@ private func writeReport(_ builder: ReportBuilder, format: String, listLimit: In
     }
     let report = try await builder.build()
     switch format {
-    case "json": try await output.write(report.renderJSON())
-    case "html": try await output.write(report.renderHTML(listLimit: listLimit))
+    case .json: try await output.write(report.renderJSON())
+    case .html: try await output.write(report.renderHTML(listLimit: listLimit))
     default: try await output.write(report.renderTable(listLimit: listLimit))
     }
 }

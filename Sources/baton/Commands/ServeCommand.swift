@@ -15,19 +15,15 @@ let serveCommand = Command(
     database (Baton's schema and the legacy table, whose subject column must be unique), loads Apple's
     key set, and serves the HTTP API on `listen`.
     """,
-    options: [
-        .config,
-        .integer("port", "P", in: 0...65535, "override the listen port (0: a free one)"),
-        .logLevel,
-    ],
+    options: ServeOptions.self,
     discussion: """
     Prints 'baton listening on http://HOST:PORT' once ready. SIGTERM or SIGINT stop accepting
     connections, let in-flight requests finish, and exit 0.
     """,
     run: { parsed in
-        let port = parsed.optionalInteger("port")
+        let port = parsed.port
         let logger = Logger(label: "baton.service", level: parsed.logLevel)
-        let configuration = try await parsed.configuration()
+        let configuration = try await loadConfiguration(parsed.config)
         let server: BatonServer
         do {
             server = try await BatonServer.start(configuration: configuration, port: port, logger: logger)
@@ -39,10 +35,13 @@ let serveCommand = Command(
         // Which servers it uses, with the password redacted: the string was checked by libpq at load.
         logger.info("database", ["connection": (try? PostgresConnectionString(configuration.database.url))?.redacted ?? "unparsable"])
         let host = configuration.listen.host.contains(":") ? "[\(configuration.listen.host)]" : configuration.listen.host
-        FileHandle.standardOutput.write(Data("baton listening on http://\(host):\(server.port)\n".utf8))
-        let signal = await waitForTerminationSignal()
-        logger.info("stopping", ["signal": String(signal)])
-        await server.stop()
-        return 0
+        return await serveUntilTerminated(announcing: "baton listening on http://\(host):\(server.port)", logger: logger) { await server.stop() }
     }
 )
+
+/// The options of `baton serve`.
+private struct ServeOptions: CommandOptions {
+    let config = Option.config
+    let port = Option.integer("port", "P", in: 0...65535, "override the listen port (0: a free one)")
+    let logLevel = Option.logLevel()
+}

@@ -16,43 +16,45 @@ let transferIDsCommand = Command(
     such a value stops the export). Load it into the recipient's table (transfer identifier in
     legacy.transfer_column, subject NULL), then 'baton import transfers' with 'key,transfer_sub'.
     """,
-    options: [
-        .text("target", "TEAMID", "the recipient's team (default apple.transfer.recipient.team_id); the sending\nteam itself is refused"),
-        .flag("yes", "do not ask for confirmation after showing the target and a sample"),
-        .text("export", "FILE.csv", "write the recipient's file (key, transfer_sub, --columns) instead of a run"),
-        .text("columns", "a,b", "other columns of the legacy table for --export"),
-    ] + bulkOptions,
+    options: TransferIDsOptions.self,
     discussion: """
     Resumable and safe to run from several processes.
     Exit status: 0 every user done, 1 some user failed or the job stopped, 2 usage or configuration.
     """,
     run: { parsed in
-        if parsed.value("export") != nil { return try await runExport(parsed) }
-        return try await runBulkCommand(parsed, side: .sender)
+        if let path = parsed.export { return try await runExport(path, parsed) }
+        return try await runBulkCommand(parsed.bulk, side: .sender, target: parsed.target, confirmed: parsed.yes)
     }
 )
 
+/// The options of `baton transfer-ids`: its own, then the bulk job's.
+private struct TransferIDsOptions: CommandOptions {
+    let target = Option.text("target", "TEAMID", "the recipient's team (default apple.transfer.recipient.team_id); the sending\nteam itself is refused")
+    let yes = Option.flag("yes", "do not ask for confirmation after showing the target and a sample")
+    let export = Option.text("export", "FILE.csv", "write the recipient's file (key, transfer_sub, --columns) instead of a run")
+    let columns = Option.text("columns", "a,b", "other columns of the legacy table for --export")
+    let bulk = BulkOptions()
+}
+
 /// `baton transfer-ids --export FILE.csv [--columns a,b]`.
-private func runExport(_ parsed: Arguments) async throws -> Int32 {
-    guard let path = parsed.value("export"), !path.isEmpty else { throw CommandFailure.usage("--export needs a file name") }
-    let columns = (parsed.value("columns") ?? "").split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
-    let configuration = try await parsed.configuration()
+private func runExport(_ path: String, _ parsed: Parsed<TransferIDsOptions>) async throws -> Int32 {
+    guard !path.isEmpty else { throw CommandFailure.usage("--export needs a file name") }
+    let columns = (parsed.columns ?? "").split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
+    let configuration = try await loadConfiguration(parsed.bulk.config)
+    let legacy = try legacyIdentifiers(configuration)
     let pool = configuration.database.pool(maxConnections: 1)
-    do {
-        let exporter = try TransferExporter(pool: pool, legacy: try configuration.legacy.identifiers(), columns: columns)
-        let summary = try await exporter.export(to: path)
+    let summary = try await withTeardown {
+        do {
+            return try await TransferExporter(pool: pool, legacy: legacy, columns: columns).export(to: path)
+        } catch let error as BulkJobError {
+            if error.code == .invalidColumn { throw CommandFailure.usage("baton transfer-ids: \(error.reason)") }
+            throw CommandFailure.rejected("baton transfer-ids: \(error.reason)")
+        } catch let error as PostgresError {
+            throw CommandFailure.failed("baton transfer-ids: \(error)")
+        }
+    } teardown: {
         await pool.close()
-        print("transfer-ids: exported \(summary.rows) rows to \(path) (key, transfer_sub\(columns.isEmpty ? "" : ", " + columns.joined(separator: ", ")))")
-        return 0
-    } catch let error as BulkJobError {
-        await pool.close()
-        if error.code == .invalidColumn { throw CommandFailure.usage("baton transfer-ids: \(error.reason)") }
-        throw CommandFailure.rejected("baton transfer-ids: \(error.reason)")
-    } catch let error as ConfigurationError {
-        await pool.close()
-        throw CommandFailure.usage("\(error)")
-    } catch let error as PostgresError {
-        await pool.close()
-        throw CommandFailure.failed("baton transfer-ids: \(error)")
     }
+    print("transfer-ids: exported \(summary.rows) rows to \(path) (key, transfer_sub\(columns.isEmpty ? "" : ", " + columns.joined(separator: ", ")))")
+    return 0
 }

@@ -15,20 +15,23 @@ let verifyCommand = Command(
     RS256 only, key by 'kid', iss https://appleid.apple.com, aud one of the --client-id values,
     exp/iat/nbf with 60 s leeway, and the nonce when --nonce is given.
     """,
-    options: [
-        Option.repeatable("client-id", "ID", "an accepted audience; repeat for several").required(),
-        .text("jwks", "FILE", "a JWK Set file"),
-        .text("jwks-url", "URL", "fetch the JWK Set from URL (e.g. https://appleid.apple.com/auth/keys)"),
-        .text("nonce", "N", "require this nonce: its SHA-256 hex (native flow) or itself (web flow)"),
-        .choice("nonce-flow", ["native", "web"], default: "native", "the flow that made the nonce"),
-        .text("now", "UNIX", "judge exp/iat/nbf at this Unix time instead of the system clock"),
-    ],
+    options: VerifyOptions.self,
     discussion: """
     Exit 0 with the claims as JSON on stdout; 1 with 'rejected: <reason>: <explanation>' on stderr;
     2 for usage or configuration errors.
     """,
     run: runVerify
 )
+
+/// The options of `baton verify`.
+private struct VerifyOptions: CommandOptions {
+    let clientID = Option.repeatable("client-id", "ID", "an accepted audience; repeat for several").required()
+    let jwks = Option.text("jwks", "FILE", "a JWK Set file")
+    let jwksURL = Option.text("jwks-url", "URL", "fetch the JWK Set from URL (e.g. https://appleid.apple.com/auth/keys)")
+    let nonce = Option.text("nonce", "N", "require this nonce: its SHA-256 hex (native flow) or itself (web flow)")
+    let nonceFlow = Option.choice("nonce-flow", default: ExpectedNonce.Flow.native, "the flow that made the nonce")
+    let now = Option.text("now", "UNIX", "judge exp/iat/nbf at this Unix time instead of the system clock")
+}
 
 /// The longest token read from standard input before refusing it as too large.
 private let standardInputLimit = 1 << 20
@@ -37,16 +40,15 @@ private let standardInputLimit = 1 << 20
 private let keySetFileLimit = 1 << 20
 
 @Sendable
-private func runVerify(_ arguments: Arguments) async throws -> Int32 {
-    let clientIDs = arguments.values("client-id").filter { !$0.isEmpty }
+private func runVerify(_ arguments: Parsed<VerifyOptions>) async throws -> Int32 {
+    let clientIDs = arguments.clientID.filter { !$0.isEmpty }
     guard arguments.positionals.count == 1, let tokenArgument = arguments.positionals.first else {
         throw CommandFailure.usage(arguments.positionals.isEmpty ? "missing TOKEN" : "expected one TOKEN")
     }
-    // The option is a choice of native or web, so the value always names a flow.
-    let flow = ExpectedNonce.Flow(rawValue: arguments.required("nonce-flow")) ?? .native
-    let nonce = arguments.value("nonce").map { ExpectedNonce($0, flow: flow) }
+    let flow = arguments.nonceFlow
+    let nonce = arguments.nonce.map { ExpectedNonce($0, flow: flow) }
     var now: @Sendable () -> Date = { Date() }
-    if let text = arguments.value("now") {
+    if let text = arguments.now {
         guard let seconds = Double(text), seconds.isFinite, seconds >= 0 else {
             throw CommandFailure.usage("--now must be a Unix time in seconds")
         }
@@ -54,7 +56,7 @@ private func runVerify(_ arguments: Arguments) async throws -> Int32 {
     }
 
     let keys: any VerificationKeyProvider
-    switch (arguments.value("jwks"), arguments.value("jwks-url")) {
+    switch (arguments.jwks, arguments.jwksURL) {
     case (let path?, nil):
         let bytes = try await offPool { try readFile(path, limit: keySetFileLimit) }
         do {
