@@ -85,7 +85,7 @@ public struct ReportBuilder: Sendable {
         let (counts, days, pace, reasons, listed, unqueued) = try await pool.withConnection { connection in
             try await ReportCounts.fold(connection)
             // One snapshot for every figure and the list, so they agree even while workers write.
-            try await connection.withTransaction(isolation: .repeatableRead) { connection in
+            return try await connection.withTransaction(isolation: .repeatableRead) { connection in
                 (
                     try await stateMethodCounts(connection),
                     try await dayCounts(connection),
