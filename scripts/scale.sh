@@ -116,7 +116,7 @@ SQL
 fi
 
 # The sign-in's migration statement, as `baton bench signin` runs it in pgbench (printed by a small run of the bench
-# on its own database), on 150,000 more users pending a transfer: with and without 0013's triggers, then with
+# on its own database), on 400,000 more users pending a transfer: with and without 0013's triggers, then with
 # baton.events grown to EVENTS rows (default 10,000,000). SIGNIN=0 leaves it out.
 if [ "${SIGNIN:-1}" = 1 ]; then
     "$binary" bench signin --database-url "$url" --users 5000 --transfers 3000 --migrations 100 --wrk-migrations 2000 \
@@ -129,19 +129,19 @@ lines[1] = "\\set n :base + (:i - 1) * 8 + :client_id"
 print("\n".join(lines))' >"$work/migrate.pgbench"
     sql <<SQL
 INSERT INTO public.users (id, apple_sub, email)
-SELECT $users + i, 'legacy.' || i, 'n' || i || '@privaterelay.appleid.com' FROM generate_series(1, 150000) AS i;
-INSERT INTO baton.transfers (old_sub, transfer_sub) SELECT 'legacy.' || i, 'transfer.' || i FROM generate_series(1, 150000) AS i;
+SELECT $users + i, 'legacy.' || i, 'n' || i || '@privaterelay.appleid.com' FROM generate_series(1, 400000) AS i;
+INSERT INTO baton.transfers (old_sub, transfer_sub) SELECT 'legacy.' || i, 'transfer.' || i FROM generate_series(1, 400000) AS i;
 VACUUM ANALYZE public.users, baton.transfers;
 SQL
     base=1
-    # Runs the migration statement in pgbench for 10 s (8 clients) on the next 25,000 pending users (fewer than 2,500 a second).
+    # Runs the migration statement in pgbench for 10 s (8 clients) on the next 60,000 pending users (fewer than 6,000 a second).
     pgbench_migrations() {
         local name=$1 load tps
         load=$(cut -d' ' -f1-3 /proc/loadavg)
         tps=$(pgbench -n -M prepared -D i=0 -D base=$base -f "$work/migrate.pgbench" -c 8 -j 2 -T 10 "$url" 2>&1 | sed -n 's/^tps = \([0-9.]*\).*/\1/p')
         rows+=("$(printf '%-34s %10s tps (load %s)' "$name" "$tps" "$load")")
         echo "scale: $name tps=$tps load $load" >&2
-        base=$((base + 25000))
+        base=$((base + 60000))
     }
     for round in 1 2; do
         pgbench_migrations "migrations, 0013's triggers"
@@ -159,6 +159,8 @@ SQL
     echo "scale: baton.events holds $(sql -At -c "SELECT count(*) FROM baton.events") rows" >&2
     pgbench_migrations "migrations, events at $events"
     pgbench_migrations "migrations, events at $events"
+    deltas=$(sql -At -c "SELECT count(*) FROM baton.transfer_count_deltas")
+    measure "report (table), $deltas deltas to fold" "$binary" report "${config[@]}" $accepted
     measure "report (table), events at $events" "$binary" report "${config[@]}" $accepted
 fi
 

@@ -68,7 +68,14 @@ struct ReportCountsTests {
     /// and expects each to equal the direct counts; then no delta is left.
     static func expectExact(_ fixture: BulkJobFixture, _ step: Comment) async throws {
         let pool = fixture.database.pool
-        for (now, acceptedAt) in [(Date(), nil), (Date().addingTimeInterval(-5_400), nil), (Date(), Date().addingTimeInterval(-2.3 * 3_600)),
+        // Instants amid the migrations, so that some of the same hour come after them.
+        let amid = try await pool.query("""
+            SELECT percentile_disc(0.3) WITHIN GROUP (ORDER BY migrated_at), percentile_disc(0.6) WITHIN GROUP (ORDER BY migrated_at)
+            FROM baton.transfers WHERE state = 'migrated'
+            """)[0]
+        let instants = [try amid.decode(Date?.self, at: 0).map { ($0, $0.addingTimeInterval(-1)) },
+                        try amid.decode(Date?.self, at: 1).map { ($0, $0.addingTimeInterval(-2_000)) }].compactMap { $0 }
+        for (now, acceptedAt) in instants.map { ($0.0, Optional($0.1)) } + [(Date(), nil), (Date().addingTimeInterval(-5_400), nil), (Date(), Date().addingTimeInterval(-2.3 * 3_600)),
                                   (Date().addingTimeInterval(-86_400 * 3 - 1_234.5), Date().addingTimeInterval(-86_400 * 5 - 77))] as [(Date, Date?)] {
             let report = try await ReportBuilder(pool: pool, legacy: nil, acceptedAt: acceptedAt, now: now).build()
             var paceStart = now.addingTimeInterval(-7 * 86_400)

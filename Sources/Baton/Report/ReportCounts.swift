@@ -5,8 +5,9 @@ import BatonPostgres
 /// change (schema 0013): every statement that writes the table appends its changes by group to
 /// `baton.transfer_count_deltas`, which ``fold(_:)`` moves into `baton.transfer_counts`; the view
 /// `baton.transfer_count_totals` adds both up, so the report reads a few thousand rows however many users there
-/// are. Migrations of the hour under way are counted from the table itself (the index of 0012), so the figures
-/// are exactly those of a `GROUP BY` over the table, at any `now`.
+/// are. Migrations at the edges of a period (after `now` in its hour, before the pace period's start in its hour) are
+/// counted from the table itself (the index of 0012), so the figures are exactly those of a `GROUP BY` over the
+/// table, at any `now`.
 enum ReportCounts {
     /// The advisory lock that lets one report at a time fold ("report" in ASCII).
     static let foldLockKey: Int64 = 0x7265_706F_7274
@@ -50,35 +51,37 @@ enum ReportCounts {
         try await connection.query("SELECT state, method, sum(count)::bigint FROM baton.transfer_count_totals GROUP BY state, method")
     }
 
-    /// Migrations up to `now` by UTC day (`YYYY-MM-DD`) and method; a day may come in two rows.
+    /// Migrations up to `now` by UTC day (`YYYY-MM-DD`) and method; a day may come in several rows. The counts
+    /// through `now`'s hour, less the migrations of that hour after `now` (none, unless `now` is in the past or the
+    /// clocks disagree).
     static func days(_ connection: PostgresConnection, now: Date) async throws -> PostgresResult {
-        let hour = startOfHour(now)
+        let hourAfter = startOfHour(now).addingTimeInterval(3_600)
         return try await connection.query("""
             SELECT to_char(migrated_hour AT TIME ZONE 'UTC', 'YYYY-MM-DD'), method, sum(count)::bigint
             FROM baton.transfer_count_totals
-            WHERE state = 'migrated' AND migrated_hour < \(hour)
+            WHERE state = 'migrated' AND migrated_hour < \(hourAfter)
             GROUP BY 1, 2
             UNION ALL
-            SELECT to_char(migrated_at AT TIME ZONE 'UTC', 'YYYY-MM-DD'), method, count(*)
+            SELECT to_char(migrated_at AT TIME ZONE 'UTC', 'YYYY-MM-DD'), method, -count(*)
             FROM baton.transfers
-            WHERE state = 'migrated' AND migrated_at >= \(hour) AND migrated_at <= \(now)
+            WHERE state = 'migrated' AND migrated_at > \(now) AND migrated_at < \(hourAfter)
             GROUP BY 1, 2
             """)
     }
 
-    /// Migrations after `start` and up to `now`: the whole hours between from the counts, the two hours at the
-    /// edges from the table.
+    /// Migrations after `start` and up to `now`: the counts of the hours from the one after `start`'s through
+    /// `now`'s, with the migrations of `start`'s hour after `start` and less those of `now`'s hour after `now`,
+    /// both from the table.
     static func migrated(_ connection: PostgresConnection, after start: Date, through now: Date) async throws -> Int {
         let firstWholeHour = startOfHour(start).addingTimeInterval(3_600)
-        let lastHour = startOfHour(now)
+        let hourAfter = startOfHour(now).addingTimeInterval(3_600)
         return try await connection.query("""
             SELECT (SELECT COALESCE(sum(count), 0)::bigint FROM baton.transfer_count_totals
-                    WHERE state = 'migrated' AND migrated_hour >= \(firstWholeHour) AND migrated_hour < \(lastHour))
+                    WHERE state = 'migrated' AND migrated_hour >= \(firstWholeHour) AND migrated_hour < \(hourAfter))
                  + (SELECT count(*) FROM baton.transfers
                     WHERE state = 'migrated' AND migrated_at > \(start) AND migrated_at <= \(now) AND migrated_at < \(firstWholeHour))
-                 + (SELECT count(*) FROM baton.transfers
-                    WHERE state = 'migrated' AND migrated_at > \(start) AND migrated_at <= \(now)
-                      AND migrated_at >= \(lastHour) AND migrated_at >= \(firstWholeHour))
+                 - (SELECT count(*) FROM baton.transfers
+                    WHERE state = 'migrated' AND migrated_at > \(now) AND migrated_at < \(hourAfter) AND migrated_at >= \(firstWholeHour))
             """)[0].decode(Int.self, at: 0)
     }
 
