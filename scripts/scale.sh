@@ -119,8 +119,12 @@ fi
 # on its own database), on 400,000 more users pending a transfer: with and without 0013's triggers, then with
 # baton.events grown to EVENTS rows (default 10,000,000). SIGNIN=0 leaves it out.
 if [ "${SIGNIN:-1}" = 1 ]; then
-    "$binary" bench signin --database-url "$url" --users 5000 --transfers 3000 --migrations 100 --wrk-migrations 2000 \
-        --current-requests 100 --wrk-seconds 1 --pgbench-seconds 1 >"$work/bench.txt" 2>&1
+    # The bench prints its script before its pgbench; a small run may stop later, or (rarely) earlier: tried 3 times.
+    for attempt in 1 2 3; do
+        "$binary" bench signin --database-url "$url" --users 5000 --transfers 3000 --migrations 100 --wrk-migrations 2000 \
+            --current-requests 100 --wrk-seconds 1 --pgbench-seconds 1 >"$work/bench.txt" 2>&1 || true
+        grep -q '^pgbench script, migrated: ' "$work/bench.txt" && break
+    done
     sed -n 's/^pgbench script, migrated: //p' "$work/bench.txt" | python3 -c '
 import sys
 s = sys.stdin.read().strip().replace(" \\set n", "\n\\set n", 1).replace(" SELECT u.", "\nSELECT u.", 1)
