@@ -121,7 +121,7 @@ fi
 if [ "${SIGNIN:-1}" = 1 ]; then
     # The bench prints its script before its pgbench; a small run may stop later, or (rarely) earlier: tried 3 times.
     for attempt in 1 2 3; do
-        "$binary" bench signin --database-url "$url" --users 5000 --transfers 3000 --migrations 100 --wrk-migrations 2000 \
+        "$binary" bench signin --database-url "$url" --users 100000 --transfers 60000 --migrations 100 --wrk-migrations 50000 \
             --current-requests 100 --wrk-seconds 1 --pgbench-seconds 1 >"$work/bench.txt" 2>&1 || true
         grep -q '^pgbench script, migrated: ' "$work/bench.txt" && break
     done
