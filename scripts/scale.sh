@@ -2,8 +2,10 @@
 # Measures every command that walks Baton's tables at N users: a scratch PostgreSQL cluster (scripts/pg.sh)
 # holding a users table of N Apple users, `baton.transfers` as late in a transfer (30 % migrated by sign-in,
 # 60 % by exchange, 8 % pending, 2 % failed), `baton.events` with a row per migration, then each command under
-# `/usr/bin/time -v`. Prints one line per command (wall seconds, peak RSS, exit status), then the disk
-# Baton's tables take and the report's queries with EXPLAIN ANALYZE.
+# `/usr/bin/time -v`, `db migrate` applying 0013 to the full tables, and the sign-in's migration statement in pgbench
+# with and without 0013's triggers and with baton.events at 10 million rows. Prints one line per command (wall
+# seconds, peak RSS, exit status; tps for pgbench), then the disk Baton's tables take and the report's queries with
+# EXPLAIN ANALYZE.
 #
 #   scripts/scale.sh [N] [BINARY]
 #
@@ -25,14 +27,15 @@ cat >"$work/baton.json" <<JSON
 JSON
 config=(--config "$work/baton.json")
 
-# The report's queries with EXPLAIN ANALYZE (EXPLAIN=0 leaves them out).
+# The report's queries with EXPLAIN ANALYZE (EXPLAIN=0 leaves them out): the counts (schema 0013), the migrations of
+# the hour under way and at the pace period's edge from the table, the unmatched sign-ins.
 explain_report() {
     [ "${EXPLAIN:-1}" = 1 ] || return 0
-    sql -c "EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) SELECT state, method, count(*) FROM baton.transfers GROUP BY state, method"
-    sql -c "EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) SELECT to_char(migrated_at AT TIME ZONE 'UTC', 'YYYY-MM-DD'), method, count(*) FROM baton.transfers WHERE state = 'migrated' AND migrated_at <= now() GROUP BY 1, 2"
-    sql -c "EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) SELECT count(*) FROM baton.transfers WHERE state = 'migrated' AND migrated_at > now() - interval '7 days' AND migrated_at <= now()"
+    sql -c "EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) SELECT state, method, sum(count)::bigint FROM baton.transfer_count_totals GROUP BY state, method"
+    sql -c "EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) SELECT to_char(migrated_at AT TIME ZONE 'UTC', 'YYYY-MM-DD'), method, count(*) FROM baton.transfers WHERE state = 'migrated' AND migrated_at >= date_trunc('hour', now()) AND migrated_at <= now() GROUP BY 1, 2"
+    sql -c "EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) SELECT count(*) FROM baton.transfers WHERE state = 'migrated' AND migrated_at > now() - interval '7 days' AND migrated_at < date_trunc('hour', now() - interval '7 days') + interval '1 hour'"
     sql -c "EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) SELECT count(DISTINCT e.transfer_sub) FROM baton.events AS e WHERE e.kind = 'unmatched' AND NOT EXISTS (SELECT 1 FROM baton.transfers AS t WHERE t.transfer_sub = e.transfer_sub AND t.state = 'migrated')"
-    sql -c "EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) SELECT state, COALESCE(left(last_error, 200), 'no error recorded'), count(*) FROM baton.transfers WHERE state IN ('failed', 'unresolvable') OR (state = 'pending' AND last_error IS NOT NULL) GROUP BY 1, 2"
+    sql -c "SELECT count(*) AS summary_rows, (SELECT count(*) FROM baton.transfer_count_deltas) AS deltas FROM baton.transfer_counts"
 }
 
 rows=()
@@ -91,20 +94,78 @@ measure "report --format json" "$binary" report "${config[@]}" --format json --o
 measure "report --format html" "$binary" report "${config[@]}" --format html --out "$work/report.html" $accepted
 measure "report --format csv (every user)" "$binary" report "${config[@]}" --format csv --out "$work/unresolved.csv" $accepted
 measure "transfer-ids --export" "$binary" transfer-ids "${config[@]}" --export "$work/export.csv" --yes
-measure "import transfers ($users lines)" "$binary" import transfers "${config[@]}" "$work/import.csv"
+if [ "${IMPORT:-1}" = 1 ]; then  # IMPORT=0 leaves the import out (14 minutes at ten million lines)
+    measure "import transfers ($users lines)" "$binary" import transfers "${config[@]}" "$work/import.csv"
+fi
 measure "doctor (Apple unreachable)" "$binary" doctor "${config[@]}"
-# db migrate on the full tables: migration 12 (the report's indexes) again, its indexes dropped and its record removed.
-if sql -At -c "SELECT 1 FROM baton.schema_migrations WHERE version = 12" | grep -q 1; then
+# db migrate on the full tables: migration 13 (the report's counts) again, its objects dropped and its record removed.
+if sql -At -c "SELECT 1 FROM baton.schema_migrations WHERE version = 13" | grep -q 1; then
     sql <<SQL
-DROP INDEX baton.transfers_state_migrated_at_idx;
-CREATE INDEX transfers_migrated_at_idx ON baton.transfers (migrated_at) WHERE state = 'migrated';
-DELETE FROM baton.schema_migrations WHERE version = 12;
-ANALYZE baton.transfers;
+DROP TRIGGER transfers_count_inserts ON baton.transfers;
+DROP TRIGGER transfers_count_updates ON baton.transfers;
+DROP TRIGGER transfers_count_deletes ON baton.transfers;
+DROP TRIGGER transfers_count_truncates ON baton.transfers;
+DROP VIEW baton.transfer_count_totals;
+DROP TABLE baton.transfer_counts, baton.transfer_count_deltas;
+DROP FUNCTION baton.record_transfer_count_deltas(), baton.clear_transfer_counts(),
+              baton.transfer_count_hour(text, timestamptz), baton.transfer_count_reason(text, text);
+DELETE FROM baton.schema_migrations WHERE version = 13;
 SQL
-    measure "report (table), without 0012" "$binary" report "${config[@]}" $accepted
-    echo "scale: the report's plans without 0012" >&2
-    explain_report
-    measure "db migrate (0012 on full tables)" "$binary" db migrate --database-url "$url"
+    measure "db migrate (0013 on full tables)" "$binary" db migrate --database-url "$url"
+    measure "report (table), after 0013 again" "$binary" report "${config[@]}" $accepted
+fi
+
+# The sign-in's migration statement, as `baton bench signin` runs it in pgbench (printed by a small run of the bench
+# on its own database), on 400,000 more users pending a transfer: with and without 0013's triggers, then with
+# baton.events grown to EVENTS rows (default 10,000,000). SIGNIN=0 leaves it out.
+if [ "${SIGNIN:-1}" = 1 ]; then
+    # The bench prints its script before its pgbench; a small run may stop later, or (rarely) earlier: tried 3 times.
+    for attempt in 1 2 3; do
+        "$binary" bench signin --database-url "$url" --users 100000 --transfers 60000 --migrations 100 --wrk-migrations 50000 \
+            --current-requests 100 --wrk-seconds 1 --pgbench-seconds 1 >"$work/bench.txt" 2>&1 || true
+        grep -q '^pgbench script, migrated: ' "$work/bench.txt" && break
+    done
+    sed -n 's/^pgbench script, migrated: //p' "$work/bench.txt" | python3 -c '
+import sys
+s = sys.stdin.read().strip().replace(" \\set n", "\n\\set n", 1).replace(" SELECT u.", "\nSELECT u.", 1)
+lines = " ;\n".join(s.split(" ; ")).split("\n")
+lines[1] = "\\set n :base + (:i - 1) * 8 + :client_id"
+print("\n".join(lines))' >"$work/migrate.pgbench"
+    sql <<SQL
+INSERT INTO public.users (id, apple_sub, email)
+SELECT $users + i, 'legacy.' || i, 'n' || i || '@privaterelay.appleid.com' FROM generate_series(1, 400000) AS i;
+INSERT INTO baton.transfers (old_sub, transfer_sub) SELECT 'legacy.' || i, 'transfer.' || i FROM generate_series(1, 400000) AS i;
+VACUUM ANALYZE public.users, baton.transfers;
+SQL
+    base=1
+    # Runs the migration statement in pgbench for 10 s (8 clients) on the next 60,000 pending users (fewer than 6,000 a second).
+    pgbench_migrations() {
+        local name=$1 load tps
+        load=$(cut -d' ' -f1-3 /proc/loadavg)
+        tps=$(pgbench -n -M prepared -D i=0 -D base=$base -f "$work/migrate.pgbench" -c 8 -j 2 -T 10 "$url" 2>&1 | sed -n 's/^tps = \([0-9.]*\).*/\1/p')
+        rows+=("$(printf '%-34s %10s tps (load %s)' "$name" "$tps" "$load")")
+        echo "scale: $name tps=$tps load $load" >&2
+        base=$((base + 60000))
+    }
+    for round in 1 2; do
+        pgbench_migrations "migrations, 0013's triggers"
+        sql -c "ALTER TABLE baton.transfers DISABLE TRIGGER USER"
+        pgbench_migrations "migrations, no trigger"
+        sql -c "ALTER TABLE baton.transfers ENABLE TRIGGER USER"
+    done
+    events=${EVENTS:-10000000}
+    sql <<SQL
+INSERT INTO baton.events (kind, method, legacy_key, old_sub, new_sub, transfer_sub)
+SELECT 'migrated', 'exchange', i::text, 'filler.' || i, 'filler-new.' || i, 'filler-tr.' || i
+FROM generate_series(1, GREATEST(0, $events - (SELECT count(*) FROM baton.events))) AS i;
+VACUUM ANALYZE baton.events;
+SQL
+    echo "scale: baton.events holds $(sql -At -c "SELECT count(*) FROM baton.events") rows" >&2
+    pgbench_migrations "migrations, events at $events"
+    pgbench_migrations "migrations, events at $events"
+    deltas=$(sql -At -c "SELECT count(*) FROM baton.transfer_count_deltas")
+    measure "report (table), $deltas deltas to fold" "$binary" report "${config[@]}" $accepted
+    measure "report (table), events at $events" "$binary" report "${config[@]}" $accepted
 fi
 
 echo

@@ -2,8 +2,8 @@ import Foundation
 import BatonPostgres
 
 /// Computes a ``MigrationReport`` from `baton.transfers` (and the application's table for the unresolved
-/// users' keys and emails) with aggregate queries: the totals, days and reasons are counted by PostgreSQL,
-/// and only the page of unresolved users the caller asks for is read.
+/// users' keys and emails): the totals, days, pace and reasons from the counts kept as rows change
+/// (``ReportCounts``, schema 0013), and only the page of unresolved users the caller asks for is read.
 ///
 /// ```swift
 /// let report = try await ReportBuilder(pool: pool, legacy: configuration.legacy,
@@ -83,8 +83,9 @@ public struct ReportBuilder: Sendable {
         // One more unresolved user than asked, to know whether another page follows.
         let pageLimit = limit == 0 || limit == .max ? limit : limit + 1
         let (counts, days, pace, reasons, listed, unqueued) = try await pool.withConnection { connection in
+            try await ReportCounts.fold(connection)
             // One snapshot for every figure and the list, so they agree even while workers write.
-            try await connection.withTransaction(isolation: .repeatableRead) { connection in
+            return try await connection.withTransaction(isolation: .repeatableRead) { connection in
                 (
                     try await stateMethodCounts(connection),
                     try await dayCounts(connection),
@@ -177,23 +178,16 @@ public struct ReportBuilder: Sendable {
     }
 
     private func stateMethodCounts(_ connection: PostgresConnection) async throws -> [StateMethod: Int] {
-        let rows = try await connection.query("SELECT state, method, count(*) FROM baton.transfers GROUP BY state, method")
         var counts: [StateMethod: Int] = [:]
-        for row in rows {
+        for row in try await ReportCounts.stateMethod(connection) {
             counts[StateMethod(state: try row.decode(String.self, at: 0), method: try row.decode(String?.self, at: 1)), default: 0] += try row.decode(Int.self, at: 2)
         }
         return counts
     }
 
     private func dayCounts(_ connection: PostgresConnection) async throws -> [String: MigrationReport.DayCount] {
-        let rows = try await connection.query("""
-            SELECT to_char(migrated_at AT TIME ZONE 'UTC', 'YYYY-MM-DD') AS day, method, count(*)
-            FROM baton.transfers
-            WHERE state = 'migrated' AND migrated_at <= \(now)
-            GROUP BY 1, 2
-            """)
         var days: [String: MigrationReport.DayCount] = [:]
-        for row in rows {
+        for row in try await ReportCounts.days(connection, now: now) {
             let day = try row.decode(String.self, at: 0)
             let count = try row.decode(Int.self, at: 2)
             var entry = days[day] ?? MigrationReport.DayCount(day: day)
@@ -213,11 +207,7 @@ public struct ReportBuilder: Sendable {
         var start = now.addingTimeInterval(-7 * 86_400)
         if let acceptedAt, acceptedAt > start { start = min(acceptedAt, now) }
         let days = max(1, now.timeIntervalSince(start) / 86_400)
-        let rows = try await connection.query("""
-            SELECT count(*) FROM baton.transfers
-            WHERE state = 'migrated' AND migrated_at > \(start) AND migrated_at <= \(now)
-            """)
-        return (try rows.first?.decode(Int.self, at: 0) ?? 0, days)
+        return (try await ReportCounts.migrated(connection, after: start, through: now), days)
     }
 
     /// The recipient's rows carrying a transfer identifier that `baton exchange` has not queued yet: pending too.
@@ -227,17 +217,7 @@ public struct ReportBuilder: Sendable {
     }
 
     private func reasonCounts(_ connection: PostgresConnection) async throws -> MigrationReport.Failures {
-        let rows = try await connection.query("""
-            SELECT state, reason, n, count(*) OVER () AS groups
-            FROM (
-                SELECT state, COALESCE(left(last_error, 200), 'no error recorded') AS reason, count(*) AS n
-                FROM baton.transfers
-                WHERE state IN ('failed', 'unresolvable') OR (state = 'pending' AND last_error IS NOT NULL)
-                GROUP BY 1, 2
-            ) AS grouped
-            ORDER BY n DESC, state, reason
-            LIMIT \(ReportBuilder.reasonLimit)
-            """)
+        let rows = try await ReportCounts.reasons(connection, limit: ReportBuilder.reasonLimit)
         var reasons: [MigrationReport.ReasonCount] = []
         var groups = 0
         for row in rows {
