@@ -36,13 +36,13 @@ private struct ImportOptions: CommandOptions {
 @Sendable
 private func runImport(_ parsed: Parsed<ImportOptions>) async throws -> Int32 {
     guard parsed.positionals.count == 1 else { throw CommandFailure.usage("expected one FILE.csv") }
-    let url: String
+    // The configuration's pooler and statement timeout; a bare URL gets what `db migrate` uses, safe through any pooler.
+    let pool: PostgresPool
     if let given = databaseURLOrEnvironment(parsed.databaseURL) {
-        url = given
+        pool = PostgresPool(url: given, maxConnections: 1, pooler: .transaction)
     } else {
-        url = try await loadConfiguration(parsed.config).database.url
+        pool = try await loadConfiguration(parsed.config).database.pool(maxConnections: 1)
     }
-    let pool = PostgresPool(url: url, maxConnections: 1)
     let summary = try await withTeardown {
         do {
             return try await TransferImporter(pool: pool).importFile(path: parsed.positionals[0], dryRun: parsed.dryRun) { rejection in

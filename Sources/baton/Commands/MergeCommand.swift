@@ -36,7 +36,7 @@ private func runMerge(_ parsed: Parsed<MergeOptions>) async throws -> Int32 {
     }
     let configuration = try await loadConfiguration(parsed.config)
     let legacy = try legacyIdentifiers(configuration)
-    let pool = PostgresPool(url: configuration.database.url, maxConnections: 1)
+    let pool = configuration.database.pool(maxConnections: 1)
     let store = LegacyStore(pool: pool, legacy: legacy)
     try await withTeardown {
         do {
