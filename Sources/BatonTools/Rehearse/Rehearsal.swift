@@ -126,7 +126,7 @@ struct Rehearsal {
         phases.end("copy")
         _ = try await BatonSchema.migrator().migrate(pool)
         // A throwaway copy: Baton's tables skip the write-ahead log.
-        for table in ["transfers", "events", "subjects", "nonces"] {
+        for table in ["transfers", "events", "subjects", "nonces", "transfer_counts", "transfer_count_deltas"] {
             try await pool.execute(PostgresQuery(unsafeSQL: "ALTER TABLE baton.\(table) SET UNLOGGED"))
         }
         let store = LegacyStore(pool: pool, legacy: legacy)
