@@ -134,6 +134,17 @@ public enum JSON {
     /// Appends `text` quoted and escaped as ``quote(_:)`` describes.
     private static func writeString(_ text: String, to output: inout [UInt8]) {
         output.append(UInt8(ascii: "\""))
+        // Most strings are printable ASCII with nothing to escape (identifiers, tokens, dates): copied whole.
+        var text = text
+        let copied = text.withUTF8 { bytes in
+            guard bytes.allSatisfy({ (0x20...0x7E).contains($0) && $0 != 0x22 && $0 != 0x5C }) else { return false }
+            output.append(contentsOf: bytes)
+            return true
+        }
+        if copied {
+            output.append(UInt8(ascii: "\""))
+            return
+        }
         for scalar in text.unicodeScalars {
             guard escapes(scalar) else {
                 if scalar.isASCII { output.append(UInt8(scalar.value)) } else { output.append(contentsOf: UTF8.encode(scalar)!) }

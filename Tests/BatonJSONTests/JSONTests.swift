@@ -47,6 +47,11 @@ struct JSONTests {
         #expect(JSON.quote("\u{0}\u{1F}\u{7F}\u{80}\u{85}\u{9F}\u{2028}\u{2029}") == #""\u0000\u001f\u007f\u0080\u0085\u009f\u2028\u2029""#)
         #expect(JSON.quote("é😀/\u{A0}\u{2027}\u{202A}") == "\"é😀/\u{A0}\u{2027}\u{202A}\"")
         #expect(JSON.quote("") == #""""#)
+        // Printable ASCII with nothing to escape is copied whole; one byte to escape anywhere still escapes it.
+        let printable = String(decoding: (0x20...0x7E).filter { $0 != 0x22 && $0 != 0x5C }.map { UInt8($0) }, as: UTF8.self)
+        #expect(JSON.quote(printable) == "\"" + printable + "\"")
+        #expect(JSON.quote(printable + "\u{7F}") == "\"" + printable + "\\u007f\"")
+        #expect(JSON.quote("\u{1F}" + printable) == "\"\\u001f" + printable + "\"")
         for text in ["a\u{85}b\u{2028}c\"\u{1B}[31m", "\u{10FFFF}\u{0}"] {
             #expect(try JSON.parse(Array(JSON.quote(text).utf8)) == .string(text))
         }
