@@ -256,32 +256,21 @@ struct JSONBody {
         return value
     }
 
-    func optionalString(_ name: String) throws(EmulatorError) -> String? {
-        switch object[name] {
-        case nil, .null?: return nil
-        case .string(let value)?: return value
-        default: throw EmulatorError(.badInput, "\(name) must be a string")
-        }
-    }
+    func optionalString(_ name: String) throws(EmulatorError) -> String? { try optional(name, \.stringValue, "a string") }
 
     func int(_ name: String) throws(EmulatorError) -> Int {
         guard let value = object[name]?.intValue, let int = Int(exactly: value) else { throw EmulatorError(.badInput, "\(name) must be a whole number") }
         return int
     }
 
-    func optionalDouble(_ name: String) throws(EmulatorError) -> Double? {
-        switch object[name] {
-        case nil, .null?: return nil
-        case .number(let value)?: return value
-        default: throw EmulatorError(.badInput, "\(name) must be a number")
-        }
-    }
+    func optionalDouble(_ name: String) throws(EmulatorError) -> Double? { try optional(name, \.doubleValue, "a number") }
 
-    func optionalBool(_ name: String) throws(EmulatorError) -> Bool? {
-        switch object[name] {
-        case nil, .null?: return nil
-        case .bool(let value)?: return value
-        default: throw EmulatorError(.badInput, "\(name) must be true or false")
-        }
+    func optionalBool(_ name: String) throws(EmulatorError) -> Bool? { try optional(name, \.boolValue, "true or false") }
+
+    /// Member `name` as `read` takes it; nil when absent or null, `bad_input` "`name` must be `kind`" for another value.
+    private func optional<Value>(_ name: String, _ read: (JSONValue) -> Value?, _ kind: String) throws(EmulatorError) -> Value? {
+        guard let member = object[name], member != .null else { return nil }
+        guard let value = read(member) else { throw EmulatorError(.badInput, "\(name) must be \(kind)") }
+        return value
     }
 }

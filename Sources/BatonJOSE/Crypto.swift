@@ -110,6 +110,17 @@ private func generateKey(type: String, _ configure: (OpaquePointer) -> Int32) th
     return key
 }
 
+/// The public half of the private `key`, read by `read`; when it throws, `key` is freed first (a private key's
+/// init owns `key` from its start, and a throwing init runs no `deinit`).
+private func publicHalf<Public>(of key: OpaquePointer, _ read: (OpaquePointer) throws -> Public) throws -> Public {
+    do {
+        return try read(key)
+    } catch {
+        EVP_PKEY_free(key)
+        throw error
+    }
+}
+
 /// Reads a PKCS#8 PEM private key (`-----BEGIN PRIVATE KEY-----` only: never encrypted, never legacy forms).
 private func readPKCS8PEM(_ pem: String) throws -> OpaquePointer {
     let trimmed = pem.trimmingASCIIWhitespace()
@@ -125,11 +136,11 @@ private func readPKCS8PEM(_ pem: String) throws -> OpaquePointer {
     }
 }
 
-/// Writes `key` as unencrypted PKCS#8 PEM.
-private func writePKCS8PEM(_ key: OpaquePointer) -> String {
+/// The PEM text `write` puts in a memory BIO (returning 1 on success); empty when OpenSSL fails.
+private func pemText(_ write: (OpaquePointer) -> Int32) -> String {
     guard let bio = BIO_new(BIO_s_mem()) else { return "" }
     defer { BIO_free(bio) }
-    guard PEM_write_bio_PrivateKey(bio, key, nil, nil, 0, nil, nil) == 1 else {
+    guard write(bio) == 1 else {
         ERR_clear_error()
         return ""
     }
@@ -137,6 +148,11 @@ private func writePKCS8PEM(_ key: OpaquePointer) -> String {
     let length = COpenSSL_BIO_get_mem_data(bio, &data)
     guard let data, length > 0 else { return "" }
     return String(decoding: UnsafeRawBufferPointer(start: data, count: length), as: UTF8.self)
+}
+
+/// Writes `key` as unencrypted PKCS#8 PEM.
+private func writePKCS8PEM(_ key: OpaquePointer) -> String {
+    pemText { PEM_write_bio_PrivateKey($0, key, nil, nil, 0, nil, nil) }
 }
 
 /// SHA-256 digest-and-verify of `signature` over `message` with `key` (EVP_DigestVerify, default padding).
@@ -313,18 +329,7 @@ public final class RSAPublicKey: @unchecked Sendable, Equatable {
     }
 
     /// The key as SubjectPublicKeyInfo PEM (`-----BEGIN PUBLIC KEY-----`).
-    public func pem() -> String {
-        guard let bio = BIO_new(BIO_s_mem()) else { return "" }
-        defer { BIO_free(bio) }
-        guard PEM_write_bio_PUBKEY(bio, key) == 1 else {
-            ERR_clear_error()
-            return ""
-        }
-        var data: UnsafeMutablePointer<CChar>?
-        let length = COpenSSL_BIO_get_mem_data(bio, &data)
-        guard let data, length > 0 else { return "" }
-        return String(decoding: UnsafeRawBufferPointer(start: data, count: length), as: UTF8.self)
-    }
+    public func pem() -> String { pemText { PEM_write_bio_PUBKEY($0, key) } }
 
     /// Keys are equal when their modulus and exponent are.
     public static func == (lhs: RSAPublicKey, rhs: RSAPublicKey) -> Bool {
@@ -342,12 +347,7 @@ public final class RSAPrivateKey: @unchecked Sendable {
 
     private init(key: OpaquePointer) throws {
         self.key = key
-        do {
-            publicKey = try RSAPublicKey(modulus: bignumParameter(key, "n"), exponent: bignumParameter(key, "e"))
-        } catch {
-            EVP_PKEY_free(key)
-            throw error
-        }
+        publicKey = try publicHalf(of: key) { try RSAPublicKey(modulus: bignumParameter($0, "n"), exponent: bignumParameter($0, "e")) }
     }
 
     deinit { EVP_PKEY_free(key) }
@@ -497,12 +497,7 @@ public final class P256PrivateKey: @unchecked Sendable {
 
     private init(key: OpaquePointer) throws {
         self.key = key
-        do {
-            publicKey = try P256PublicKey(x: bignumParameter(key, "qx", length: 32), y: bignumParameter(key, "qy", length: 32))
-        } catch {
-            EVP_PKEY_free(key)
-            throw error
-        }
+        publicKey = try publicHalf(of: key) { try P256PublicKey(x: bignumParameter($0, "qx", length: 32), y: bignumParameter($0, "qy", length: 32)) }
     }
 
     deinit { EVP_PKEY_free(key) }

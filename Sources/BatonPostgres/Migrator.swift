@@ -9,13 +9,6 @@ public struct Migration: Sendable, Equatable {
     /// The SQL, one or more statements.
     public var sql: String
 
-    /// Creates a migration.
-    public init(version: Int, name: String, sql: String) {
-        self.version = version
-        self.name = name
-        self.sql = sql
-    }
-
     /// Reads every `NNNN_name.sql` file in `directory`, sorted by version.
     /// - Throws: ``PostgresError`` with code `invalidConfiguration` for a misnamed file or a repeated version.
     public static func load(directory: URL) throws -> [Migration] {

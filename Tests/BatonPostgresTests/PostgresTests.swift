@@ -1,5 +1,5 @@
 import Foundation
-import BatonPostgres
+@testable import BatonPostgres
 import TestSupport
 import Testing
 

@@ -24,30 +24,7 @@ public struct MigrationReport: Sendable, Equatable, Codable {
     /// Users not migrated: the list for a re-sign-in campaign (possibly one page of it).
     public var unresolved: UnresolvedList
     /// Second records made under the new identifier during the cutover (``Duplicates``).
-    public var duplicates: Duplicates
-
-    /// Creates a report from its parts.
-    public init(
-        generatedAt: Date,
-        window: Window,
-        totals: Totals,
-        methods: [MethodOutcome],
-        perDay: [DayCount],
-        projection: Projection,
-        failures: Failures,
-        unresolved: UnresolvedList,
-        duplicates: Duplicates = Duplicates()
-    ) {
-        self.generatedAt = generatedAt
-        self.window = window
-        self.totals = totals
-        self.methods = methods
-        self.perDay = perDay
-        self.projection = projection
-        self.failures = failures
-        self.unresolved = unresolved
-        self.duplicates = duplicates
-    }
+    public var duplicates = Duplicates()
 
     /// The 60-day window.
     public struct Window: Sendable, Equatable, Codable {
@@ -143,14 +120,6 @@ public struct MigrationReport: Sendable, Equatable, Codable {
         public var failed: Int
         /// Users this method found unresolvable.
         public var unresolvable: Int
-
-        /// Creates an outcome.
-        public init(method: Method, migrated: Int, failed: Int, unresolvable: Int) {
-            self.method = method
-            self.migrated = migrated
-            self.failed = failed
-            self.unresolvable = unresolvable
-        }
     }
 
     /// Migrations on one UTC day.
@@ -158,19 +127,11 @@ public struct MigrationReport: Sendable, Equatable, Codable {
         /// The day, `YYYY-MM-DD` in UTC.
         public var day: String
         /// Migrated by sign-in that day.
-        public var signin: Int
+        public var signin: Int = 0
         /// Migrated by exchange that day.
-        public var exchange: Int
+        public var exchange: Int = 0
         /// Migrated by re-link that day.
-        public var link: Int
-
-        /// Creates a day's counts.
-        public init(day: String, signin: Int = 0, exchange: Int = 0, link: Int = 0) {
-            self.day = day
-            self.signin = signin
-            self.exchange = exchange
-            self.link = link
-        }
+        public var link: Int = 0
 
         /// Every migration that day.
         public var total: Int { signin + exchange + link }
@@ -206,17 +167,6 @@ public struct MigrationReport: Sendable, Equatable, Codable {
         /// Migrations per day needed from now to finish when the window closes; nil without a window or
         /// once it has closed.
         public var requiredPerDay: Double?
-
-        /// Creates a projection.
-        public init(status: Status, perDay: Double, migratedInPeriod: Int, periodDays: Double, remaining: Int, finishAt: Date?, requiredPerDay: Double?) {
-            self.status = status
-            self.perDay = perDay
-            self.migratedInPeriod = migratedInPeriod
-            self.periodDays = periodDays
-            self.remaining = remaining
-            self.finishAt = finishAt
-            self.requiredPerDay = requiredPerDay
-        }
     }
 
     /// Failures grouped by reason.
@@ -225,12 +175,6 @@ public struct MigrationReport: Sendable, Equatable, Codable {
         public var reasons: [ReasonCount]
         /// Reasons left out of ``reasons`` (there were more distinct ones than the report lists).
         public var omittedReasons: Int
-
-        /// Creates the failures section.
-        public init(reasons: [ReasonCount], omittedReasons: Int) {
-            self.reasons = reasons
-            self.omittedReasons = omittedReasons
-        }
     }
 
     /// How many users in one state share one last error.
@@ -241,13 +185,6 @@ public struct MigrationReport: Sendable, Equatable, Codable {
         public var reason: String
         /// Users in that state with that error.
         public var count: Int
-
-        /// Creates a count.
-        public init(state: String, reason: String, count: Int) {
-            self.state = state
-            self.reason = reason
-            self.count = count
-        }
     }
 
     /// The users not migrated, in `old_sub` order: everybody, or one page of them.
@@ -258,13 +195,6 @@ public struct MigrationReport: Sendable, Equatable, Codable {
         public var users: [UnresolvedUser]
         /// The `old_sub` to pass as the builder's `after` for the next page; nil on the last page.
         public var nextAfter: String?
-
-        /// Creates the list.
-        public init(total: Int, users: [UnresolvedUser], nextAfter: String?) {
-            self.total = total
-            self.users = users
-            self.nextAfter = nextAfter
-        }
     }
 
     /// One user not migrated.
@@ -285,16 +215,5 @@ public struct MigrationReport: Sendable, Equatable, Codable {
         /// Whether the email is an Apple private relay address, which the sending team's relay may no
         /// longer forward once the app has moved.
         public var privateRelay: Bool
-
-        /// Creates a user row.
-        public init(legacyKey: String?, oldSub: String, state: String, attempts: Int, lastError: String?, email: String?, privateRelay: Bool) {
-            self.legacyKey = legacyKey
-            self.oldSub = oldSub
-            self.state = state
-            self.attempts = attempts
-            self.lastError = lastError
-            self.email = email
-            self.privateRelay = privateRelay
-        }
     }
 }

@@ -6,18 +6,11 @@ extension MigrationReport {
     /// the cutover, beside the user's legacy record (`baton merge` moves the identifier onto the legacy one).
     public struct Duplicates: Sendable, Equatable, Codable {
         /// Every pair recorded, merged or not.
-        public var count: Int
+        public var count = 0
         /// The pairs still waiting for a merge.
-        public var unmerged: Int
+        public var unmerged = 0
         /// The pairs listed, oldest first (at most the builder's limit).
-        public var items: [DuplicateItem]
-
-        /// Creates the section.
-        public init(count: Int = 0, unmerged: Int = 0, items: [DuplicateItem] = []) {
-            self.count = count
-            self.unmerged = unmerged
-            self.items = items
-        }
+        public var items: [DuplicateItem] = []
 
         /// Reads the section: the counts, and the first `limit` pairs.
         /// - Throws: `PostgresError`.
@@ -45,16 +38,6 @@ extension MigrationReport {
         public var foundAt: Date
         /// The fresh record's creation time (`legacy.created_at_column`), when configured.
         public var freshCreatedAt: Date?
-
-        /// Creates an item.
-        public init(freshKey: String, legacyKey: String, foundBy: String, merged: Bool, foundAt: Date, freshCreatedAt: Date? = nil) {
-            self.freshKey = freshKey
-            self.legacyKey = legacyKey
-            self.foundBy = foundBy
-            self.merged = merged
-            self.foundAt = foundAt
-            self.freshCreatedAt = freshCreatedAt
-        }
 
         /// `merged` or `waiting`.
         var status: String { merged ? "merged" : "waiting" }
