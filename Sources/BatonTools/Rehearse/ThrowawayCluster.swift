@@ -6,7 +6,7 @@ import Synchronization
 /// A PostgreSQL cluster of the rehearsal's own, as `scripts/pg.sh` makes them: `initdb` in a fresh temporary
 /// directory (as the `postgres` user when running as root), a private Unix socket and no TCP, durability off;
 /// a quarter of the machine's memory as shared buffers (``sharedBuffersMiB``) and no checkpoint before 16 GB of WAL,
-/// so the users' rows, the queue and their indexes stay in PostgreSQL's own cache.
+/// so more of the users' rows, the queue and their indexes stay in PostgreSQL's own cache (all of them at a million).
 /// ``destroy()`` stops it and deletes the directory; callers call it on every path.
 final class ThrowawayCluster: Sendable {
     /// The directory holding the data, the socket and the logs.
