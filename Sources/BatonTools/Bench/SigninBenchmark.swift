@@ -45,25 +45,13 @@ func runSigninBenchmark(_ arguments: Parsed<SigninBenchmarkOptions>) async throw
     guard let serverURL = arguments.databaseURL ?? environment["BATON_TEST_DATABASE_URL"] ?? environment["BATON_DATABASE_URL"] else {
         throw CommandFailure.usage("needs --database-url (a server where it may create a database); or run it under 'scripts/pg.sh run'")
     }
-    let users = arguments.users
-    let transfers = arguments.transfers
-    let migrations = arguments.migrations
-    let wrkMigrations = arguments.wrkMigrations
-    let withNonce = arguments.nonce
-    guard transfers <= users else { throw CommandFailure.usage("--transfers (\(transfers)) must be at most --users (\(users))") }
-    guard migrations + wrkMigrations <= transfers else {
-        throw CommandFailure.usage("--migrations + --wrk-migrations (\(migrations + wrkMigrations)) must be at most --transfers (\(transfers))")
+    guard arguments.transfers <= arguments.users else { throw CommandFailure.usage("--transfers (\(arguments.transfers)) must be at most --users (\(arguments.users))") }
+    guard arguments.migrations + arguments.wrkMigrations <= arguments.transfers else {
+        throw CommandFailure.usage("--migrations + --wrk-migrations (\(arguments.migrations + arguments.wrkMigrations)) must be at most --transfers (\(arguments.transfers))")
     }
-    let currentRequests = arguments.currentRequests
-    let concurrency = arguments.concurrency
-    let pgbenchSeconds = arguments.pgbenchSeconds
-    let poolSize = arguments.poolSize
-    let wrkSeconds = arguments.wrkSeconds
     let wrkConnections = [1, 8, 32, 64]
-    let perfPath = arguments.perf
     let logLevel = arguments.logLevel.description
     let clientID = "com.example.bench"
-    let schema = arguments.schema
 
     // 1. Apple: two teams, the app, its people, the transfer.
     let emulator = try await AppleEmulator.start()
@@ -71,7 +59,7 @@ func runSigninBenchmark(_ arguments: Parsed<SigninBenchmarkOptions>) async throw
     let sender = try emulator.createTeam()
     let recipient = try emulator.createTeam()
     try emulator.createApp(clientID: clientID, teamID: sender.teamID)
-    let migrating = migrations + wrkMigrations
+    let migrating = arguments.migrations + arguments.wrkMigrations
     let people = try emulator.createUsers(clientID: clientID, count: migrating + 256, privateEmail: true)
     try emulator.initiateTransfer(clientID: clientID, toTeamID: recipient.teamID)
     let transferIDs = try emulator.transferIdentifiers(clientID: clientID)
@@ -80,31 +68,31 @@ func runSigninBenchmark(_ arguments: Parsed<SigninBenchmarkOptions>) async throw
     let databaseURL = try await createBenchDatabase(serverURL: serverURL)
     let pool = PostgresPool(url: databaseURL, maxConnections: 2)
     let loadStart = ContinuousClock.now
-    try await loadBenchData(pool: pool, schema: schema, users: users, transfers: transfers,
+    try await loadBenchData(pool: pool, schema: arguments.schema, users: arguments.users, transfers: arguments.transfers,
                             people: people.prefix(migrating).map { ($0.userIdentifier, transferIDs[$0.userIdentifier]!, $0.email) })
-    say("loaded \(users) legacy users and \(transfers) pending transfers in \(seconds(since: loadStart)) s")
+    say("loaded \(arguments.users) legacy users and \(arguments.transfers) pending transfers in \(seconds(since: loadStart)) s")
     try emulator.acceptTransfer(clientID: clientID)
 
     // 3. Tokens, signed by the emulator (in parallel: RSA signing is the slow part).
     let tokenStart = ContinuousClock.now
     // wrk's migrating sign-ins (people migrations..<migrating) may carry a nonce: its SHA-256 in the token, itself in the body.
-    let wrkPeople = migrations..<migrating
-    let nonce: @Sendable (Int) -> String? = { index in withNonce && wrkPeople.contains(index) ? "bench-nonce-\(index)" : nil }
+    let wrkPeople = arguments.migrations..<migrating
+    let nonce: @Sendable (Int) -> String? = { index in arguments.nonce && wrkPeople.contains(index) ? "bench-nonce-\(index)" : nil }
     let tokens = try await signTokens(emulator: emulator, clientID: clientID, people: people.map(\.id),
                                       nonceClaim: { nonce($0).map { Digest.sha256Hex(Array($0.utf8)) } })
-    let migrationBodies = tokens.prefix(migrations).map { signInBody($0) }
+    let migrationBodies = tokens.prefix(arguments.migrations).map { signInBody($0) }
     let wrkMigrationBodies = wrkPeople.map { signInBody(tokens[$0], nonce: nonce($0)) }
     let warmupBodies = tokens.suffix(256).map { signInBody($0) }
     say("signed \(tokens.count) identity tokens in \(seconds(since: tokenStart)) s")
 
     // 4. The service, as a child process.
-    let child = try await ServiceProcess.start(databaseURL: databaseURL, appleBaseURL: emulator.baseURL, clientID: clientID, poolSize: poolSize,
-                                               legacy: schema.legacy, logLevel: logLevel)
+    let child = try await ServiceProcess.start(databaseURL: databaseURL, appleBaseURL: emulator.baseURL, clientID: clientID, poolSize: arguments.poolSize,
+                                               legacy: arguments.schema.legacy, logLevel: logLevel)
     defer { child.terminate() }
 
     func load(_ bodies: [[UInt8]], total: Int) async -> (LoadReport, [Double]) {
-        let recorder = LatencyRecorder(count: total, concurrency: concurrency)
-        let report = await LoadClient.run(port: child.port, concurrency: concurrency, total: total) { index in
+        let recorder = LatencyRecorder(count: total, concurrency: arguments.concurrency)
+        let report = await LoadClient.run(port: child.port, concurrency: arguments.concurrency, total: total) { index in
             recorder.mark(index)
             return LoadRequest(method: "POST", path: "/v1/signin", headers: [("Content-Type", "application/json")], body: bodies[index % bodies.count])
         }
@@ -113,18 +101,18 @@ func runSigninBenchmark(_ arguments: Parsed<SigninBenchmarkOptions>) async throw
 
     _ = await load(warmupBodies, total: 2_000)
     let (migratedCPU, migratedDatabaseCPU) = (child.cpuSeconds(), postgresCPUByProcess())
-    let (migratedReport, migratedLatencies) = await load(migrationBodies, total: migrations)
-    let migratedCPUMicroseconds = (child.cpuSeconds() - migratedCPU) / Double(migrations) * 1e6
-    let migratedDatabaseMicroseconds = postgresCPUSeconds(since: migratedDatabaseCPU) / Double(migrations) * 1e6
+    let (migratedReport, migratedLatencies) = await load(migrationBodies, total: arguments.migrations)
+    let migratedCPUMicroseconds = (child.cpuSeconds() - migratedCPU) / Double(arguments.migrations) * 1e6
+    let migratedDatabaseMicroseconds = postgresCPUSeconds(since: migratedDatabaseCPU) / Double(arguments.migrations) * 1e6
     let migratedCount = try await migratedEvents(pool)
-    guard migratedReport.statuses == [200: migrations], migratedReport.failures == 0, migratedCount == migrations else {
+    guard migratedReport.statuses == [200: arguments.migrations], migratedReport.failures == 0, migratedCount == arguments.migrations else {
         throw CommandFailure.failed("bench signin: migrated phase went wrong: statuses \(migratedReport.statuses), failures \(migratedReport.failures), \(migratedCount) events")
     }
 
     // 3b. Migrations driven from outside by wrk, each token at most once.
     let wrkMigrationsPath = try writeBodies(wrkMigrationBodies)
     defer { try? FileManager.default.removeItem(atPath: wrkMigrationsPath) }
-    let wrkMigrating = WrkLoad(port: child.port, path: "/v1/signin", bodiesFile: wrkMigrationsPath, seconds: max(2, wrkSeconds / 2), eachOnce: true)
+    let wrkMigrating = WrkLoad(port: child.port, path: "/v1/signin", bodiesFile: wrkMigrationsPath, seconds: max(2, arguments.wrkSeconds / 2), eachOnce: true)
     let wrkMigratedLoad = uptimeLoad()
     let wrkMigratedCPU = child.cpuSeconds()
     let wrkMigratingConnections = 32
@@ -136,7 +124,7 @@ func runSigninBenchmark(_ arguments: Parsed<SigninBenchmarkOptions>) async throw
     guard wrkMigrated.errors == 0, wrkMigrated.requests > 0, wrkMigrated.requests <= wrkMigratedCount,
           wrkMigratedCount <= wrkMigrated.requests + wrkMigratingConnections else {
         throw CommandFailure.failed("bench signin: wrk's migrations went wrong: \(wrkMigrated.requests) answers, \(wrkMigrated.errors) errors, "
-                                    + "\(wrkMigratedCount) users migrated (more answers than --wrk-migrations \(wrkMigrations) sends tokens twice)")
+                                    + "\(wrkMigratedCount) users migrated (more answers than --wrk-migrations \(arguments.wrkMigrations) sends tokens twice)")
     }
     say(String(format: "wrk migrating -c 32: %.0f/s, p50 %.2f ms, p99 %.2f ms, max %.2f ms, CPU per sign-in: server %.1f µs, PostgreSQL %.1f µs, wrk %.1f µs (%d sign-ins; load %@)",
                wrkMigrated.perSecond, wrkMigrated.p50, wrkMigrated.p99, wrkMigrated.max, wrkMigrated.serverCPUMicroseconds,
@@ -144,10 +132,10 @@ func runSigninBenchmark(_ arguments: Parsed<SigninBenchmarkOptions>) async throw
 
     // 3c. pgbench on the same statements as a migrating sign-in, right after the service's migrations (this machine's
     // speed drifts over a minute; the service is idle meanwhile), on transfers no sign-in used.
-    let store = LegacyStore(pool: pool, legacy: try schema.legacy.identifiers())
+    let store = LegacyStore(pool: pool, legacy: try arguments.schema.legacy.identifiers())
     let firstSynthetic = migrating + 1
     // With --nonce, the nonce's consumption comes first, as in the service.
-    let nonceStatement = withNonce
+    let nonceStatement = arguments.nonce
         ? pgbenchSQL(store.nonceInsertQuery(NonceUse(nonce: "\u{1}nonce", subject: "\u{1}new", expiresAt: Date().addingTimeInterval(3_600)), now: Date())) + " ;\n"
         : ""
     let migratedScript = """
@@ -159,36 +147,36 @@ func runSigninBenchmark(_ arguments: Parsed<SigninBenchmarkOptions>) async throw
 
         """
     say("pgbench script, migrated: " + migratedScript.replacingOccurrences(of: "\n", with: " "))
-    let pgbenchMigrated = try await offPool { try runPgbench(script: migratedScript, url: databaseURL, seconds: pgbenchSeconds) }
+    let pgbenchMigrated = try await offPool { try runPgbench(script: migratedScript, url: databaseURL, seconds: arguments.pgbenchSeconds) }
     // Past the last pending transfer, pgbench's transactions would migrate no one and count as fast ones.
-    guard pgbenchMigrated * Double(pgbenchSeconds) < Double(transfers - migrating) else {
-        throw CommandFailure.failed("bench signin: pgbench ran out of pending transfers (\(transfers - migrating) left for it): raise --transfers")
+    guard pgbenchMigrated * Double(arguments.pgbenchSeconds) < Double(arguments.transfers - migrating) else {
+        throw CommandFailure.failed("bench signin: pgbench ran out of pending transfers (\(arguments.transfers - migrating) left for it): raise --transfers")
     }
 
     let (currentCPU, currentDatabaseCPU) = (child.cpuSeconds(), postgresCPUByProcess())
-    let (currentReport, currentLatencies) = await load(migrationBodies, total: currentRequests)
-    let currentCPUMicroseconds = (child.cpuSeconds() - currentCPU) / Double(currentRequests) * 1e6
-    let currentDatabaseMicroseconds = postgresCPUSeconds(since: currentDatabaseCPU) / Double(currentRequests) * 1e6
-    guard currentReport.statuses == [200: currentRequests], currentReport.failures == 0 else {
+    let (currentReport, currentLatencies) = await load(migrationBodies, total: arguments.currentRequests)
+    let currentCPUMicroseconds = (child.cpuSeconds() - currentCPU) / Double(arguments.currentRequests) * 1e6
+    let currentDatabaseMicroseconds = postgresCPUSeconds(since: currentDatabaseCPU) / Double(arguments.currentRequests) * 1e6
+    guard currentReport.statuses == [200: arguments.currentRequests], currentReport.failures == 0 else {
         throw CommandFailure.failed("bench signin: current phase went wrong: statuses \(currentReport.statuses), failures \(currentReport.failures)")
     }
 
     // 4b. The same current users' sign-ins driven from outside by wrk, at each connection count.
     let bodiesPath = try writeBodies(migrationBodies)
     defer { try? FileManager.default.removeItem(atPath: bodiesPath) }
-    let wrk = WrkLoad(port: child.port, path: "/v1/signin", bodiesFile: bodiesPath, seconds: wrkSeconds)
+    let wrk = WrkLoad(port: child.port, path: "/v1/signin", bodiesFile: bodiesPath, seconds: arguments.wrkSeconds)
     var wrkRuns: [WrkFigures] = []
     var profile: [(group: String, percent: Double)] = []
     for connections in wrkConnections {
         let load = uptimeLoad()
         // The profile covers the 32-connection run, after a second of warm-up, to a second before its end.
-        let perf = perfPath.flatMap { connections == 32 ? PerfProfile(output: $0) : nil }
+        let perf = arguments.perf.flatMap { connections == 32 ? PerfProfile(output: $0) : nil }
         let cpuBefore = child.cpuSeconds()
         let running = Task { try await offPool { try wrk.run(connections: connections) } }
         var recorder: ChildProcess?
         if let perf {
             try await Task.sleep(for: .seconds(1))
-            recorder = try perf.start(pid: child.child.pid, seconds: max(1, wrkSeconds - 2))
+            recorder = try perf.start(pid: child.child.pid, seconds: max(1, arguments.wrkSeconds - 2))
         }
         var figures = try await running.value
         figures.serverCPUMicroseconds = (child.cpuSeconds() - cpuBefore) / Double(max(1, figures.requests)) * 1e6
@@ -211,29 +199,29 @@ func runSigninBenchmark(_ arguments: Parsed<SigninBenchmarkOptions>) async throw
 
     // 5. pgbench on the current users' SELECT.
     let currentScript = """
-        \\set n random(\(transfers + 1), \(users))
+        \\set n random(\(arguments.transfers + 1), \(arguments.users))
         \(pgbenchSQL(store.lookupQuery(subject: "\u{1}old", transferSub: nil))) ;
 
         """
     say("pgbench script, current: " + currentScript.replacingOccurrences(of: "\n", with: " "))
-    let pgbenchCurrent = try await offPool { try runPgbench(script: currentScript, url: databaseURL, seconds: pgbenchSeconds) }
+    let pgbenchCurrent = try await offPool { try runPgbench(script: currentScript, url: databaseURL, seconds: arguments.pgbenchSeconds) }
     await pool.close()
     try await dropBenchDatabase(serverURL: serverURL, databaseURL: databaseURL)
 
     let migratedP99 = percentile(migratedLatencies, 0.99), currentP99 = percentile(currentLatencies, 0.99)
     say(String(format: "migrated: %.0f/s, p50 %.2f ms, p99 %.2f ms, CPU each: server %.1f µs, PostgreSQL %.1f µs (%d sign-ins); pgbench %@ %.0f tps (%.0f%%)",
                  migratedReport.perSecond, percentile(migratedLatencies, 0.5), migratedP99, migratedCPUMicroseconds, migratedDatabaseMicroseconds,
-                 migrations, withNonce ? "with the nonce's INSERT (these tokens carry none)" : "same SQL", pgbenchMigrated, migratedReport.perSecond / pgbenchMigrated * 100))
+                 arguments.migrations, arguments.nonce ? "with the nonce's INSERT (these tokens carry none)" : "same SQL", pgbenchMigrated, migratedReport.perSecond / pgbenchMigrated * 100))
     say(String(format: "current:  %.0f/s, p50 %.2f ms, p99 %.2f ms, CPU each: server %.1f µs, PostgreSQL %.1f µs (%d sign-ins); pgbench same SQL %.0f tps (%.0f%%)",
                  currentReport.perSecond, percentile(currentLatencies, 0.5), currentP99, currentCPUMicroseconds, currentDatabaseMicroseconds,
-                 currentRequests, pgbenchCurrent, currentReport.perSecond / pgbenchCurrent * 100))
-    say(String(format: "wrk migrating -c 32%@: %.0f/s = %.2f of pgbench's %.0f tps on the same SQL", withNonce ? " with a nonce" : "", wrkMigrated.perSecond,
+                 arguments.currentRequests, pgbenchCurrent, currentReport.perSecond / pgbenchCurrent * 100))
+    say(String(format: "wrk migrating -c 32%@: %.0f/s = %.2f of pgbench's %.0f tps on the same SQL", arguments.nonce ? " with a nonce" : "", wrkMigrated.perSecond,
                wrkMigrated.perSecond / pgbenchMigrated, pgbenchMigrated))
     for run in wrkRuns {
         say(String(format: "wrk -c %d: %.0f/s = %.2f of pgbench's %.0f tps on the same SELECT", run.connections, run.perSecond,
                    run.perSecond / pgbenchCurrent, pgbenchCurrent))
     }
-    say("server peak RSS: \(rssMB) MB; concurrency \(concurrency), \(ProcessInfo.processInfo.activeProcessorCount) cores; tables: \(schema.rawValue); load \(uptimeLoad())")
+    say("server peak RSS: \(rssMB) MB; concurrency \(arguments.concurrency), \(ProcessInfo.processInfo.activeProcessorCount) cores; tables: \(arguments.schema.rawValue); load \(uptimeLoad())")
     var figures: JSONObject = [
         "current_per_s": .number(currentReport.perSecond.rounded()),
         "migrated_per_s": .number(migratedReport.perSecond.rounded()),
@@ -248,7 +236,7 @@ func runSigninBenchmark(_ arguments: Parsed<SigninBenchmarkOptions>) async throw
         "current_postgres_cpu_us": .number((currentDatabaseMicroseconds * 10).rounded() / 10),
     ]
     func rounded(_ value: Double, _ digits: Double = 100) -> JSONValue { .number((value * digits).rounded() / digits) }
-    figures["wrk_migrated_nonce"] = .bool(withNonce)
+    figures["wrk_migrated_nonce"] = .bool(arguments.nonce)
     for (prefix, run) in [("wrk_migrated_", wrkMigrated)] + wrkRuns.map({ ("wrk_c\($0.connections)_", $0) }) {
         figures[prefix + "per_s"] = rounded(run.perSecond, 1)
         figures[prefix + "p50_ms"] = rounded(run.p50)
