@@ -13,7 +13,7 @@ package let demoCommand = Command(
     rest (baton exchange); day 61 for a few stragglers; the report (table here, HTML in FILE).
     `make demo` runs it on a throwaway PostgreSQL (scripts/pg.sh run).
     """,
-    options: DemoOptionsGiven.self,
+    options: DemoCommandOptions.self,
     discussion: """
     Everything it starts (the emulator, the service, the jobs) runs in this process on 127.0.0.1 and
     stops with it, also on Ctrl-C. No secret or token is printed.
@@ -24,24 +24,13 @@ package let demoCommand = Command(
         guard let url = databaseURLOrEnvironment(parsed.databaseURL) else {
             throw CommandFailure.usage("no database: give --database-url or set BATON_DATABASE_URL (make demo starts a throwaway one)")
         }
-        let users = parsed.users
-        let schema = parsed.schema
-        if parsed.lateStart && (schema != .users || parsed.crossCompany) {
+        if parsed.lateStart && (parsed.schema != .users || parsed.crossCompany) {
             throw CommandFailure.usage("--late-start runs on the users schema, without --cross-company")
         }
         let options = DemoOptions(
-            databaseURL: url,
-            users: users,
-            concurrency: parsed.concurrency,
-            rate: parsed.rate,
-            stragglers: try parsed.value(of: \.stragglers, default: min(25, max(3, users / 400)), in: 0...users / 2),
-            reportPath: parsed.out,
-            keepData: parsed.keepData,
-            throwawayDatabase: environment["BATON_TEST_PG_DIR"] != nil && environment["BATON_TEST_DATABASE_URL"] == url,
-            schema: schema,
-            crossCompany: parsed.crossCompany,
-            lateStart: parsed.lateStart
-        )
+            given: parsed, databaseURL: url,
+            stragglers: try parsed.value(of: \.stragglers, default: min(25, max(3, parsed.users / 400)), in: 0...parsed.users / 2),
+            throwawayDatabase: environment["BATON_TEST_PG_DIR"] != nil && environment["BATON_TEST_DATABASE_URL"] == url)
         stopOnInterrupt()
         do {
             return try await DemoScenario(options: options).run() ? 0 : 1
@@ -53,8 +42,8 @@ package let demoCommand = Command(
     }
 )
 
-/// The options of `baton demo` (``DemoOptions`` is what the scenario is run with).
-private struct DemoOptionsGiven: CommandOptions {
+/// The options of `baton demo` (``DemoOptions`` adds what the command resolves from them).
+struct DemoCommandOptions: CommandOptions {
     let databaseURL = Option.databaseURL("an empty database (default $BATON_DATABASE_URL); the demo refuses one that\nalready has public.users or a baton schema")
     let users = Option.integer("users", default: 10_000, in: 30...1_000_000, "users of the legacy app")
     let concurrency = Option.integer("concurrency", default: 32, in: 1...256, "devices and job workers in flight")

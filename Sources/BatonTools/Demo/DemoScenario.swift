@@ -10,32 +10,24 @@ import BatonLogging
 import BatonPostgres
 import Synchronization
 
-/// What `baton demo` runs with.
+/// What `baton demo` runs with: its options as given (`options.users` is `--users`, its default when not given)
+/// and what the command resolved from them.
+@dynamicMemberLookup
 struct DemoOptions: Sendable {
-    /// The database the demo fills (it must hold neither `public.users` nor a `baton` schema).
-    var databaseURL: String
-    /// Users of the legacy app; default 10,000.
-    var users: Int
-    /// Devices and job workers in flight at once; default 32.
-    var concurrency: Int
-    /// Requests per second for the bulk jobs; default 2,000.
-    var rate: Double
-    /// Users the exchange leaves for after day 60.
-    var stragglers: Int
-    /// Where the HTML report goes; default `report.html`.
-    var reportPath: String
-    /// Leave the demo's tables in the database at the end.
-    var keepData: Bool
+    /// The options as given.
+    let given: Parsed<DemoCommandOptions>
+    /// The database the demo fills (`--database-url`, else `BATON_DATABASE_URL`); it must hold neither
+    /// `public.users` nor a `baton` schema.
+    let databaseURL: String
+    /// Users the exchange leaves for after day 60 (`--stragglers`, else users/400, 3 to 25).
+    let stragglers: Int
     /// Whether the database is a throwaway cluster from `scripts/pg.sh` (for the wording only).
-    var throwawayDatabase: Bool
-    /// The application's tables (`--schema`); default the plain users table.
-    var schema: DemoSchema = .users
-    /// Whether the recipient is another company (`--cross-company`): a database of its own that receives
-    /// transfer identifiers only.
-    var crossCompany = false
-    /// Whether Baton's service starts an hour after acceptance (`--late-start`): users who signed in meanwhile got
-    /// a second account, which the exchange finds and merges (`legacy.on_duplicate` `merge`).
-    var lateStart = false
+    let throwawayDatabase: Bool
+
+    /// The value of one of the command's options.
+    subscript<Value>(dynamicMember option: KeyPath<DemoCommandOptions, Option<Value>>) -> Value {
+        given[dynamicMember: option]
+    }
 }
 
 /// The demo's figures, checked at the end: every user is accounted for.
@@ -87,7 +79,7 @@ struct DemoScenario {
     func run() async throws -> Bool {
         let (ok, elapsed) = try await timed { try await runSteps() }
         output.write("\nThe demo took \(DemoFormat.seconds(elapsed)).\n")
-        let absolute = URL(fileURLWithPath: options.reportPath).standardizedFileURL.path
+        let absolute = URL(fileURLWithPath: options.out).standardizedFileURL.path
         output.write("""
 
             Where to look next:
@@ -378,8 +370,8 @@ struct DemoScenario {
         let report = try await ReportBuilder(pool: pool, legacy: side.legacy, acceptedAt: acceptedAt, now: emulator.now, limit: 100).build()
         output.write("\n" + report.renderTable(listLimit: 5).split(separator: "\n", omittingEmptySubsequences: false).map { "      " + $0 }.joined(separator: "\n") + "\n")
         let html = report.renderHTML()
-        try await writeFile(options.reportPath, html)
-        let absolute = URL(fileURLWithPath: options.reportPath).standardizedFileURL.path
+        try await writeFile(options.out, html)
+        let absolute = URL(fileURLWithPath: options.out).standardizedFileURL.path
         output.line("written \(absolute) (\(DemoFormat.count(html.utf8.count / 1024)) KB, self-contained: open it in a browser)")
         output.line("a team runs: baton report (a table), baton report --format html --out report.html, --format csv for a mailer")
         output.line("every user accounted for: \(DemoFormat.count(account.bySignIn)) by sign-in + \(DemoFormat.count(account.byExchange)) by exchange + \(DemoFormat.count(account.unresolved)) unresolved = \(DemoFormat.count(account.bySignIn + account.byExchange + account.byLink + account.unresolved)) of \(DemoFormat.count(account.legacyUsers)) users in \(legacy.table)")

@@ -8,20 +8,21 @@ import BatonService
 import Foundation
 import Synchronization
 
-/// What `baton rehearse` runs with.
+/// What `baton rehearse` runs with: its options as given (`options.concurrency` is `--concurrency`, its default when
+/// not given) and what the command resolved from them.
+@dynamicMemberLookup
 struct RehearsalOptions: Sendable {
-    /// The application's database, only read.
-    var source: String
+    /// The options as given.
+    let given: Parsed<RehearseOptions>
+    /// The application's database (`--from`), only read.
+    let source: String
     /// The team's configuration (its `legacy` section and client ID).
-    var configuration: BatonConfiguration
-    /// Share of the users who sign in.
-    var signInShare: Double
-    /// Exchange requests per second per process, for the projection.
-    var rate: Double
-    /// Exchange processes, for the projection.
-    var processes: Int
-    /// Devices and job workers in flight.
-    var concurrency: Int
+    let configuration: BatonConfiguration
+
+    /// The value of one of the command's options.
+    subscript<Value>(dynamicMember option: KeyPath<RehearseOptions, Option<Value>>) -> Value {
+        given[dynamicMember: option]
+    }
 }
 
 /// The rehearsal: a throwaway copy of the configured tables, the problems in it, then the transfer on it
@@ -282,7 +283,7 @@ struct Rehearsal {
         let authorize: @Sendable (String) throws -> String = { user in
             try emulator.authorize(clientID: clientID, user: user, issueCode: false).idToken
         }
-        let devices = DeviceSchedule(pool: pool, users: users, share: options.signInShare)
+        let devices = DeviceSchedule(pool: pool, users: users, share: options.signinShare)
         let failedDevices = try await RehearsalDevices(service: service, authorize: authorize, concurrency: options.concurrency)
             .run(total: devices.total) { try await devices.next() }
         service.close()

@@ -22,8 +22,7 @@ package let rehearseCommand = Command(
     run: { parsed in
         guard let from = parsed.from, !from.isEmpty else { throw CommandFailure.usage("missing --from") }
         let configuration = try await loadConfiguration(parsed.config)
-        let options = RehearsalOptions(source: from, configuration: configuration, signInShare: parsed.signinShare,
-                                       rate: parsed.rate, processes: parsed.processes, concurrency: parsed.concurrency)
+        let options = RehearsalOptions(given: parsed, source: from, configuration: configuration)
         // Interrupted: the throwaway cluster is stopped and deleted before the process exits.
         let watcher = Task {
             let number = await waitForTerminationSignal()
@@ -45,7 +44,7 @@ package let rehearseCommand = Command(
 )
 
 /// The options of `baton rehearse`.
-private struct RehearseOptions: CommandOptions {
+struct RehearseOptions: CommandOptions {
     let config = Option.config
     let from = Option.text("from", "URL", "the application's database (only read; the copy is made with pg_dump --table)")
     let signinShare = Option.number("signin-share", default: 0.3, in: 0...1, "share of the users who sign in during the window")
