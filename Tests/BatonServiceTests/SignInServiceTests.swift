@@ -541,7 +541,7 @@ struct SignInServiceTests {
 
 /// Calls ``BatonEngine/signIn(idToken:nonce:on:)`` on `loop`'s thread once `pool`'s pipeline there is
 /// connected, and follows the steps it starts on the loop to what they come to: a result (`.now`) or async work.
-private func signInOnLoop(_ engine: BatonEngine, _ token: String, nonce: ExpectedNonce? = nil, loop: EventLoop,
+func signInOnLoop(_ engine: BatonEngine, _ token: String, nonce: ExpectedNonce? = nil, loop: EventLoop,
                           pool: PostgresPool) async throws -> NowOrLater<SignInResult> {
     let outcome: Result<NowOrLater<SignInResult>, any Error> = await withCheckedContinuation { continuation in
         @Sendable func follow(_ step: Result<NowOrLater<SignInResult>, any Error>) {

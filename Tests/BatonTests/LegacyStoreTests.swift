@@ -180,13 +180,19 @@ struct LegacyStoreTests {
         let f = try await StoreFixture("store_nonce")
         let now = Date()
         let later = now.addingTimeInterval(600)
-        func use(_ nonce: String, _ sub: String, until: Date = later) -> NonceUse { NonceUse(nonce: nonce, subject: sub, expiresAt: until) }
-        #expect(try await f.store.consumeNonce(use("n-1", "a"), now: now))
+        // Each use is another request's attempt unless one is named.
+        func use(_ nonce: String, _ sub: String, until: Date = later, attempt: String = UUID().uuidString) -> NonceUse {
+            NonceUse(nonce: nonce, subject: sub, expiresAt: until, attempt: attempt)
+        }
+        let first = use("n-1", "a")
+        #expect(try await f.store.consumeNonce(first, now: now))
         #expect(try await f.store.consumeNonce(use("n-1", "a"), now: now) == false)
         #expect(try await f.store.consumeNonce(use("n-1", "b"), now: now))
         #expect(try await f.store.consumeNonce(use("n-2", "a", until: now.addingTimeInterval(-1)), now: now))
         #expect(try await f.store.consumeNonce(use("n-2", "a"), now: now))
-        try await f.store.releaseNonce(use("n-1", "a"))
+        try await f.store.releaseNonce(use("n-1", "a"))  // another attempt's release leaves the use in place
+        #expect(try await f.store.consumeNonce(use("n-1", "a"), now: now) == false)
+        try await f.store.releaseNonce(first)
         #expect(try await f.store.consumeNonce(use("n-1", "a"), now: now))
         // Expiry is compared with the application's clock, whatever PostgreSQL's says: a nonce kept until `later`
         // is still refused at `later` - 1 s, even if the database clock were past it.
@@ -194,6 +200,29 @@ struct LegacyStoreTests {
         #expect(try await f.store.consumeNonce(use("n-3", "a"), now: later.addingTimeInterval(-1)) == false)
         #expect(try await f.store.consumeNonce(use("n-3", "a"), now: later.addingTimeInterval(1)))
         await f.pool.close()
+    }
+
+    @Test("the attempt that used a nonce or a link session up gets true again when it repeats the statement (its answer lost with the connection); any other attempt is refused")
+    func repeatedAttempt() async throws {
+        try await StoreFixture.run("store_attempt") { f in
+            let now = Date()
+            let attempt = NonceUse(nonce: "n-1", subject: "a", expiresAt: now.addingTimeInterval(600), attempt: "attempt-1")
+            #expect(try await f.store.consumeNonce(attempt, now: now))
+            #expect(try await f.store.consumeNonce(attempt, now: now))
+            var replay = attempt
+            replay.attempt = "attempt-2"
+            #expect(try await f.store.consumeNonce(replay, now: now) == false)
+            #expect(try await f.store.consumeNonce(attempt, now: now))  // the replay did not take the nonce over
+            #expect(try f.count("SELECT count(*) FROM baton.nonces WHERE sub = 'a' AND nonce = 'n-1' AND attempt = 'attempt-1'") == 1)
+
+            try await f.store.createLinkSession(nonceHash: "h-1", expiresAt: now.addingTimeInterval(600))
+            #expect(try await f.store.consumeLinkSession(nonceHash: "h-1", attempt: "link-1", now: now))
+            #expect(try await f.store.consumeLinkSession(nonceHash: "h-1", attempt: "link-1", now: now.addingTimeInterval(1)))
+            #expect(try await f.store.consumeLinkSession(nonceHash: "h-1", attempt: "link-2", now: now) == false)
+            #expect(try await f.store.consumeLinkSession(nonceHash: "h-unknown", attempt: "link-1", now: now) == false)
+            try await f.store.createLinkSession(nonceHash: "h-2", expiresAt: now.addingTimeInterval(-1))
+            #expect(try await f.store.consumeLinkSession(nonceHash: "h-2", attempt: "link-3", now: now) == false)
+        }
     }
 
     @Test("a value the application's table refuses (too long, a CHECK, a JSON copy that is not JSON) never keeps a user from migrating: the subject is rewritten, the rest kept as it was, and the event says why")

@@ -7,7 +7,7 @@ import Testing
 @Suite("SignInDecision: the sign-in and link rules, step by step")
 struct SignInDecisionTests {
     static let expiry = Date(timeIntervalSince1970: 2_000_000_000)
-    static let nonce = NonceUse(nonce: "n", subject: "new.1", expiresAt: expiry)
+    static let nonce = NonceUse(nonce: "n", subject: "new.1", expiresAt: expiry, attempt: "r.1")
     static let record = LegacyUser(key: "7", subject: "new.1", email: "a@privaterelay.appleid.com")
     static let crossed = LegacyUser(key: "766", subject: "new.914", email: nil)
 
@@ -100,28 +100,28 @@ struct SignInDecisionTests {
                           (.duplicateRecorded(RecordedDuplicate(pair: pair, isNew: false, isUnmerged: true)), .mergeDuplicate(pair)),
                           (.duplicateMerged(nil), again), (.lookedUp(SubjectMatch(user: merged, state: nil)), result(.current, merged))]),
             Case(name: "a re-link onto a taken identifier records the pair; without merge it stays a conflict",
-                 decision: .link(legacySub: "old.1", current: plain, sessionNonce: "s", nonces: []), first: .consumeLinkSession(nonce: "s"),
+                 decision: .link(legacySub: "old.1", current: plain, sessionNonce: "s", attempt: "r.1", nonces: []), first: .consumeLinkSession(nonce: "s", attempt: "r.1"),
                  script: [(.linkSessionConsumed(true), .checkLinkable(legacySub: "old.1", currentSub: "new.1")),
                           (.linkable(true), migration(plain, oldSub: "old.1", method: .link)),
                           (.migration(.conflict), .recordDuplicate(newSub: "new.1", oldSub: "old.1", transferSub: "t.1", foundBy: .link)),
                           (.duplicateRecorded(RecordedDuplicate(pair: pair, isNew: true, isUnmerged: true)),
                            .fail(BatonError(.conflict, "the new identifier already belongs to another record")))]),
             Case(name: "a link uses its session up, consumes both nonces, checks, migrates",
-                 decision: .link(legacySub: "old.1", current: plain, sessionNonce: "s", nonces: [
-                     NonceUse(nonce: "h", subject: "old.1", expiresAt: expiry), NonceUse(nonce: "h", subject: "new.1", expiresAt: expiry)]),
-                 first: .consumeLinkSession(nonce: "s"),
-                 script: [(.linkSessionConsumed(true), .consumeNonce(NonceUse(nonce: "h", subject: "old.1", expiresAt: expiry))),
-                          (.nonceConsumed(true), .consumeNonce(NonceUse(nonce: "h", subject: "new.1", expiresAt: expiry))),
+                 decision: .link(legacySub: "old.1", current: plain, sessionNonce: "s", attempt: "r.1", nonces: [
+                     NonceUse(nonce: "h", subject: "old.1", expiresAt: expiry, attempt: "r.1"), NonceUse(nonce: "h", subject: "new.1", expiresAt: expiry, attempt: "r.1")]),
+                 first: .consumeLinkSession(nonce: "s", attempt: "r.1"),
+                 script: [(.linkSessionConsumed(true), .consumeNonce(NonceUse(nonce: "h", subject: "old.1", expiresAt: expiry, attempt: "r.1"))),
+                          (.nonceConsumed(true), .consumeNonce(NonceUse(nonce: "h", subject: "new.1", expiresAt: expiry, attempt: "r.1"))),
                           (.nonceConsumed(true), .checkLinkable(legacySub: "old.1", currentSub: "new.1")),
                           (.linkable(true), migration(plain, oldSub: "old.1", method: .link)),
                           (.migration(.migrated(record)), result(.migrated, record))]),
             Case(name: "a used or unknown link session is refused before anything",
-                 decision: .link(legacySub: "old.1", current: plain, sessionNonce: "s", nonces: []), first: .consumeLinkSession(nonce: "s"),
+                 decision: .link(legacySub: "old.1", current: plain, sessionNonce: "s", attempt: "r.1", nonces: []), first: .consumeLinkSession(nonce: "s", attempt: "r.1"),
                  script: [(.linkSessionConsumed(false), .fail(BatonError(.nonceReused, "the link session was already used or has expired")))]),
             Case(name: "a refused link releases nothing it consumed",
-                 decision: .link(legacySub: "old.1", current: plain, sessionNonce: "s", nonces: [NonceUse(nonce: "h", subject: "old.1", expiresAt: expiry)]),
-                 first: .consumeLinkSession(nonce: "s"),
-                 script: [(.linkSessionConsumed(true), .consumeNonce(NonceUse(nonce: "h", subject: "old.1", expiresAt: expiry))),
+                 decision: .link(legacySub: "old.1", current: plain, sessionNonce: "s", attempt: "r.1", nonces: [NonceUse(nonce: "h", subject: "old.1", expiresAt: expiry, attempt: "r.1")]),
+                 first: .consumeLinkSession(nonce: "s", attempt: "r.1"),
+                 script: [(.linkSessionConsumed(true), .consumeNonce(NonceUse(nonce: "h", subject: "old.1", expiresAt: expiry, attempt: "r.1"))),
                           (.nonceConsumed(true), .checkLinkable(legacySub: "old.1", currentSub: "new.1")),
                           (.linkable(true), migration(plain, oldSub: "old.1", method: .link)),
                           (.migration(.legacyRecordMissing), .fail(BatonError(.legacyRecordMissing, "no record carries the old identifier")))]),
@@ -139,16 +139,19 @@ struct SignInDecisionTests {
         #expect(decision.isDone)
     }
 
-    @Test("a failed step releases the sign-in's consumed nonce, and a re-link's nothing")
+    @Test("a failed step releases the sign-in's consumed nonce (or the one whose consumption failed, commit unknown), and a re-link's nothing")
     func cleanUp() {
-        var signIn = SignInDecision.signIn(Self.identity(), nonce: Self.nonce, emailPolicy: .relay)
-        _ = signIn.start()
-        #expect(signIn.cleanUpAfterFailure() == nil)  // nothing consumed yet
+        var withoutNonce = SignInDecision.signIn(Self.identity(), nonce: nil, emailPolicy: .relay)
+        _ = withoutNonce.start()
+        #expect(withoutNonce.cleanUpAfterFailure() == nil)  // nothing consumed
+        var consuming = SignInDecision.signIn(Self.identity(), nonce: Self.nonce, emailPolicy: .relay)
+        _ = consuming.start()
+        #expect(consuming.cleanUpAfterFailure() == .releaseNonce(Self.nonce))  // the consumption's answer was lost
         var consumed = SignInDecision.signIn(Self.identity(), nonce: Self.nonce, emailPolicy: .relay)
         _ = consumed.start()
         _ = consumed.next(.nonceConsumed(true))
         #expect(consumed.cleanUpAfterFailure() == .releaseNonce(Self.nonce))
-        var link = SignInDecision.link(legacySub: "old.1", current: Self.identity(), sessionNonce: "s", nonces: [Self.nonce])
+        var link = SignInDecision.link(legacySub: "old.1", current: Self.identity(), sessionNonce: "s", attempt: "r.1", nonces: [Self.nonce])
         _ = link.start()
         _ = link.next(.linkSessionConsumed(true))
         _ = link.next(.nonceConsumed(true))

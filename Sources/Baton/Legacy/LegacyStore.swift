@@ -311,10 +311,11 @@ public struct LegacyStore: BatonStore {
             """
     }
 
-    /// Records `use.nonce` as used by `use.subject` until `use.expiresAt`; false when that subject already used it
-    /// and it has not expired by `now`. Expiry is set and compared on the application's clock (`now` is bound, not
-    /// PostgreSQL's `now()`), so a database clock ahead of it cannot reopen a replay window. Every 1,000th call also
-    /// deletes expired nonces and link sessions.
+    /// Records `use.nonce` as used by `use.subject` until `use.expiresAt`; false when another attempt of that subject
+    /// already used it and it has not expired by `now` (the same attempt repeating the statement gets true again).
+    /// Expiry is set and compared on the application's clock (`now` is bound, not PostgreSQL's `now()`), so a
+    /// database clock ahead of it cannot reopen a replay window. Every 1,000th call also deletes expired nonces and
+    /// link sessions.
     /// - Throws: ``PostgresError``.
     public func consumeNonce(_ use: NonceUse, now: Date) async throws -> Bool {
         try Self.nonceConsumed(try await pool.query(nonceInsertQuery(use, now: now)), use)
@@ -335,8 +336,10 @@ public struct LegacyStore: BatonStore {
                 """
         }
         return query + """
-            INSERT INTO baton.nonces AS n (sub, nonce, expires_at) VALUES (\(use.subject), \(use.nonce), \(use.expiresAt))
-            ON CONFLICT (sub, nonce) DO UPDATE SET expires_at = EXCLUDED.expires_at WHERE n.expires_at < \(now)
+            INSERT INTO baton.nonces AS n (sub, nonce, expires_at, attempt)
+            VALUES (\(use.subject), \(use.nonce), \(use.expiresAt), \(use.attempt))
+            ON CONFLICT (sub, nonce) DO UPDATE SET expires_at = EXCLUDED.expires_at, attempt = EXCLUDED.attempt
+            WHERE n.expires_at < \(now) OR n.attempt = EXCLUDED.attempt
             RETURNING n.sub, n.nonce
             """
     }
@@ -350,7 +353,8 @@ public struct LegacyStore: BatonStore {
         return true
     }
 
-    /// Forgets a nonce ``consumeNonce(_:now:)`` recorded, so a sign-in that failed before writing can be retried with it.
+    /// Forgets a nonce ``consumeNonce(_:now:)`` recorded for `use.attempt` (never another attempt's use of it), so a
+    /// sign-in that failed before writing can be retried with it.
     /// - Throws: ``PostgresError``.
     public func releaseNonce(_ use: NonceUse) async throws {
         try await pool.execute(releaseNonceQuery(use))
@@ -358,7 +362,7 @@ public struct LegacyStore: BatonStore {
 
     /// The statement of ``releaseNonce(_:)``.
     func releaseNonceQuery(_ use: NonceUse) -> PostgresQuery {
-        "DELETE FROM baton.nonces WHERE sub = \(use.subject) AND nonce = \(use.nonce)"
+        "DELETE FROM baton.nonces WHERE sub = \(use.subject) AND nonce = \(use.nonce) AND attempt = \(use.attempt)"
     }
 
     // MARK: - Link sessions
@@ -369,13 +373,13 @@ public struct LegacyStore: BatonStore {
         try await pool.execute("INSERT INTO baton.link_sessions (nonce_hash, expires_at) VALUES (\(nonceHash), \(expiresAt))")
     }
 
-    /// Uses up the link session of `nonceHash`: true when it was live at `now` (and is used from now on), false when
-    /// unknown, used or expired.
+    /// Uses up the link session of `nonceHash` for `attempt`: true when it was live at `now` (and is used from now on)
+    /// or was used by this same attempt, false when unknown, used by another or expired.
     /// - Throws: ``PostgresError``.
-    public func consumeLinkSession(nonceHash: String, now: Date) async throws -> Bool {
+    public func consumeLinkSession(nonceHash: String, attempt: String, now: Date) async throws -> Bool {
         try await pool.query("""
-            UPDATE baton.link_sessions SET used_at = \(now)
-            WHERE nonce_hash = \(nonceHash) AND used_at IS NULL AND expires_at > \(now)
+            UPDATE baton.link_sessions SET used_at = \(now), used_by = \(attempt)
+            WHERE nonce_hash = \(nonceHash) AND ((used_at IS NULL AND expires_at > \(now)) OR used_by = \(attempt))
             RETURNING 1
             """).count == 1
     }

@@ -180,15 +180,16 @@ public final class BatonEngine: Sendable {
     private func signInDecision(for token: AppleIDToken) -> SignInDecision {
         let identity = VerifiedIdentity(sub: token.subject, transferSub: token.transferSubject, email: token.email,
                                         isPrivateEmail: token.isPrivateEmail)
-        return .signIn(identity, nonce: nonceUse(of: token), emailPolicy: store.emailPolicy, duplicatePolicy: store.duplicatePolicy)
+        return .signIn(identity, nonce: nonceUse(of: token, attempt: UUID().uuidString), emailPolicy: store.emailPolicy,
+                       duplicatePolicy: store.duplicatePolicy)
     }
 
-    /// The consumption of `token`'s nonce claim by its subject, kept until the token's `exp` + leeway +
-    /// ``nonceRetentionMargin``; nil when it has no nonce claim.
-    private func nonceUse(of token: AppleIDToken) -> NonceUse? {
+    /// The consumption of `token`'s nonce claim by its subject in the request `attempt` (``NonceUse/attempt``), kept
+    /// until the token's `exp` + leeway + ``nonceRetentionMargin``; nil when it has no nonce claim.
+    private func nonceUse(of token: AppleIDToken, attempt: @autoclosure () -> String) -> NonceUse? {
         token.nonce.map { claim in
             NonceUse(nonce: claim, subject: token.subject,
-                     expiresAt: token.expiresAt.addingTimeInterval(verifier.leeway + BatonEngine.nonceRetentionMargin))
+                     expiresAt: token.expiresAt.addingTimeInterval(verifier.leeway + BatonEngine.nonceRetentionMargin), attempt: attempt())
         }
     }
 
@@ -245,8 +246,10 @@ public final class BatonEngine: Sendable {
         }
         let identity = VerifiedIdentity(sub: current.subject, transferSub: current.transferSubject, email: current.email,
                                         isPrivateEmail: current.isPrivateEmail)
-        return try await driver.run(.link(legacySub: legacy.subject, current: identity, sessionNonce: nonce.value,
-                                          nonces: [legacy, current].compactMap(nonceUse(of:)), duplicatePolicy: store.duplicatePolicy))
+        let attempt = UUID().uuidString
+        return try await driver.run(.link(legacySub: legacy.subject, current: identity, sessionNonce: nonce.value, attempt: attempt,
+                                          nonces: [legacy, current].compactMap { nonceUse(of: $0, attempt: attempt) },
+                                          duplicatePolicy: store.duplicatePolicy))
     }
 
     // MARK: - Notifications

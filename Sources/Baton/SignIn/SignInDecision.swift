@@ -8,12 +8,17 @@ public struct NonceUse: Sendable, Equatable {
     public var subject: String
     /// Until when a second use is refused: the token's `exp` + leeway + ``BatonEngine/nonceRetentionMargin``.
     public var expiresAt: Date
+    /// The sign-in or re-link that uses it: an identifier Baton makes at random per request (never the caller's), so
+    /// the same statement repeated by that request, after a connection broke with its commit unknown, finds its own
+    /// use and is not refused as a replay.
+    public var attempt: String
 
     /// Creates a use.
-    public init(nonce: String, subject: String, expiresAt: Date) {
+    public init(nonce: String, subject: String, expiresAt: Date, attempt: String) {
         self.nonce = nonce
         self.subject = subject
         self.expiresAt = expiresAt
+        self.attempt = attempt
     }
 }
 
@@ -68,8 +73,8 @@ public enum SignInStep: Sendable, Equatable {
     /// Move the Apple identity from a duplicate's fresh record onto its legacy record; answered by
     /// ``SignInEvent/duplicateMerged(_:)``.
     case mergeDuplicate(DuplicatePair)
-    /// Use up a server-issued link session; answered by ``SignInEvent/linkSessionConsumed(_:)``.
-    case consumeLinkSession(nonce: String)
+    /// Use up a server-issued link session for the re-link `attempt`; answered by ``SignInEvent/linkSessionConsumed(_:)``.
+    case consumeLinkSession(nonce: String, attempt: String)
     /// Ask whether a sending-team identifier may be re-linked; answered by ``SignInEvent/linkable(_:)``.
     case checkLinkable(legacySub: String, currentSub: String)
     /// The answer.
@@ -142,7 +147,7 @@ public enum SignInEvent: Sendable, Equatable {
 public struct SignInDecision: Sendable {
     private enum Purpose: Sendable {
         case signIn
-        case link(legacySub: String, sessionNonce: String)
+        case link(legacySub: String, sessionNonce: String, attempt: String)
     }
 
     private enum Phase: Sendable {
@@ -187,10 +192,11 @@ public struct SignInDecision: Sendable {
     }
 
     /// A re-link of the sending team's `legacy` identifier to the `current` identity, in the link session whose
-    /// nonce is `sessionNonce`; `nonces` are both tokens' claims, each for its own subject.
-    public static func link(legacySub: String, current: VerifiedIdentity, sessionNonce: String, nonces: [NonceUse],
+    /// nonce is `sessionNonce`, used up by `attempt` (the request's identifier, as in ``NonceUse/attempt``); `nonces`
+    /// are both tokens' claims, each for its own subject.
+    public static func link(legacySub: String, current: VerifiedIdentity, sessionNonce: String, attempt: String, nonces: [NonceUse],
                             duplicatePolicy: DuplicatePolicy = .report) -> SignInDecision {
-        SignInDecision(identity: current, purpose: .link(legacySub: legacySub, sessionNonce: sessionNonce), nonces: nonces,
+        SignInDecision(identity: current, purpose: .link(legacySub: legacySub, sessionNonce: sessionNonce, attempt: attempt), nonces: nonces,
                        emailPolicy: .never, duplicatePolicy: duplicatePolicy)
     }
 
@@ -203,9 +209,9 @@ public struct SignInDecision: Sendable {
     /// The first step.
     public mutating func start() -> SignInStep {
         precondition(isStart, "start() is called once")
-        if case .link(_, let sessionNonce) = purpose {
+        if case .link(_, let sessionNonce, let attempt) = purpose {
             phase = .consumingSession
-            return .consumeLinkSession(nonce: sessionNonce)
+            return .consumeLinkSession(nonce: sessionNonce, attempt: attempt)
         }
         return nonceOrNext(0)
     }
@@ -274,11 +280,15 @@ public struct SignInDecision: Sendable {
     }
 
     /// What to do after a step failed with an error the driver holds and will rethrow: release the nonce this
-    /// sign-in consumed (so the caller may retry with it), or nothing (nil). A re-link releases nothing.
+    /// sign-in consumed, or was consuming when the step failed with its commit unknown (the release removes only
+    /// this attempt's use), so the caller may retry with it; or nothing (nil). A re-link releases nothing.
     public mutating func cleanUpAfterFailure() -> SignInStep? {
+        let failed = phase
         phase = .done
-        guard case .signIn = purpose, let nonce = consumed.popLast() else { return nil }
-        return .releaseNonce(nonce)
+        guard case .signIn = purpose else { return nil }
+        if let nonce = consumed.popLast() { return .releaseNonce(nonce) }
+        if case .consumingNonce(let index) = failed { return .releaseNonce(nonces[index]) }
+        return nil
     }
 
     // MARK: - Rules
@@ -292,7 +302,7 @@ public struct SignInDecision: Sendable {
         case .signIn:
             phase = .lookingUp
             return .lookup(subject: identity.sub, transferSub: identity.transferSub)
-        case .link(let legacySub, _):
+        case .link(let legacySub, _, _):
             phase = .checkingLinkable
             return .checkLinkable(legacySub: legacySub, currentSub: identity.sub)
         }
@@ -304,7 +314,7 @@ public struct SignInDecision: Sendable {
         case .signIn:
             return .migrate(MigrationRequest(oldSub: nil, transferSub: identity.transferSub, newSub: identity.sub, newEmail: identity.email,
                                              isPrivateEmail: identity.isPrivateEmail, method: .signin))
-        case .link(let legacySub, _):
+        case .link(let legacySub, _, _):
             return .migrate(MigrationRequest(oldSub: legacySub, transferSub: identity.transferSub, newSub: identity.sub,
                                              newEmail: identity.email, isPrivateEmail: identity.isPrivateEmail, method: .link))
         }
@@ -320,7 +330,7 @@ public struct SignInDecision: Sendable {
             // A record for the new identifier may exist (a concurrent sign-in, or the application made one).
             phase = .lookingUpAgain
             return .lookup(subject: identity.sub, transferSub: nil)
-        case (.link(let legacySub, _), .conflict):
+        case (.link(let legacySub, _, _), .conflict):
             phase = .recordingDuplicate(nil)
             return .recordDuplicate(newSub: identity.sub, oldSub: legacySub, transferSub: identity.transferSub, foundBy: .link)
         case (.link, .legacyRecordMissing):

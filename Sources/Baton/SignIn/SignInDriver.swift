@@ -71,8 +71,8 @@ package struct SignInDriver: Sendable {
             return .duplicateRecorded(try await store.recordDuplicate(newSub: newSub, oldSub: oldSub, transferSub: transferSub, foundBy: foundBy))
         case .mergeDuplicate(let pair):
             return .duplicateMerged(try await store.mergeDuplicate(pair))
-        case .consumeLinkSession(let nonce):
-            return .linkSessionConsumed(try await store.consumeLinkSession(nonceHash: LinkSession.hash(of: nonce), now: now()))
+        case .consumeLinkSession(let nonce, let attempt):
+            return .linkSessionConsumed(try await store.consumeLinkSession(nonceHash: LinkSession.hash(of: nonce), attempt: attempt, now: now()))
         case .checkLinkable(let legacySub, let currentSub):
             return .linkable(try await store.isLinkable(legacySubject: legacySub, currentSubject: currentSub))
         case .finish, .fail:

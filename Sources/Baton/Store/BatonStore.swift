@@ -73,19 +73,21 @@ public protocol BatonStore: Sendable {
     /// Marks `sub` authorized again after a revocation (the user signed in again), with an event.
     func restoreAuthorization(subject sub: String) async throws
 
-    /// Records a nonce as used by its subject until its expiry; false when that subject already used it and it has
-    /// not expired by `now` (the application's clock, which also set the expiry).
+    /// Records a nonce as used by its subject until its expiry; false when another attempt of that subject already
+    /// used it and it has not expired by `now` (the application's clock, which also set the expiry). The same attempt
+    /// repeating the call (its first answer lost with the connection) gets true again.
     func consumeNonce(_ use: NonceUse, now: Date) async throws -> Bool
 
-    /// Forgets a nonce ``consumeNonce(_:now:)`` recorded, when the sign-in it guarded failed before writing
-    /// anything, so the caller may retry with it.
+    /// Forgets a nonce ``consumeNonce(_:now:)`` recorded for `use.attempt`, when the sign-in it guarded failed before
+    /// writing anything, so the caller may retry with it; another attempt's use of the nonce stays.
     func releaseNonce(_ use: NonceUse) async throws
 
     /// Records a link session by its nonce's SHA-256 (hex), live until `expiresAt`.
     func createLinkSession(nonceHash: String, expiresAt: Date) async throws
 
-    /// Uses up the link session of `nonceHash`: true when it was live at `now`, false when unknown, used or expired.
-    func consumeLinkSession(nonceHash: String, now: Date) async throws -> Bool
+    /// Uses up the link session of `nonceHash` for `attempt`: true when it was live at `now` or already used by this
+    /// attempt, false when unknown, used by another attempt or expired.
+    func consumeLinkSession(nonceHash: String, attempt: String, now: Date) async throws -> Bool
 
     /// What Baton's tables know of `sub`, for the credential-state rules (``CredentialState/init(_:transferAccepted:)``).
     func credentialFacts(of sub: String) async throws -> CredentialFacts

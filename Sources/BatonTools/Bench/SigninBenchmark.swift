@@ -136,7 +136,7 @@ func runSigninBenchmark(_ arguments: Parsed<SigninBenchmarkOptions>) async throw
     let firstSynthetic = migrating + 1
     // With --nonce, the nonce's consumption comes first, as in the service.
     let nonceStatement = arguments.nonce
-        ? pgbenchSQL(store.nonceInsertQuery(NonceUse(nonce: "\u{1}nonce", subject: "\u{1}new", expiresAt: Date().addingTimeInterval(3_600)), now: Date())) + " ;\n"
+        ? pgbenchSQL(store.nonceInsertQuery(NonceUse(nonce: "\u{1}nonce", subject: "\u{1}new", expiresAt: Date().addingTimeInterval(3_600), attempt: "pgbench"), now: Date())) + " ;\n"
         : ""
     let migratedScript = """
         \\set i :i + 1

@@ -1,0 +1,156 @@
+import BatonAppleSignIn
+import Baton
+import BatonConcurrency
+import BatonJOSE
+import BatonPostgres
+import Foundation
+import Synchronization
+import TestSupport
+import Testing
+
+/// A write whose answer never came back (the connection broke after PostgreSQL committed it) is performed again by
+/// the sign-in's driver: the nonce or link session the first performance used up must not refuse the request that
+/// used it.
+@Suite("Sign-in: a committed write whose answer was lost is performed again without refusing its own request", .serialized)
+struct LostAnswerTests {
+    static let lostConnection = PostgresError(.connectionFailure, reason: "the connection broke before the answer came back")
+
+    @Test("the async driver: a nonce consumed, its answer lost, the retry accepts it; the token replayed is still refused")
+    func nonceAsync() async throws {
+        try await ServiceFixture.run(.inProcess, people: 2) { f in
+            let (store, engine) = try Self.losing(.nonce, in: f)
+            let claim = Digest.sha256Hex(Array("lost-answer".utf8))
+            let token = try f.token(f.people[0], nonce: claim)
+            let result = try await engine.signIn(idToken: token, nonce: .native(raw: "lost-answer"))
+            #expect(result.outcome == .migrated)
+            #expect(store.lost.load(ordering: .relaxed) == 1)
+            #expect(try f.count("SELECT count(*) FROM baton.nonces WHERE sub = '\(result.sub)'") == 1)
+            await #expect(throws: BatonError(.nonceReused, "")) { try await engine.signIn(idToken: token, nonce: .native(raw: "lost-answer")) }
+        }
+    }
+
+    @Test("the loop's pipeline: a nonce consumed there, its answer lost, the async driver takes the step over and accepts it")
+    func nonceOnLoop() async throws {
+        try await ServiceFixture.run(.inProcess, people: 2) { f in
+            let (store, engine) = try Self.losing(.nonce, in: f)
+            let claim = Digest.sha256Hex(Array("lost-on-loop".utf8))
+            let token = try f.token(f.people[0], nonce: claim)
+            let loop = try EventLoop()
+            loop.start(name: "lost-answer-test")
+            defer { loop.stop() }
+            let started = try await signInOnLoop(engine, token, nonce: .native(raw: "lost-on-loop"), loop: loop, pool: f.pool)
+            guard case .later(let work) = started else {
+                Issue.record("a lost answer on the pipeline was not handed to the async driver")
+                return
+            }
+            #expect(store.lost.load(ordering: .relaxed) == 1)
+            #expect(try f.count("SELECT count(*) FROM baton.nonces") == 1)  // the first performance did commit
+            let result = try await work()
+            #expect(result.outcome == .migrated)
+            #expect(try f.count("SELECT count(*) FROM baton.nonces") == 1)
+            #expect(try f.count("SELECT count(*) FROM baton.events WHERE kind = 'migrated'") == 1)
+        }
+    }
+
+    @Test("a re-link: its session used up, the answer lost, the retry goes on and links; the session stays used for any other link")
+    func linkSession() async throws {
+        try await ServiceFixture.run(.inProcess, people: 2) { f in
+            let (store, engine) = try Self.losing(.linkSession, in: f)
+            let session = try await engine.openLinkSession()
+            let claim = Digest.sha256Hex(Array(session.nonce.utf8))
+            let person = f.people[0]
+            let result = try await engine.link(legacyIDToken: try f.legacyToken(person, nonce: claim), idToken: try f.token(person, nonce: claim),
+                                               nonce: .native(raw: session.nonce))
+            #expect(result.outcome == .migrated)
+            #expect(store.lost.load(ordering: .relaxed) == 1)
+            await #expect(throws: BatonError(.nonceReused, "")) {
+                try await engine.link(legacyIDToken: try f.legacyToken(person, nonce: claim), idToken: try f.token(person, nonce: claim),
+                                      nonce: .native(raw: session.nonce))
+            }
+        }
+    }
+
+    /// An engine like the fixture's over a ``LosingStore`` that loses the first answer of `kind`.
+    static func losing(_ kind: LosingStore.Kind, in f: ServiceFixture) throws -> (LosingStore, BatonEngine) {
+        let store = LosingStore(base: try #require(f.engine.store as? LegacyStore), losing: kind)
+        let engine = BatonEngine(store: store, keys: FixedKeySet(f.emulator.jwks), clientIDs: [ServiceFixture.clientID],
+                                 legacyClientIDs: [ServiceFixture.legacyClientID])
+        return (store, engine)
+    }
+}
+
+/// The fixture's ``LegacyStore``, except that the first nonce consumption or link session use (on the pipeline or
+/// the async way) runs and commits, and then its answer is lost as with a connection that broke.
+final class LosingStore: PipelinedSignInStore {
+    enum Kind: Sendable { case nonce, linkSession }
+    let base: LegacyStore
+    let kind: Kind
+    /// How many answers were lost (at most one).
+    let lost = Atomic<Int>(0)
+
+    init(base: LegacyStore, losing kind: Kind) {
+        self.base = base
+        self.kind = kind
+    }
+
+    /// Throws after `body` ran when this is the first answer of `kind` to lose.
+    private func losingFirst<T>(_ kind: Kind, _ body: () async throws -> T) async throws -> T {
+        let answer = try await body()
+        try loseFirst(kind)
+        return answer
+    }
+
+    private func loseFirst(_ kind: Kind) throws {
+        guard kind == self.kind, lost.compareExchange(expected: 0, desired: 1, ordering: .relaxed).exchanged else { return }
+        throw LostAnswerTests.lostConnection
+    }
+
+    func consumeNonce(_ use: NonceUse, now: Date) async throws -> Bool {
+        try await losingFirst(.nonce) { try await base.consumeNonce(use, now: now) }
+    }
+
+    func consumeLinkSession(nonceHash: String, attempt: String, now: Date) async throws -> Bool {
+        try await losingFirst(.linkSession) { try await base.consumeLinkSession(nonceHash: nonceHash, attempt: attempt, now: now) }
+    }
+
+    func pipeline(on loop: EventLoop) -> PostgresPipeline? { base.pipeline(on: loop) }
+    func pipelinedStatement(for step: SignInStep, now: Date) -> PostgresQuery? { base.pipelinedStatement(for: step, now: now) }
+    func event(after step: SignInStep, rows: PostgresResult) throws -> SignInEvent {
+        if case .consumeNonce = step { try loseFirst(.nonce) }
+        return try base.event(after: step, rows: rows)
+    }
+
+    // The rest as the fixture's store.
+    var emailPolicy: EmailPolicy { base.emailPolicy }
+    var duplicatePolicy: DuplicatePolicy { base.duplicatePolicy }
+    func lookupForSignIn(subject sub: String, transferSub: String?) async throws -> SubjectMatch? {
+        try await base.lookupForSignIn(subject: sub, transferSub: transferSub)
+    }
+    func oldSubject(forTransferSubject transferSub: String) async throws -> String? { try await base.oldSubject(forTransferSubject: transferSub) }
+    func applyMigration(oldSub: String, newSub: String, newEmail: String?, isPrivateEmail: Bool?, transferSub: String?,
+                        method: MigrationMethod) async throws -> MigrationOutcome {
+        try await base.applyMigration(oldSub: oldSub, newSub: newSub, newEmail: newEmail, isPrivateEmail: isPrivateEmail, transferSub: transferSub,
+                                      method: method)
+    }
+    func applyMigration(transferSub: String, newSub: String, newEmail: String?, isPrivateEmail: Bool?,
+                        method: MigrationMethod) async throws -> MigrationOutcome {
+        try await base.applyMigration(transferSub: transferSub, newSub: newSub, newEmail: newEmail, isPrivateEmail: isPrivateEmail, method: method)
+    }
+    func isLinkable(legacySubject legacySub: String, currentSubject currentSub: String) async throws -> Bool {
+        try await base.isLinkable(legacySubject: legacySub, currentSubject: currentSub)
+    }
+    func recordDuplicate(newSub: String, oldSub: String?, transferSub: String?, foundBy: MigrationMethod) async throws -> RecordedDuplicate? {
+        try await base.recordDuplicate(newSub: newSub, oldSub: oldSub, transferSub: transferSub, foundBy: foundBy)
+    }
+    func mergeDuplicate(_ pair: DuplicatePair) async throws -> MergedDuplicate? { try await base.mergeDuplicate(pair) }
+    func updateEmail(of user: LegacyUser, to email: String) async throws -> LegacyUser? { try await base.updateEmail(of: user, to: email) }
+    func recordUnmatched(transferSub: String, sub: String) async throws { try await base.recordUnmatched(transferSub: transferSub, sub: sub) }
+    func restoreAuthorization(subject sub: String) async throws { try await base.restoreAuthorization(subject: sub) }
+    func releaseNonce(_ use: NonceUse) async throws { try await base.releaseNonce(use) }
+    func createLinkSession(nonceHash: String, expiresAt: Date) async throws { try await base.createLinkSession(nonceHash: nonceHash, expiresAt: expiresAt) }
+    func credentialFacts(of sub: String) async throws -> CredentialFacts { try await base.credentialFacts(of: sub) }
+    func applyNotification(_ kind: NotificationKind, subject sub: String, eventTime: Date) async throws -> Bool {
+        try await base.applyNotification(kind, subject: sub, eventTime: eventTime)
+    }
+    func ping() async throws { try await base.ping() }
+}
