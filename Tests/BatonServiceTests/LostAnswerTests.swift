@@ -70,6 +70,20 @@ struct LostAnswerTests {
         }
     }
 
+    @Test("a migration committed, its answer lost: performed again it finds the record already rewritten and answers it, migrated once")
+    func migration() async throws {
+        try await ServiceFixture.run(.inProcess, people: 2) { f in
+            let (store, engine) = try Self.losing(.migration, in: f)
+            let person = f.people[0]
+            let result = try await engine.signIn(idToken: try f.token(person))
+            #expect(store.lost.load(ordering: .relaxed) == 1)
+            #expect(result.outcome == .current)
+            #expect(result.user?.subject == (try f.newSub(person)))
+            #expect(try f.count("SELECT count(*) FROM baton.events WHERE kind = 'migrated'") == 1)
+            #expect(try f.count("SELECT count(*) FROM users WHERE apple_sub = '\(person.oldSub)'") == 0)
+        }
+    }
+
     /// An engine like the fixture's over a ``LosingStore`` that loses the first answer of `kind`.
     static func losing(_ kind: LosingStore.Kind, in f: ServiceFixture) throws -> (LosingStore, BatonEngine) {
         let store = LosingStore(base: try #require(f.engine.store as? LegacyStore), losing: kind)
@@ -79,10 +93,10 @@ struct LostAnswerTests {
     }
 }
 
-/// The fixture's ``LegacyStore``, except that the first nonce consumption or link session use (on the pipeline or
-/// the async way) runs and commits, and then its answer is lost as with a connection that broke.
+/// The fixture's ``LegacyStore``, except that the first nonce consumption, link session use or migration (on the
+/// pipeline or the async way) runs and commits, and then its answer is lost as with a connection that broke.
 final class LosingStore: PipelinedSignInStore {
-    enum Kind: Sendable { case nonce, linkSession }
+    enum Kind: Sendable { case nonce, linkSession, migration }
     let base: LegacyStore
     let kind: Kind
     /// How many answers were lost (at most one).
@@ -134,7 +148,9 @@ final class LosingStore: PipelinedSignInStore {
     }
     func applyMigration(transferSub: String, newSub: String, newEmail: String?, isPrivateEmail: Bool?,
                         method: MigrationMethod) async throws -> MigrationOutcome {
-        try await base.applyMigration(transferSub: transferSub, newSub: newSub, newEmail: newEmail, isPrivateEmail: isPrivateEmail, method: method)
+        try await losingFirst(.migration) {
+            try await base.applyMigration(transferSub: transferSub, newSub: newSub, newEmail: newEmail, isPrivateEmail: isPrivateEmail, method: method)
+        }
     }
     func isLinkable(legacySubject legacySub: String, currentSubject currentSub: String) async throws -> Bool {
         try await base.isLinkable(legacySubject: legacySub, currentSubject: currentSub)

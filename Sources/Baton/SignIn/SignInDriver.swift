@@ -98,9 +98,12 @@ package protocol PipelinedSignInStore: BatonStore {
 
 /// Runs a ``SignInDecision`` on an event loop's pipeline, on the loop's thread, with no thread waiting: each step's
 /// statement is queued, and the next step starts in the callback that receives its outcome. A step the pipeline
-/// cannot take (not connected, no statement for it) or whose statement failed (which wrote nothing: a write commits
-/// alone, and a locked row fails at once) is handed, with the decision as it stands, to ``SignInDriver``, which
-/// performs that same step on the async pool: nothing runs twice, the signature is not checked again.
+/// cannot take (not connected, no statement for it) or whose statement failed is handed, with the decision as it
+/// stands, to ``SignInDriver``, which performs that same step on the async pool; the signature is not checked again.
+/// A failed statement wrote nothing (a write commits alone, and a locked row fails at once), except a write whose
+/// connection broke after it was sent, whose commit is unknown: performed again, each step's statement finds what
+/// its own request did (the nonce and link session carry the request's attempt, a migration already made is
+/// `alreadyMigrated`, a signal or a duplicate is recorded once).
 struct PipelineSignInDriver: Sendable {
     /// The store.
     let store: any PipelinedSignInStore
