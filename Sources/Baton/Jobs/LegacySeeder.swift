@@ -62,23 +62,66 @@ public struct LegacySeeder: Sendable {
 
     /// Walks the rows of the legacy table meeting `condition` (and the configured filters) in key order, a page at
     /// a time, running `insert` over each page; returns the rows added.
+    ///
+    /// A page is the keys after the previous page's last up to its own last, which a read of the keys alone finds
+    /// (``pageEnd(after:where:)``), so the inserts of ``pagesInFlight`` pages run at once: an insert is one backend's
+    /// work on one core, and a ten-million-user rehearsal's walk, a page at a time, kept one of two cores busy.
+    /// Pages inserted at once can meet in the unique indexes (two legacy rows with one subject); a page that loses a
+    /// deadlock is inserted again, which adds only what is still missing.
     private func walk(where condition: String, insert: String) async throws -> Int {
-        var after: String?
-        var added = 0
+        try await withThrowingTaskGroup(of: Int.self) { group in
+            var after: String?
+            var added = 0
+            var inFlight = 0
+            while true {
+                let last = try await pageEnd(after: after, where: condition)
+                group.addTask { [after] in try await insertPage(after: after, through: last, where: condition, insert: insert) }
+                inFlight += 1
+                if inFlight == Self.pagesInFlight, let rows = try await group.next() {
+                    added += rows
+                    inFlight -= 1
+                }
+                guard let last else { break }
+                after = last
+            }
+            for try await rows in group { added += rows }
+            return added
+        }
+    }
+
+    /// Page inserts running at once.
+    static let pagesInFlight = 2
+
+    /// The key (as text) ending the page that follows `after` (the table's start when nil): the ``pageSize``th key
+    /// meeting `condition` after it, or nil when fewer are left (the page is then the rest of the table).
+    private func pageEnd(after: String?, where condition: String) async throws -> String? {
+        let key = "u.\(legacy.keyColumn.quoted)"
+        let afterKey: PostgresQuery = after.map { "AND \(unsafeRaw: key) > \($0)" } ?? ""
+        let query: PostgresQuery = "SELECT \(unsafeRaw: key)::text FROM \(unsafeRaw: legacy.table.quoted) u WHERE \(unsafeRaw: condition)"
+            + legacy.filterSQL() + " " + afterKey + " ORDER BY \(unsafeRaw: key) OFFSET \(pageSize - 1) LIMIT 1"
+        return try await pool.query(query).first?.decode(String.self, at: 0)
+    }
+
+    /// Runs `insert` over the rows meeting `condition` with keys after `after` and up to `last` (nil: no bound);
+    /// returns the rows added. A deadlock with a page inserted at once is retried.
+    private func insertPage(after: String?, through last: String?, where condition: String, insert: String) async throws -> Int {
+        let key = "u.\(legacy.keyColumn.quoted)"
+        let transfer = legacy.transferColumn.map { "u.\($0.quoted)::text" } ?? "NULL::text"
+        let common = """
+            SELECT \(key) AS key, u.\(legacy.subjectColumn.quoted)::text AS subject, \(transfer) AS transfer_sub
+            FROM \(legacy.table.quoted) u WHERE \(condition)
+            """
+        let afterKey: PostgresQuery = after.map { "AND \(unsafeRaw: key) > \($0)" } ?? ""
+        let throughKey: PostgresQuery = last.map { " AND \(unsafeRaw: key) <= \($0)" } ?? ""
+        let page: PostgresQuery = "WITH page AS (\(unsafeRaw: common)" + legacy.filterSQL() + " " + afterKey + throughKey
+            + "), \(unsafeRaw: insert) SELECT count(*) FROM added"
+        var attempt = 0
         while true {
-            let transfer = legacy.transferColumn.map { "u.\($0.quoted)::text" } ?? "NULL::text"
-            let page: PostgresQuery
-            let common = """
-                SELECT u.\(legacy.keyColumn.quoted) AS key, u.\(legacy.subjectColumn.quoted)::text AS subject, \(transfer) AS transfer_sub
-                FROM \(legacy.table.quoted) u WHERE \(condition)
-                """
-            let afterKey: PostgresQuery = after.map { "AND u.\(legacy.keyColumn) > \($0)" } ?? ""
-            page = "WITH page AS (\(unsafeRaw: common)" + legacy.filterSQL() + " " + afterKey
-                + " ORDER BY u.\(legacy.keyColumn) LIMIT \(pageSize)), \(unsafeRaw: insert) \(unsafeRaw: Self.report)"
-            let row = try await pool.query(page)[0]
-            guard let last = try row.decode(String?.self, at: 0) else { return added }
-            added += try row.decode(Int.self, at: 1)
-            after = last
+            do {
+                return try await pool.query(page)[0].decode(Int.self, at: 0)
+            } catch let error as PostgresError where error.kind == .contention && attempt < 5 {
+                attempt += 1
+            }
         }
     }
 
@@ -122,7 +165,4 @@ public struct LegacySeeder: Sendable {
             RETURNING 1
         )
         """
-
-    /// The page's last key (as text) and the rows added.
-    private static let report = "SELECT (SELECT key::text FROM page ORDER BY key DESC LIMIT 1), (SELECT count(*) FROM added)"
 }
