@@ -399,4 +399,52 @@ struct LegacySeederTests {
             #expect(try await a.claim(limit: 10).map(\.oldSub) == [first[0].oldSub])
         }
     }
+
+    @Test("a claim goes on from the id the last one reached; at the pass's end it takes what is left from the start: released rows, then deferred ones once due")
+    func claimsGoOnFromTheLastID() async throws {
+        try await StoreFixture.run("claimpass", poolSize: 2) { database in
+            for i in 0..<12 { try await database.addTransfer(oldSub: "o.\(i)", transferSub: "t.\(i)") }
+            let queue = TransferQueue(pool: database.pool, kind: .exchange, owner: "a", retryBaseSeconds: 0)
+            let ids = try TestDatabase.psql(database.url, "SELECT string_agg(id::text, ',' ORDER BY id) FROM baton.transfers").split(separator: ",").map { Int64($0)! }
+            let first = try await queue.claim(limit: 4, after: nil)
+            #expect(first.items.map(\.id) == Array(ids[0..<4]) && first.next == ids[3])
+            // The first two go back, one is deferred (due at once: the base delay is 0); the pass goes on past them.
+            try await queue.release(Array(first.items[0..<2]))
+            try await queue.postpone(first.items[2], reason: "timeout")
+            let second = try await queue.claim(limit: 4, after: first.next)
+            #expect(second.items.map(\.id) == Array(ids[4..<8]) && second.next == ids[7])
+            let third = try await queue.claim(limit: 5, after: second.next)
+            #expect(third.items.map(\.id) == Array(ids[8..<12]) && third.next == ids[11])
+            // Past the last id: the queue from its start, never-deferred rows first, then the deferred one now due.
+            let fourth = try await queue.claim(limit: 5, after: third.next)
+            #expect(fourth.items.map(\.id) == [ids[0], ids[1], ids[2]] && fourth.next == ids[1])
+            #expect(try await queue.claim(limit: 5, after: fourth.next).items.isEmpty)
+        }
+    }
+
+    @Test("workers waiting for the same claim each get rows of their own: every row handed out once, the next batch claimed before this one runs out")
+    func feederHandsEachRowOutOnce() async throws {
+        try await StoreFixture.run("feeder", poolSize: 4) { database in
+            for i in 0..<95 { try await database.addTransfer(oldSub: "o.\(i)", transferSub: "t.\(i)") }
+            let queue = TransferQueue(pool: database.pool, kind: .exchange, owner: "a")
+            let feeder = Feeder(queue: queue, batchSize: 10, isStopped: { false })
+            let handed = try await withThrowingTaskGroup(of: [Int64].self) { group in
+                for _ in 0..<8 {
+                    group.addTask {
+                        var ids: [Int64] = []
+                        while let item = try await feeder.next() {
+                            ids.append(item.id)
+                            // A row is finished as a worker would: it leaves the queue.
+                            try await database.pool.execute("UPDATE baton.transfers SET state = 'unresolvable', last_error = 'test', lease_owner = NULL WHERE id = \(item.id)")
+                        }
+                        return ids
+                    }
+                }
+                return try await group.reduce(into: [Int64]()) { $0 += $1 }
+            }
+            #expect(handed.count == 95)
+            #expect(Set(handed).count == 95)
+            #expect(try database.count("SELECT count(*) FROM baton.transfers WHERE state = 'pending'") == 0)
+        }
+    }
 }

@@ -70,29 +70,54 @@ public struct TransferQueue: Sendable {
         "\(ProcessInfo.processInfo.hostName):\(getpid()):\(UUID().uuidString.prefix(8).lowercased())"
     }
 
-    /// Leases up to `limit` due rows to this owner.
+    /// Leases up to `limit` due rows to this owner, in the queue's order: the rows never deferred by id, then the
+    /// deferred ones as they come due.
     public func claim(limit: Int) async throws -> [Item] {
+        try await claim(limit: limit, after: nil).items
+    }
+
+    /// ``claim(limit:)`` going on from where the last claim got to: the never-deferred rows with ids above `after`,
+    /// and only when none is left there (the pass reached the end, or `after` is nil) the whole queue from its start.
+    /// Returns the rows and where the next claim goes on from. A claim from the start reads the queue's index past
+    /// the entries of every row finished since the last vacuum; going on from the last id reads each only once.
+    public func claim(limit: Int, after: Int64?) async throws -> (items: [Item], next: Int64?) {
+        if let after {
+            let onward = try await lease(limit: limit, where: "AND next_attempt_at IS NULL AND id > \(after)")
+            if !onward.items.isEmpty { return (onward.items, onward.lastNeverDeferred ?? after) }
+        }
+        let all = try await lease(limit: limit, where: "AND (next_attempt_at IS NULL OR next_attempt_at <= now())")
+        return (all.items, all.lastNeverDeferred ?? after)
+    }
+
+    /// Leases up to `limit` due rows meeting `condition` besides the queue's own; returns them and the largest id
+    /// among those never deferred.
+    private func lease(limit: Int, where condition: PostgresQuery) async throws -> (items: [Item], lastNeverDeferred: Int64?) {
         let started = Date()
         let rows = try await pool.query("""
             UPDATE baton.transfers t SET lease_owner = \(owner), lease_expires_at = now() + make_interval(secs => \(Double(leaseSeconds))), updated_at = now()
             FROM (
                 SELECT id FROM baton.transfers
                 WHERE \(unsafeRaw: kind.condition)
-                  AND (next_attempt_at IS NULL OR next_attempt_at <= now())
                   AND (lease_expires_at IS NULL OR lease_expires_at < now())
-                ORDER BY next_attempt_at NULLS FIRST, old_sub
+            """ + " " + condition + """
+
+                ORDER BY next_attempt_at NULLS FIRST, id
                 LIMIT \(max(1, limit))
                 FOR UPDATE SKIP LOCKED
             ) due
             WHERE t.id = due.id
-            RETURNING t.id, t.old_sub, t.transfer_sub, t.attempts
+            RETURNING t.id, t.old_sub, t.transfer_sub, t.attempts, t.next_attempt_at IS NULL
             """)
         // The local deadline leaves a margin for clock steps and the time the claim itself took.
         let leaseEnds = started.addingTimeInterval(Double(leaseSeconds) * 0.9)
-        return try rows.map { row in
-            Item(id: try row.decode(Int64.self, at: 0), oldSub: try row.decode(String?.self, at: 1), transferSub: try row.decode(String?.self, at: 2),
-                 attempts: try row.decode(Int.self, at: 3), leaseEnds: leaseEnds)
+        var lastNeverDeferred: Int64?
+        let items = try rows.map { row in
+            let item = Item(id: try row.decode(Int64.self, at: 0), oldSub: try row.decode(String?.self, at: 1), transferSub: try row.decode(String?.self, at: 2),
+                            attempts: try row.decode(Int.self, at: 3), leaseEnds: leaseEnds)
+            if try row.decode(Bool.self, at: 4) { lastNeverDeferred = max(lastNeverDeferred ?? item.id, item.id) }
+            return item
         }
+        return (items, lastNeverDeferred)
     }
 
     /// Rows still pending for this queue (leased, deferred or due).
@@ -193,16 +218,22 @@ public struct TransferQueue: Sendable {
     }
 }
 
-/// Group commit of the sender job's answers (``TransferQueue/storeTransferIdentifier(_:transferSub:)``): one
-/// statement at a time, each carrying every answer that was waiting when it started (at most ``maxBatch``).
+/// Group commit of the sender job's answers (``TransferQueue/storeTransferIdentifier(_:transferSub:)``): up to
+/// ``maxWriters`` statements at a time, each carrying every answer that was waiting when it started (at most
+/// ``maxBatch``).
 ///
 /// A million-user `baton transfer-ids` stored each answer with a statement of its own; PostgreSQL's work per
 /// statement (the round trip, executor start and end, the CHECK constraints read again, the commit) was most of
 /// its CPU there. With 32 workers, answers arrive while a statement runs, so the batches size themselves to the
-/// load: one answer when the job runs at 10 requests a second, dozens when it is unthrottled.
+/// load: one answer when the job runs at 10 requests a second, dozens when it is unthrottled. With one statement at a
+/// time, an unthrottled ten-million-user rehearsal kept 1.26 of two cores busy (PostgreSQL's backend waited for the
+/// next batch while the workers waited for this one); a second statement in flight runs beside it on the other core.
+/// The batches' rows are distinct (a row is leased to one worker), so two statements never wait on each other.
 final class TransferIdentifierWriter: Sendable {
     /// Answers per statement at most.
     static let maxBatch = 500
+    /// Statements in flight at most.
+    static let maxWriters = 2
 
     private struct Waiting {
         var id: Int64
@@ -211,8 +242,8 @@ final class TransferIdentifierWriter: Sendable {
     }
 
     private let pool: PostgresPool
-    /// Answers not yet in a statement, and whether a writer task is running.
-    private let state = Mutex<(waiting: [Waiting], writing: Bool)>(([], false))
+    /// Answers not yet in a statement, and the writer tasks running.
+    private let state = Mutex<(waiting: [Waiting], writers: Int)>(([], 0))
 
     init(pool: PostgresPool) {
         self.pool = pool
@@ -223,8 +254,8 @@ final class TransferIdentifierWriter: Sendable {
         let result = await withCheckedContinuation { (continuation: CheckedContinuation<Result<Bool, any Error>, Never>) in
             let start = state.withLock { state -> Bool in
                 state.waiting.append(Waiting(id: id, transferSub: transferSub, continuation: continuation))
-                guard !state.writing else { return false }
-                state.writing = true
+                guard state.writers < Self.maxWriters else { return false }
+                state.writers += 1
                 return true
             }
             if start { Task { await self.writeWhileWaiting() } }
@@ -237,7 +268,7 @@ final class TransferIdentifierWriter: Sendable {
         while true {
             let batch = state.withLock { state -> [Waiting] in
                 guard !state.waiting.isEmpty else {
-                    state.writing = false
+                    state.writers -= 1
                     return []
                 }
                 let count = min(Self.maxBatch, state.waiting.count)
