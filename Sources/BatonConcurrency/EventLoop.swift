@@ -17,6 +17,7 @@ package final class EventLoop: @unchecked Sendable {
     private let wakeup: Int32
     private var handlers: [Int32: (_ readable: Bool, _ writable: Bool) -> Void] = [:]
     private var roundEndHooks: [() -> Void] = []
+    private var stopHooks: [() -> Void] = []
     private var locals: [AnyHashable: AnyObject] = [:]
     private let handedOver = Mutex<(work: [@Sendable () -> Void], stopping: Bool)>(([], false))
     private let finished = DispatchSemaphore(value: 0)
@@ -69,9 +70,11 @@ package final class EventLoop: @unchecked Sendable {
             pthread_setspecific(currentLoopKey, Unmanaged.passUnretained(self).toOpaque())
             setUp()
             run()
+            stopHooks.forEach { $0() }
             tearDown()
             handlers.removeAll()
             roundEndHooks.removeAll()
+            stopHooks.removeAll()
             locals.removeAll()
             pthread_setspecific(currentLoopKey, nil)
             finished.signal()
@@ -116,6 +119,12 @@ package final class EventLoop: @unchecked Sendable {
     /// Adds work run at the end of every round, after the handlers.
     package func atEndOfRound(_ hook: @escaping () -> Void) {
         roundEndHooks.append(hook)
+    }
+
+    /// Adds work run once when the loop stops, on its thread after its last round (before `tearDown`): where what is
+    /// still in flight is failed, so no callback is left waiting for a round that never comes.
+    package func atStop(_ hook: @escaping () -> Void) {
+        stopHooks.append(hook)
     }
 
     /// This loop's object for `key`, made by `make` the first time (nil: none, asked again next time). Lives until

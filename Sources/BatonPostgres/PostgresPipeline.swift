@@ -73,6 +73,8 @@ package final class PostgresPipeline: @unchecked Sendable {
     private var unsynced = false
     private var waitingToWrite = false
     private var connecting = false
+    /// The loop has stopped: nothing is sent or connected any more.
+    private var loopStopped = false
     private var nextAttempt = ContinuousClock.now
 
     /// A pipeline on `loop` (call it on the loop's thread); it connects on first use.
@@ -83,6 +85,7 @@ package final class PostgresPipeline: @unchecked Sendable {
         self.pooler = pooler
         self.logger = logger
         loop.atEndOfRound { [weak self] in self?.flush() }
+        loop.atStop { [weak self] in self?.loopHasStopped() }
     }
 
     deinit {
@@ -92,7 +95,7 @@ package final class PostgresPipeline: @unchecked Sendable {
 
     /// Whether statements can be queued now; when not, a connection is being opened.
     package var isReady: Bool {
-        if connection == nil { connect() }
+        if connection == nil && !loopStopped { connect() }
         return connection != nil
     }
 
@@ -101,8 +104,8 @@ package final class PostgresPipeline: @unchecked Sendable {
     ///
     /// The answer is the contract. True: `completion` runs exactly once (at once, for a parameter libpq cannot
     /// take; else in a later round or when the connection breaks). False: `completion` has not run and never will,
-    /// and the statement was not committed: there is no connection (one is being opened), or it broke while the
-    /// statement was queued (the statements in flight then fail).
+    /// and the statement was not committed: there is no connection (one is being opened, or the loop has stopped),
+    /// or it broke while the statement was queued (the statements in flight then fail).
     @discardableResult
     package func send(_ query: PostgresQuery, write: Bool = false, _ completion: @escaping Completion) -> Bool {
         guard isReady, let connection else { return false }
@@ -322,6 +325,13 @@ package final class PostgresPipeline: @unchecked Sendable {
                 if readable { self?.readable() }
             }
         }
+    }
+
+    /// The loop has stopped (its server's shutdown deadline passed with statements in flight): each of them fails as
+    /// `pool_closed`, so its callback runs as ``send(_:write:_:)`` promised, and the connection closes.
+    private func loopHasStopped() {
+        loopStopped = true
+        failAll(PostgresError(.poolClosed, reason: "the pipeline's event loop stopped"))
     }
 
     /// A write to libpq failed: the connection is done for.

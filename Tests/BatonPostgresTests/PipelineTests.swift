@@ -249,6 +249,49 @@ struct PipelineFailureTests {
         #expect(try await pool.query("SELECT count(*) FROM t")[0].decode(Int.self, at: 0) == 0)
     }
 
+    @Test("a loop stopped with statements in flight fails each of them once as pool_closed; a send from their callbacks is refused")
+    func loopStoppedInFlight() async throws {
+        let pool = PostgresPool(url: try TestDatabase.create("pipeline_stop"), maxConnections: 1)
+        defer { Task { await pool.close() } }
+        try await pool.execute("CREATE TABLE t (n int PRIMARY KEY)")
+        let loop = try EventLoop()
+        loop.start(name: "pipeline-stop-test")
+        let calls = Mutex<[String]>([])
+        let record = { @Sendable (label: String, outcome: Result<PostgresResult, PostgresError>) in
+            calls.withLock { $0.append("\(label):\(summary(outcome))") }
+        }
+        let sent = await withCheckedContinuation { (continuation: CheckedContinuation<Bool, Never>) in
+            @Sendable func attempt(_ tries: Int) {
+                loop.execute {
+                    guard let pipeline = pool.pipeline(on: loop) else { return continuation.resume(returning: false) }
+                    guard pipeline.isReady || tries > 500 else {
+                        DispatchQueue.global().asyncAfter(deadline: .now() + .milliseconds(10)) { attempt(tries + 1) }
+                        return
+                    }
+                    let read = pipeline.send(busyStatement) { outcome in
+                        record("busy", outcome)
+                        let again = pipeline.send("SELECT 'again'::text") { record("again", $0) }
+                        calls.withLock { $0.append("sent again: \(again)") }
+                    }
+                    let write = pipeline.send("INSERT INTO t VALUES (1)", write: true) { record("write", $0) }
+                    continuation.resume(returning: read && write)
+                }
+            }
+            attempt(0)
+        }
+        #expect(sent)
+        var tries = 0
+        while try await pool.query(busyBackends).isEmpty, tries < 1_000 {
+            tries += 1
+            try await Task.sleep(for: .milliseconds(10))
+        }
+        // Both statements are on the server (the write queued behind the sleeping read) when the loop stops.
+        await offPool { loop.stop() }
+        #expect(calls.withLock { $0 } == ["busy:error pool_closed (not run)", "sent again: false", "write:error pool_closed"])
+        _ = try await pool.query("SELECT pg_terminate_backend(pid) FROM (\(unsafeRaw: busyBackends.sql)) AS busy")
+        #expect(try await pool.query("SELECT count(*) FROM t")[0].decode(Int.self, at: 0) == 0)
+    }
+
     @Test("a statement that fails to prepare costs no other statement its name: later ones prepare and run")
     func failedPrepare() async throws {
         let pool = PostgresPool(url: try TestDatabase.create("pipeline_prepare"), maxConnections: 1)
