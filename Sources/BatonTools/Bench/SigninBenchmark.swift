@@ -30,7 +30,8 @@ import BatonProcess
 ///    libmicrohttpd, libpq, Swift runtime and concurrency, libc, kernel, Baton's own code).
 /// 5. pgbench (`-M prepared -c 8 -j 2 -T --pgbench-seconds`) on the statements the service runs for each
 ///    outcome (values that the service binds become expressions of a pgbench counter): a migration's right after
-///    wrk's migrations (the machine's speed drifts over a minute), the current users' `SELECT` at the end.
+///    wrk's migrations (the machine's speed drifts over a minute), the current users' `SELECT` at the end, on users
+///    pgbench migrated, with the new and the transfer identifier bound as the service binds a current user's token.
 ///
 /// The service logs at `--log-level` (default warning, as a loaded production service would).
 ///
@@ -197,10 +198,19 @@ func runSigninBenchmark(_ arguments: Parsed<SigninBenchmarkOptions>) async throw
     let rssMB = child.peakRSSMegabytes()
     await child.stop()
 
-    // 5. pgbench on the current users' SELECT.
+    // 5. pgbench on the current users' SELECT: the users pgbench migrated in 3c, looked up as the service looks up its
+    // current users (by the new identifier, with the token's transfer identifier, so the lookup also probes their
+    // migrated `baton.transfers` row for a legacy record still waiting).
+    let lastMigratedByPgbench = try await pool.query("""
+        SELECT min(g) - 1 FROM generate_series(\(firstSynthetic), \(arguments.transfers)) AS g
+        WHERE NOT EXISTS (SELECT 1 FROM baton.transfers AS t WHERE t.transfer_sub = 'transfer.' || g AND t.state = 'migrated')
+        """)[0].decode(Int?.self, at: 0)
+    guard let lastMigratedByPgbench, lastMigratedByPgbench > firstSynthetic else {
+        throw CommandFailure.failed("bench signin: pgbench's migrations left no run of migrated users to look up")
+    }
     let currentScript = """
-        \\set n random(\(arguments.transfers + 1), \(arguments.users))
-        \(pgbenchSQL(store.lookupQuery(subject: "\u{1}old", transferSub: nil))) ;
+        \\set n random(\(firstSynthetic), \(lastMigratedByPgbench))
+        \(pgbenchSQL(store.lookupQuery(subject: "\u{1}new", transferSub: "\u{1}transfer"))) ;
 
         """
     say("pgbench script, current: " + currentScript.replacingOccurrences(of: "\n", with: " "))
