@@ -442,7 +442,6 @@ private func pgbenchSQL(_ query: PostgresQuery) -> String {
         let expression: String
         switch value {
         case "\u{1}new": expression = "('new.' || :n)"
-        case "\u{1}old": expression = "('legacy.' || :n)"
         case "\u{1}transfer": expression = "('transfer.' || :n)"
         case "\u{1}email": expression = "('n' || :n || '@privaterelay.appleid.com')"
         case "\u{1}nonce": expression = "('nonce.' || :n)"
