@@ -57,7 +57,8 @@ final class ServiceFixture: @unchecked Sendable {
     static let adminToken = "admin-token-0123456789abcdef"
 
     init(_ mode: Mode, people count: Int = 6, databaseURL: String? = nil, acceptTransfer: Bool = true,
-         requireNonce: Bool = false, serviceToken: String? = nil, onDuplicate: DuplicatePolicy? = nil) async throws {
+         requireNonce: Bool = false, serviceToken: String? = nil, onDuplicate: DuplicatePolicy? = nil,
+         emailPolicy: EmailPolicy? = nil, prepare: (String) throws -> Void = { _ in }) async throws {
         self.mode = mode
         emulator = try await AppleEmulator.start()
         let transfer = try EmulatedTransfer(on: emulator, users: count, privateEmail: true, accept: acceptTransfer)
@@ -72,13 +73,15 @@ final class ServiceFixture: @unchecked Sendable {
             try TestDatabase.createUsersTable(url, subjects: people.map(\.oldSub), emails: people.map(\.email))
             try TestDatabase.addTransfers(url, transfer.transferIdentifiers)
         }
+        try prepare(url)
         let acceptedAt = transfer.acceptedAt
 
         notificationKey = try RSAPrivateKey.generate(bits: 2048)
         let local = JWK(key: .rsa(notificationKey.publicKey), kid: ServiceFixture.notificationKID, use: "sig", alg: "RS256")
         let keys = FixedKeySet(JWKSet(keys: emulator.jwks.keys + [local]))
         let legacyTable = BatonConfiguration.Legacy(table: "public.users", keyColumn: "id", subjectColumn: "apple_sub",
-                                                    emailColumn: "email", transferColumn: "transfer_sub", onDuplicate: onDuplicate)
+                                                    emailColumn: "email", transferColumn: "transfer_sub", emailPolicy: emailPolicy,
+                                                    onDuplicate: onDuplicate)
         let store = LegacyStore(pool: pool, legacy: try legacyTable.identifiers())
         try await store.validateLegacyTable()
         let pool = self.pool

@@ -277,6 +277,58 @@ struct SignInServiceTests {
         await f.close()
     }
 
+    @Test("a refused link records no duplicate of a record Baton migrated: no merge can hand that account to another person's old record")
+    func refusedLinkIsNoDuplicate() async throws {
+        let f = try await ServiceFixture(.live, people: 2, onDuplicate: .merge)
+        let (owner, other) = (f.people[0], f.people[1])
+        let first = try await f.signIn(try f.token(owner))
+        #expect(first.json["outcome"]?.stringValue == "migrated")
+        let ownerKey = try #require(first.json["user"]?["key"]?.stringValue)
+        // Someone holding the other person's sending-team token and the owner's current token links them in one session.
+        let session = try await openSession(f)
+        let link = try await f.postJSON("/v1/link", linkBody(try f.legacyToken(other, nonce: session.claim), try f.token(owner, nonce: session.claim),
+                                                             nonce: session.nonce))
+        #expect(link.status == 409 && link.error == "conflict", "\(link.json)")
+        #expect(try f.count("SELECT count(*) FROM baton.duplicates") == 0)
+        #expect(try f.count("SELECT count(*) FROM users WHERE apple_sub = '\(other.oldSub)'") == 1)
+        let again = try await f.signIn(try f.token(owner))
+        #expect(again.json["outcome"]?.stringValue == "current" && again.json["user"]?["key"]?.stringValue == ownerKey, "\(again.json)")
+        await f.close()
+    }
+
+    @Test("a link whose current token carries another person's transfer identifier marks only the linked record's transfer row")
+    func linkMarksOnlyItsOwnTransferRow() async throws {
+        let f = try await ServiceFixture(.live, people: 2)
+        let (linked, other) = (f.people[1], f.people[0])
+        let session = try await openSession(f)
+        let link = try await f.postJSON("/v1/link", linkBody(try f.legacyToken(linked, nonce: session.claim), try f.token(other, nonce: session.claim),
+                                                             nonce: session.nonce))
+        #expect(link.json["outcome"]?.stringValue == "migrated", "\(link.json)")
+        #expect(try TestDatabase.psql(f.url, "SELECT state FROM baton.transfers WHERE old_sub = '\(linked.oldSub)'") == "migrated")
+        #expect(try TestDatabase.psql(f.url, "SELECT state || ' ' || coalesce(legacy_key, '-') FROM baton.transfers WHERE old_sub = '\(other.oldSub)'")
+                == "pending -")
+        #expect(try f.count("SELECT count(*) FROM baton.transfers") == 2)
+        await f.close()
+    }
+
+    @Test("a new email the column cannot hold is dropped on every sign-in, not only the first: current, never 500")
+    func emailTooLongForTheColumn() async throws {
+        let f = try await ServiceFixture(.live, people: 1, emailPolicy: .always, prepare: { url in
+            _ = try TestDatabase.psql(url, "UPDATE users SET email = 'a@b.c'; ALTER TABLE users ALTER COLUMN email TYPE varchar(20)")
+        })
+        let person = f.people[0]
+        #expect(person.email.count > 20)
+        let first = try await f.signIn(try f.token(person))
+        #expect(first.status == 200 && first.json["outcome"]?.stringValue == "migrated", "\(first.json)")
+        for _ in 0..<3 {
+            let next = try await f.signIn(try f.token(person))
+            #expect(next.status == 200 && next.json["outcome"]?.stringValue == "current", "\(next.json)")
+        }
+        #expect(try TestDatabase.psql(f.url, "SELECT email FROM users") == "a@b.c")
+        #expect(try f.count("SELECT count(*) FROM baton.events WHERE kind = 'email_conflict'") >= 2)
+        await f.close()
+    }
+
     @Test("link needs a live session whose nonce both tokens carry, a sending-team token, and a subject awaiting migration", arguments: Mode.allCases)
     func linkRefusals(mode: Mode) async throws {
         let f = try await ServiceFixture(mode, people: 2)

@@ -82,6 +82,28 @@ struct LegacyDuplicatesTests {
         }
     }
 
+    @Test("a record Baton migrated is never the fresh half of a pair: a refused link records nothing, and a pair recorded before cannot be merged")
+    func migratedIsNeverFresh() async throws {
+        try await DuplicateFixture.run("dup_migrated", policy: .merge) { f in
+            // The bystander migrates by signing in: record 3 now holds new.3, written by Baton.
+            let migrated = try await f.store.applyMigration(transferSub: "t.3", newSub: "new.3", newEmail: nil, isPrivateEmail: nil, method: .signin)
+            #expect(migrated == .migrated(LegacyUser(key: "3", subject: "new.3", email: "bystander@example.org")))
+            let before = try f.rows()
+            // A link of the legacy record 1 to new.3 (someone holding both tokens) conflicts: no pair, nothing merged.
+            #expect(try await f.store.recordDuplicate(newSub: "new.3", oldSub: "old.1", transferSub: nil, foundBy: .link) == nil)
+            #expect(try await f.store.recordDuplicate(newSub: "new.3", oldSub: nil, transferSub: "t.1", foundBy: .signin) == nil)
+            #expect(try f.count("SELECT count(*) FROM baton.duplicates") == 0)
+            // A pair an earlier version recorded is refused by the merge itself.
+            try await f.pool.execute("""
+                INSERT INTO baton.duplicates (fresh_key, legacy_key, new_sub, old_sub, found_by) VALUES ('3', '1', 'new.3', 'old.1', 'link')
+                """)
+            #expect(try await f.store.mergeDuplicate(DuplicatePair(freshKey: "3", legacyKey: "1")) == nil)
+            #expect(try await f.store.mergeDuplicates().isEmpty)
+            #expect(try f.rows() == before)
+            #expect(try await f.store.lookupBySubject("new.3")?.key == "3")
+        }
+    }
+
     @Test("merge: the legacy record takes the identifier and email, the fresh one's subject becomes NULL, nothing else changes")
     func merge() async throws {
         try await DuplicateFixture.run("dup_merge") { f in

@@ -85,8 +85,9 @@ extension LegacyStore {
     /// a second call for the same pair, from whichever path, writes nothing. The legacy record is the Apple row
     /// whose subject is `oldSub` when given, else the row `transferSub` leads to (as the migration statement
     /// finds it). One statement, index probes only; it writes only `baton.duplicates`.
-    /// - Returns: the pair, or nil when there is none (no row holds `newSub`, no legacy record is found, or they
-    ///   are the same row: already migrated or merged).
+    /// - Returns: the pair, or nil when there is none (no row holds `newSub`, no legacy record is found, they
+    ///   are the same row: already migrated or merged, or Baton itself migrated a record to `newSub`: that record
+    ///   is a user's own migrated account, never a fresh one to merge away).
     /// - Throws: ``PostgresError``.
     @discardableResult
     public func recordDuplicate(newSub: String, oldSub: String?, transferSub: String?, foundBy: MigrationMethod) async throws -> RecordedDuplicate? {
@@ -111,6 +112,7 @@ extension LegacyStore {
              LIMIT 1), pair AS (
                 SELECT fresh.k AS f, original.k AS o, original.s AS s, fresh.c AS c FROM fresh, original
                 WHERE fresh.k <> original.k AND original.s IS DISTINCT FROM \(newSub)::text
+                  AND NOT EXISTS (SELECT 1 FROM baton.transfers AS t WHERE t.new_sub = \(newSub)::text AND t.state = 'migrated')
             ), recorded AS (
                 INSERT INTO baton.duplicates (fresh_key, legacy_key, new_sub, old_sub, transfer_sub, found_by, fresh_created_at)
                 SELECT f, o, \(newSub), s, \(transferSub), \(foundBy.rawValue), c FROM pair
@@ -145,7 +147,8 @@ extension LegacyStore {
     /// With the `migrated` event, every old value is recorded, so the merge can be reversed by hand. No row is
     /// deleted.
     /// - Returns: the merge, or nil (nothing written) when the pair is unknown or merged already, or either record
-    ///   changed since it was found (the fresh record no longer holds the identifier, the legacy record is gone).
+    ///   changed since it was found (the fresh record no longer holds the identifier, the legacy record is gone), or
+    ///   the "fresh" record is one Baton migrated to the identifier (a pair recorded before that was checked).
     /// - Throws: ``PostgresError``; nothing is half-written.
     public func mergeDuplicate(_ pair: DuplicatePair) async throws -> MergedDuplicate? {
         do {
@@ -211,6 +214,7 @@ extension LegacyStore {
             WITH fresh AS (
                 SELECT u.\(l.keyColumn) AS k, \(unsafeRaw: l.emailSQL) AS e, \(unsafeRaw: reference) AS r FROM \(l.table) AS u\(unsafeRaw: l.emailJoinSQL)
                 WHERE u.\(l.subjectColumn) = \(newSub) AND u.\(l.keyColumn)::text = \(pair.freshKey)
+                  AND NOT EXISTS (SELECT 1 FROM baton.transfers AS t WHERE t.new_sub = \(newSub)::text AND t.state = 'migrated')
             """
         release = release + l.filterSQL() + """
              FOR UPDATE OF u), released AS (

@@ -303,6 +303,17 @@ extension LegacyStore {
             "method, legacy_key, old_sub, new_sub, old_email, new_email, transfer_sub",
             "\(method)::text, moved.k, old.s, \(newSub)::text, old.e, \(newEmail)::text, \(transferSub)::text"))
 
+        // Found by its sending-team identifier (a re-link, or an exchange), the record's own transfer row is the one
+        // holding that identifier; the token's transfer identifier may lead to another person's row (one person's old
+        // token linked to another Apple ID's current token), which stays theirs.
+        let ownRow: PostgresQuery, insertedTransferSub: PostgresQuery
+        if shape.bySubject {
+            ownRow = "t.old_sub = old.s OR (t.old_sub IS NULL AND t.transfer_sub = \(transferSub)::text AND (t.legacy_key IS NULL OR t.legacy_key = moved.k))"
+            insertedTransferSub = "CASE WHEN EXISTS (SELECT 1 FROM baton.transfers WHERE transfer_sub = \(transferSub)::text) THEN NULL ELSE \(transferSub)::text END"
+        } else {
+            ownRow = "t.old_sub = old.s OR t.transfer_sub = \(transferSub)::text"
+            insertedTransferSub = "\(transferSub)::text"
+        }
         let rest: PostgresQuery = """
             , updated AS (
                 UPDATE baton.transfers AS t SET
@@ -312,12 +323,16 @@ extension LegacyStore {
                     migrated_at = now(), updated_at = now(), last_error = NULL,
                     lease_owner = NULL, lease_expires_at = NULL, next_attempt_at = NULL
                 FROM moved, old
-                WHERE t.old_sub = old.s OR t.transfer_sub = \(transferSub)::text
+                WHERE
+            """ + " " + ownRow + """
+
                 RETURNING 1
             ), inserted AS (
                 INSERT INTO baton.transfers (old_sub, transfer_sub, legacy_key, new_sub, new_email, is_private_email,
                                              state, method, migrated_at, updated_at)
-                SELECT old.s, \(transferSub)::text, moved.k, \(newSub)::text, \(newEmail)::text, \(isPrivateEmail),
+                SELECT old.s,
+            """ + " " + insertedTransferSub + """
+            , moved.k, \(newSub)::text, \(newEmail)::text, \(isPrivateEmail),
                        'migrated', \(method)::text, now(), now()
                 FROM moved, old WHERE NOT EXISTS (SELECT 1 FROM updated) AND (old.s IS NOT NULL OR \(transferSub)::text IS NOT NULL)
                 RETURNING 1

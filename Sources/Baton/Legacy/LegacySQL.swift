@@ -52,11 +52,20 @@ extension BatonConfiguration.LegacyIdentifiers {
             let row = copyRowSQL(copy, user: user, oldEmail: oldEmail, newEmail: newEmail, write: write)
             let taken: PostgresQuery = "EXISTS (SELECT 1 FROM \(copy.table) AS o WHERE o.\(copy.column) = \(newEmail)::text)"
             let detail: PostgresQuery = "jsonb_build_object('copy', \(copy.table.description)::text)"
-            return sql + ", copy_\(unsafeRaw: String(index)) AS (UPDATE \(copy.table) AS c SET \(copy.column) = \(newEmail) FROM \(unsafeRaw: from) WHERE "
+            let value = Self.assignedSQL(newEmail, else: "c.\(copy.column.quoted)", write: write)
+            return sql + ", copy_\(unsafeRaw: String(index)) AS (UPDATE \(copy.table) AS c SET \(copy.column) = " + value + " FROM \(unsafeRaw: from) WHERE "
                 + row + " AND NOT " + taken + " RETURNING 1), copy_\(unsafeRaw: String(index))_clash AS (INSERT INTO baton.events (kind, \(unsafeRaw: event.columns), detail) SELECT 'email_conflict', "
                 + event.values + ", " + detail + " FROM \(unsafeRaw: from) WHERE " + taken
                 + " AND EXISTS (SELECT 1 FROM \(copy.table) AS c WHERE " + row + "))"
         }
+    }
+
+    /// `value` where `write` holds, else `current` (an SQL expression of Baton's own text) as it is. A statement that
+    /// must not write a value the table refuses (too long for the column, say) cannot just update no row: PostgreSQL
+    /// folds a bound value into the plan and coerces it to the column's type there, failing the statement before any
+    /// row is read. With `write` false this arm is dropped at that folding, and the value is never coerced.
+    static func assignedSQL<Value: PostgresEncodable>(_ value: Value, else current: String, write: Bool) -> PostgresQuery {
+        "CASE WHEN \(unsafeRaw: write ? "true" : "false") THEN \(value) ELSE \(unsafeRaw: current) END"
     }
 
     /// The stored email as text: `u."email"::text`, `m."email"::text`, or `NULL::text`.

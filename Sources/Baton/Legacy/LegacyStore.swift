@@ -238,7 +238,7 @@ public struct LegacyStore: BatonStore {
         query = query + l.filterSQL() + " FOR UPDATE OF u)"
         let wanted: PostgresQuery = " \(write) AND old.e IS DISTINCT FROM \(email)::text AND (\(unsafeRaw: l.policySQL(stored: "old.e")))"
         if let column = l.emailColumn {
-            var set: PostgresQuery = "\(column) = \(email)"
+            var set: PostgresQuery = "\(column) = " + BatonConfiguration.LegacyIdentifiers.assignedSQL(email, else: "u.\(column.quoted)", write: write)
             if let json = l.json, !json.emailKeys.isEmpty {
                 set = set + ", \(json.column) = " + l.jsonSQL(json, newSub: nil as String?, newEmail: email, write: true)
             }
@@ -246,7 +246,7 @@ public struct LegacyStore: BatonStore {
             query = query + ", changed AS (UPDATE \(l.table) AS u SET " + set + " FROM old WHERE u.\(l.keyColumn) = old.k" + l.filterSQL()
                 + " AND" + wanted + " RETURNING u.\(l.keyColumn)::text AS k, u.\(column)::text AS e)"
         } else if let mail = l.emailTable {
-            var set: PostgresQuery = "\(mail.column) = \(email)"
+            var set: PostgresQuery = "\(mail.column) = " + BatonConfiguration.LegacyIdentifiers.assignedSQL(email, else: "m.\(mail.column.quoted)", write: write)
             if let json = l.json, let column = json.emailTableColumn, !json.emailKeys.isEmpty {
                 set = set + ", \(column) = " + l.jsonSQL(json, in: "m.\(column.quoted)", held: ("NULL", "old.e"), newSub: nil as String?, newEmail: email, write: true)
             }
