@@ -84,6 +84,21 @@ struct LostAnswerTests {
         }
     }
 
+    @Test("a merge committed, its answer lost: performed again it answers the same merge, migrated with the fresh key, merged once")
+    func merge() async throws {
+        let f = try await ServiceFixture(.inProcess, people: 2, onDuplicate: .merge)
+        let person = f.people[0]
+        let freshKey = try TestDatabase.psql(f.url, "INSERT INTO public.users (apple_sub) VALUES ('\(try f.newSub(person))') RETURNING id")
+        let (store, engine) = try Self.losing(.merge, in: f)
+        let result = try await engine.signIn(idToken: try f.token(person))
+        #expect(store.lost.load(ordering: .relaxed) == 1)
+        #expect(result.outcome == .migrated && result.mergedFrom == freshKey, "\(result)")
+        let newSub = try f.newSub(person)
+        #expect(result.user?.key != freshKey && result.user?.subject == newSub)
+        #expect(try f.count("SELECT count(*) FROM baton.events WHERE kind = 'duplicate_merged'") == 1)
+        await f.close()
+    }
+
     /// An engine like the fixture's over a ``LosingStore`` that loses the first answer of `kind`.
     static func losing(_ kind: LosingStore.Kind, in f: ServiceFixture) throws -> (LosingStore, BatonEngine) {
         let store = LosingStore(base: try #require(f.engine.store as? LegacyStore), losing: kind)
@@ -93,10 +108,10 @@ struct LostAnswerTests {
     }
 }
 
-/// The fixture's ``LegacyStore``, except that the first nonce consumption, link session use or migration (on the
+/// The fixture's ``LegacyStore``, except that the first nonce consumption, link session use, migration or merge (on the
 /// pipeline or the async way) runs and commits, and then its answer is lost as with a connection that broke.
 final class LosingStore: PipelinedSignInStore {
-    enum Kind: Sendable { case nonce, linkSession, migration }
+    enum Kind: Sendable { case nonce, linkSession, migration, merge }
     let base: LegacyStore
     let kind: Kind
     /// How many answers were lost (at most one).
@@ -152,13 +167,13 @@ final class LosingStore: PipelinedSignInStore {
             try await base.applyMigration(transferSub: transferSub, newSub: newSub, newEmail: newEmail, isPrivateEmail: isPrivateEmail, method: method)
         }
     }
-    func isLinkable(legacySubject legacySub: String, currentSubject currentSub: String) async throws -> Bool {
-        try await base.isLinkable(legacySubject: legacySub, currentSubject: currentSub)
+    func linkableSubject(legacySubject legacySub: String, currentSubject currentSub: String) async throws -> String? {
+        try await base.linkableSubject(legacySubject: legacySub, currentSubject: currentSub)
     }
     func recordDuplicate(newSub: String, oldSub: String?, transferSub: String?, foundBy: MigrationMethod) async throws -> RecordedDuplicate? {
         try await base.recordDuplicate(newSub: newSub, oldSub: oldSub, transferSub: transferSub, foundBy: foundBy)
     }
-    func mergeDuplicate(_ pair: DuplicatePair) async throws -> MergedDuplicate? { try await base.mergeDuplicate(pair) }
+    func mergeDuplicate(_ pair: DuplicatePair) async throws -> MergedDuplicate? { try await losingFirst(.merge) { try await base.mergeDuplicate(pair) } }
     func updateEmail(of user: LegacyUser, to email: String) async throws -> LegacyUser? { try await base.updateEmail(of: user, to: email) }
     func recordUnmatched(transferSub: String, sub: String) async throws { try await base.recordUnmatched(transferSub: transferSub, sub: sub) }
     func restoreAuthorization(subject sub: String) async throws { try await base.restoreAuthorization(subject: sub) }

@@ -287,7 +287,7 @@ struct LegacyStoreTests {
             ("mig.old", "x.new", false), ("mig.new", "x.new", false), ("nobody", "x.new", false),
         ]
         for (legacy, current, expected) in cases {
-            #expect(try await f.store.isLinkable(legacySubject: legacy, currentSubject: current) == expected, "\(legacy) → \(current)")
+            #expect(try await f.store.linkableSubject(legacySubject: legacy, currentSubject: current) == (expected ? legacy : nil), "\(legacy) → \(current)")
         }
         await f.pool.close()
     }

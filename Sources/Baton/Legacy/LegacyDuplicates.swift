@@ -144,9 +144,11 @@ extension LegacyStore {
     /// 4. appends a `duplicate_merged` event (the fresh key, its subject before and after, whether both rows share
     ///    one account) and marks the pair merged.
     ///
-    /// With the `migrated` event, every old value is recorded, so the merge can be reversed by hand. No row is
-    /// deleted.
-    /// - Returns: the merge, or nil (nothing written) when the pair is unknown or merged already, or either record
+    /// The `duplicate_merged` event alone holds every old value (both keys, the legacy record's subject and email
+    /// before, the fresh record's subject, email and released subject), so the merge can be reversed by hand. No row
+    /// is deleted. A pair merged already answers that merge again, writing nothing (a merge performed once more
+    /// after its answer was lost still tells the fresh key).
+    /// - Returns: the merge, or nil (nothing written) when the pair is unknown, or either record
     ///   changed since it was found (the fresh record no longer holds the identifier, the legacy record is gone), or
     ///   the "fresh" record is one Baton migrated to the identifier (a pair recorded before that was checked).
     /// - Throws: ``PostgresError``; nothing is half-written.
@@ -201,12 +203,21 @@ extension LegacyStore {
     private func merge(_ pair: DuplicatePair, on connection: PostgresConnection) async throws -> MergedDuplicate {
         let l = legacy
         let recorded = try await connection.query("""
-            SELECT new_sub, old_sub, transfer_sub, found_by FROM baton.duplicates
-            WHERE fresh_key = \(pair.freshKey) AND legacy_key = \(pair.legacyKey) AND merged_at IS NULL FOR UPDATE
+            SELECT new_sub, old_sub, transfer_sub, found_by, merged_at IS NOT NULL FROM baton.duplicates
+            WHERE fresh_key = \(pair.freshKey) AND legacy_key = \(pair.legacyKey) FOR UPDATE
             """)
         guard let row = recorded.first, let method = MigrationMethod(rawValue: try row.decode(String.self, at: 3)) else { throw StaleDuplicate() }
         let newSub = try row.decode(String.self, at: 0)
         let oldSub = try row.decode(String?.self, at: 1), transferSub = try row.decode(String?.self, at: 2)
+        if try row.decode(Bool.self, at: 4) { return try await merged(pair, newSub: newSub, on: connection) }
+
+        // The legacy record as it is before the merge: its values go into the `duplicate_merged` event.
+        let before = try await connection.query("""
+            SELECT u.\(l.subjectColumn)::text, \(unsafeRaw: l.emailSQL) FROM \(l.table) AS u\(unsafeRaw: l.emailJoinSQL)
+            WHERE u.\(l.keyColumn)::text = \(pair.legacyKey)
+            """ + l.filterSQL() + " FOR UPDATE OF u")
+        guard let legacyRow = before.first else { throw StaleDuplicate() }
+        let legacySubject = try legacyRow.decode(String?.self, at: 0), legacyEmail = try legacyRow.decode(String?.self, at: 1)
 
         // The fresh record releases the identifier, so the migration statement below finds it free.
         let reference = l.emailTable.map { "u.\($0.referenceColumn.quoted)::text" } ?? "NULL::text"
@@ -251,15 +262,34 @@ extension LegacyStore {
             ), same AS (SELECT
             """ + sameAccount + """
              AS v), event AS (
-                INSERT INTO baton.events (kind, method, legacy_key, old_sub, new_sub, transfer_sub, detail)
-                SELECT 'duplicate_merged', \(method.rawValue)::text, \(pair.legacyKey)::text, \(oldSub)::text, \(newSub)::text, \(transferSub)::text,
-                       jsonb_build_object('fresh_key', \(pair.freshKey)::text, 'fresh_subject', \(newSub)::text,
+                INSERT INTO baton.events (kind, method, legacy_key, old_sub, new_sub, old_email, new_email, transfer_sub, detail)
+                SELECT 'duplicate_merged', \(method.rawValue)::text, \(pair.legacyKey)::text, \(legacySubject ?? oldSub)::text, \(newSub)::text,
+                       \(legacyEmail)::text, \(user.email)::text, \(transferSub)::text,
+                       jsonb_build_object('fresh_key', \(pair.freshKey)::text, 'fresh_subject', \(newSub)::text, 'fresh_email', \(email)::text,
                                           'released_subject', \(releasedSubject)::text, 'same_account', same.v)
                 FROM marked, same
             )
             SELECT v FROM same
             """)
         return MergedDuplicate(user: user, freshKey: pair.freshKey, releasedSubject: releasedSubject, sameAccount: try marked[0].decode(Bool.self, at: 0))
+    }
+
+    /// The merge of `pair` made earlier, as its `duplicate_merged` event recorded it, while the legacy record still
+    /// holds `newSub`: the same answer again for a merge performed once more after its answer was lost.
+    private func merged(_ pair: DuplicatePair, newSub: String, on connection: PostgresConnection) async throws -> MergedDuplicate {
+        let l = legacy
+        let rows = try await connection.query("""
+            SELECT u.\(l.keyColumn)::text, \(unsafeRaw: l.emailSQL), u.\(l.subjectColumn)::text, e.detail->>'released_subject',
+                   coalesce((e.detail->>'same_account')::boolean, false)
+            FROM \(l.table) AS u\(unsafeRaw: l.emailJoinSQL),
+                 LATERAL (SELECT detail FROM baton.events WHERE kind = 'duplicate_merged' AND legacy_key = \(pair.legacyKey)
+                          AND detail->>'fresh_key' = \(pair.freshKey) ORDER BY id DESC LIMIT 1) AS e
+            WHERE u.\(l.subjectColumn) = \(newSub) AND u.\(l.keyColumn)::text = \(pair.legacyKey)
+            """ + l.filterSQL())
+        guard let row = rows.first else { throw StaleDuplicate() }
+        return MergedDuplicate(user: LegacyUser(key: try row.decode(String.self, at: 0), subject: try row.decode(String.self, at: 2),
+                                                email: try row.decode(String?.self, at: 1)),
+                               freshKey: pair.freshKey, releasedSubject: try row.decode(String?.self, at: 3), sameAccount: try row.decode(Bool.self, at: 4))
     }
 }
 

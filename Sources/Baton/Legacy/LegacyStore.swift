@@ -179,23 +179,25 @@ public struct LegacyStore: BatonStore {
         return PostgresQuery(unsafeSQL: String(decoding: output, as: UTF8.self), first.bindings + second.bindings)
     }
 
-    /// Whether `legacySub` may be re-linked to `currentSub` (`POST /v1/link`): it is a `baton.transfers.old_sub`
-    /// not yet migrated (or migrated to `currentSub` already: a repeated link), or a legacy row's subject that
-    /// is neither in `baton.transfers` nor the new subject of any migration. A current-team identifier that a
-    /// migration wrote is never accepted as the sending team's. One statement, on indexed columns.
+    /// The sending-team identifier that may be re-linked to `currentSub` (`POST /v1/link`), as the database holds
+    /// it, when asked for `legacySub`; nil when it may not. It is a `baton.transfers.old_sub` not yet migrated (or
+    /// migrated to `currentSub` already: a repeated link), or a legacy row's subject that is neither in
+    /// `baton.transfers` nor the new subject of any migration. A current-team identifier that a migration wrote is
+    /// never accepted as the sending team's. One statement, on indexed columns.
     /// - Throws: ``PostgresError``.
-    public func isLinkable(legacySubject legacySub: String, currentSubject currentSub: String) async throws -> Bool {
+    public func linkableSubject(legacySubject legacySub: String, currentSubject currentSub: String) async throws -> String? {
         let l = legacy
         // The row must be one of the Apple rows (`legacy.where`): another provider's subject is never linkable.
-        let onRecord: PostgresQuery = "EXISTS (SELECT 1 FROM \(l.table) AS u WHERE u.\(l.subjectColumn) = \(legacySub)" + l.filterSQL() + ")"
+        let onRecord: PostgresQuery = "SELECT u.\(l.subjectColumn)::text FROM \(l.table) AS u WHERE u.\(l.subjectColumn) = \(legacySub)" + l.filterSQL()
         let rows = try await pool.query("""
-            SELECT EXISTS (SELECT 1 FROM baton.transfers WHERE old_sub = \(legacySub) AND (state <> 'migrated' OR new_sub = \(currentSub)))
-                OR (
+            (SELECT old_sub FROM baton.transfers WHERE old_sub = \(legacySub) AND (state <> 'migrated' OR new_sub = \(currentSub)))
+            UNION ALL (
             """ + onRecord + """
-                    AND NOT EXISTS (SELECT 1 FROM baton.transfers WHERE old_sub = \(legacySub))
-                    AND NOT EXISTS (SELECT 1 FROM baton.events WHERE kind = 'migrated' AND new_sub = \(legacySub)))
+                AND NOT EXISTS (SELECT 1 FROM baton.transfers WHERE old_sub = \(legacySub))
+                AND NOT EXISTS (SELECT 1 FROM baton.events WHERE kind = 'migrated' AND new_sub = \(legacySub)))
+            LIMIT 1
             """)
-        return try rows[0].decode(Bool.self, at: 0)
+        return try rows.first?.decode(String.self, at: 0)
     }
 
     // MARK: - Current users
@@ -210,8 +212,8 @@ public struct LegacyStore: BatonStore {
     /// for the stored email, and appends an `email_changed` event; the JSON copy's email keys and the email copies
     /// (`legacy.email_copies`: the user's row holding the old address) follow. When
     /// another row already holds `email` under a unique constraint, the email is left as it was and an
-    /// `email_conflict` event records both values. Returns the record as stored, or nil when it no longer
-    /// matches.
+    /// `email_conflict` event records both values. Returns the record as stored (its key and subject as the row
+    /// holds them, for the caller to check against `user`), or nil when it no longer matches.
     /// - Throws: ``PostgresError``.
     public func updateEmail(of user: LegacyUser, to email: String) async throws -> LegacyUser? {
         guard legacy.hasEmail, legacy.emailPolicy != .never else { return user }
@@ -223,7 +225,7 @@ public struct LegacyStore: BatonStore {
             rows = try await pool.query(updateEmailQuery(user, email, write: false))
         }
         guard let row = rows.first else { return nil }
-        return LegacyUser(key: try row.decode(String.self, at: 0), subject: user.subject, email: try row.decode(String?.self, at: 1))
+        return LegacyUser(key: try row.decode(String.self, at: 0), subject: try row.decode(String.self, at: 2), email: try row.decode(String?.self, at: 1))
     }
 
     private func updateEmailQuery(_ user: LegacyUser, _ email: String, write: Bool) -> PostgresQuery {
@@ -231,7 +233,7 @@ public struct LegacyStore: BatonStore {
         let reference = l.emailTable.map { ", u.\($0.referenceColumn.quoted) AS r" } ?? ""
         var query: PostgresQuery = """
             WITH old AS (
-                SELECT u.\(l.keyColumn) AS k, \(unsafeRaw: l.emailSQL) AS e\(unsafeRaw: reference)
+                SELECT u.\(l.keyColumn) AS k, \(unsafeRaw: l.emailSQL) AS e, u.\(l.subjectColumn)::text AS s\(unsafeRaw: reference)
                 FROM \(l.table) AS u\(unsafeRaw: l.emailJoinSQL)
                 WHERE u.\(l.subjectColumn) = \(user.subject) AND u.\(l.keyColumn)::text = \(user.key)
             """
@@ -270,7 +272,7 @@ public struct LegacyStore: BatonStore {
                 SELECT 'email_conflict', old.k::text, \(user.subject)::text, \(user.subject)::text, old.e, \(email)::text
                 FROM old WHERE NOT \(write)
             )
-            SELECT old.k::text, COALESCE(changed.e, old.e) FROM old LEFT JOIN changed ON true
+            SELECT old.k::text, COALESCE(changed.e, old.e), old.s FROM old LEFT JOIN changed ON true
             """
     }
 

@@ -224,7 +224,7 @@ public final class BatonEngine: Sendable {
     /// (``openLinkSession()``), which this call uses up whatever it comes to; both tokens must carry it (each
     /// checked by `nonce`'s flow); each token's nonce is then consumed for its own subject, so a legacy token is good
     /// for one link and never comes back; the legacy token's `sub` must be a sending-team identifier still waiting
-    /// (``BatonStore/isLinkable(legacySubject:currentSubject:)``).
+    /// (``BatonStore/linkableSubject(legacySubject:currentSubject:)``).
     ///
     /// - Parameters:
     ///   - legacyIDToken: a token of the sending team (verified against `legacy_client_ids`).

@@ -113,8 +113,8 @@ public enum SignInEvent: Sendable, Equatable {
     case duplicateMerged(MergedDuplicate?)
     /// True when the session was live and is now used up.
     case linkSessionConsumed(Bool)
-    /// Whether the legacy identifier may be re-linked.
-    case linkable(Bool)
+    /// The sending-team identifier the store found linkable, or nil when it may not be re-linked.
+    case linkable(String?)
 }
 
 /// The rules of a sign-in and of a re-link, as one value with no I/O: a driver asks for the first step, performs it
@@ -162,7 +162,7 @@ public struct SignInDecision: Sendable {
         case updatingEmail(SubjectMatch)
         case recordingUnmatched
         case recordingDuplicate(SubjectMatch?)
-        case merging
+        case merging(DuplicatePair)
         case releasing(then: BatonError)
         case done
     }
@@ -231,10 +231,11 @@ public struct SignInDecision: Sendable {
             guard fresh else { return refuse(BatonError(.nonceReused, "this nonce was already used")) }
             consumed.append(nonces[index])
             return nonceOrNext(index + 1)
-        case (.checkingLinkable, .linkable(let linkable)):
-            guard linkable else {
+        case (.checkingLinkable, .linkable(let found)):
+            guard let found else {
                 return refuse(BatonError(.notLinkable, "the legacy token's subject is not a sending-team identifier awaiting migration"))
             }
+            guard case .link(let legacySub, _, _) = purpose, found == legacySub else { return inconsistent() }
             return migrate()
         case (.lookingUp, .lookedUp(let match)):
             if let match {
@@ -255,18 +256,21 @@ public struct SignInDecision: Sendable {
         case (.restoring(let match), .authorizationRestored):
             return emailStep(match)
         case (.updatingEmail(let match), .emailUpdated(let user)):
+            if let user, !isAsked(user) || user.key != match.user.key { return inconsistent() }
             return finish(.current, user: user ?? match.user, transferSub: identity.transferSub)
         case (.recordingDuplicate(let match), .duplicateRecorded(let recorded)):
+            // The fresh half of the pair is the record the lookup found under the token's subject.
+            if let recorded, let match, recorded.pair.freshKey != match.user.key { return inconsistent() }
             guard let recorded, recorded.isUnmerged, duplicatePolicy == .merge else { return withoutMerge(match) }
-            phase = .merging
+            phase = .merging(recorded.pair)
             return .mergeDuplicate(recorded.pair)
-        case (.merging, .duplicateMerged(let merged)):
+        case (.merging(let pair), .duplicateMerged(let merged)):
             guard let merged else {
-                // Merged or changed meanwhile (a concurrent sign-in): the subject's record, as it is now.
+                // Changed meanwhile (a concurrent sign-in or merge): the subject's record, as it is now.
                 phase = .lookingUpAgain
                 return .lookup(subject: identity.sub, transferSub: nil)
             }
-            return isAsked(merged.user)
+            return isAsked(merged.user) && merged.user.key == pair.legacyKey && merged.freshKey == pair.freshKey
                 ? finish(.migrated, user: merged.user, transferSub: identity.transferSub, mergedFrom: merged.freshKey) : inconsistent()
         case (.recordingUnmatched, .unmatchedRecorded):
             return finish(.unmatched, user: nil, transferSub: identity.transferSub)

@@ -74,7 +74,7 @@ package struct SignInDriver: Sendable {
         case .consumeLinkSession(let nonce, let attempt):
             return .linkSessionConsumed(try await store.consumeLinkSession(nonceHash: LinkSession.hash(of: nonce), attempt: attempt, now: now()))
         case .checkLinkable(let legacySub, let currentSub):
-            return .linkable(try await store.isLinkable(legacySubject: legacySub, currentSubject: currentSub))
+            return .linkable(try await store.linkableSubject(legacySubject: legacySub, currentSubject: currentSub))
         case .finish, .fail:
             preconditionFailure("the end of a decision is not a step to perform")
         }

@@ -44,9 +44,10 @@ public protocol BatonStore: Sendable {
     func applyMigration(transferSub: String, newSub: String, newEmail: String?, isPrivateEmail: Bool?,
                         method: MigrationMethod) async throws -> MigrationOutcome
 
-    /// Whether `legacySub` may be re-linked to `currentSub`: a pending (not migrated) `baton.transfers.old_sub`,
-    /// a legacy row's subject that no migration ever produced, or already migrated to `currentSub` (a repeat).
-    func isLinkable(legacySubject legacySub: String, currentSubject currentSub: String) async throws -> Bool
+    /// The sending-team identifier the database found linkable to `currentSub` when asked for `legacySub` (the
+    /// caller checks it is `legacySub`), or nil: a pending (not migrated) `baton.transfers.old_sub`, a legacy row's
+    /// subject that no migration ever produced, or one already migrated to `currentSub` (a repeat).
+    func linkableSubject(legacySubject legacySub: String, currentSubject currentSub: String) async throws -> String?
 
     /// When a sign-in may replace a stored email; the decision asks before calling ``updateEmail(of:to:)``.
     var emailPolicy: EmailPolicy { get }
