@@ -197,8 +197,59 @@ public struct IdentityTokenVerifier: Sendable {
         return (jws, kid)
     }
 
+    /// Verifies `payload`, a JWS Apple signed that is not an identity token (a server-to-server notification), by
+    /// the same steps 1 to 5 and the same `iss` and `aud` checks; its `iat` must be present, not in the future beyond
+    /// the leeway, and at most `maxAge` seconds old. The caller reads the rest of the claims.
+    /// - Returns: the claims and `iat`, in seconds.
+    /// - Throws: ``VerificationError`` with the reason of the first failed check.
+    public func verifySignedMessage(_ payload: String, maxAge: TimeInterval) async throws -> (claims: JSONObject, issuedAt: Double) {
+        let (jws, kid) = try parse(payload)
+        let key = try await keys.key(withID: kid)
+        let (claims, fields) = try checkSignatureAndAudience(jws, key: key)
+        let current = now().timeIntervalSince1970
+        let iat = try numericDate(fields[.iat], "iat", required: true)!
+        guard iat <= current + leeway else { throw VerificationError(.notYetValid, "'iat' is in the future") }
+        guard current - iat <= maxAge else { throw VerificationError(.expired, "'iat' is older than \(Int(maxAge)) seconds") }
+        return (claims, iat)
+    }
+
     /// Steps 4 (key kind) to 6.
     private func check(_ jws: CompactJWS, kid: String, key: JWK, nonce: ExpectedNonce?) throws -> AppleIDToken {
+        let (claims, fields) = try checkSignatureAndAudience(jws, key: key)
+        let current = now().timeIntervalSince1970
+        let exp = try numericDate(fields[.exp], "exp", required: true)!
+        let iat = try numericDate(fields[.iat], "iat", required: true)!
+        guard current < exp + leeway else { throw VerificationError(.expired, "'exp' has passed") }
+        guard iat <= current + leeway else { throw VerificationError(.notYetValid, "'iat' is in the future") }
+        let nbf = try numericDate(fields[.nbf], "nbf", required: false)
+        if let nbf, nbf > current + leeway { throw VerificationError(.notYetValid, "'nbf' is in the future") }
+
+        guard let subValue = fields[.sub] else { throw VerificationError(.missingClaim, "no 'sub'") }
+        // Counting bytes first spares the grapheme walk for every ordinary (ASCII) subject.
+        guard case .string(let sub) = subValue, !sub.isEmpty, sub.utf8.count <= 255 || sub.count <= 255 else {
+            throw VerificationError(.invalidClaim, "'sub' must be a non-empty string of at most 255 characters")
+        }
+
+        if let nonce {
+            guard let claim = fields[.nonce] else { throw VerificationError(.missingClaim, "a nonce is expected but the token has none") }
+            guard case .string(let value) = claim else { throw VerificationError(.invalidClaim, "'nonce' must be a string") }
+            let expected: String
+            switch nonce {
+            case .native(let raw): expected = Digest.sha256Hex(Array(raw.utf8))
+            case .web(let raw):
+                guard !ExpectedNonce.looksHashed(raw) else {
+                    throw VerificationError(.nonceMismatch, "a web-flow nonce may not be a SHA-256 in hex, a native claim's form")
+                }
+                expected = raw
+            }
+            guard ConstantTime.equals(value, expected) else { throw VerificationError(.nonceMismatch, "'nonce' does not match") }
+        }
+
+        return try AppleIDToken(claims: claims, fields: fields, keyID: kid)
+    }
+
+    /// Step 4's key kind, step 5, and step 6's `iss` and `aud`: what every message Apple signs for this app must pass.
+    private func checkSignatureAndAudience(_ jws: CompactJWS, key: JWK) throws -> (JSONObject, ClaimFields) {
         guard key.allowedAlgorithm == "RS256", case .rsa(let rsa) = key.key else {
             throw VerificationError(.badSignature, "the key for this 'kid' is not published for RS256")
         }
@@ -232,37 +283,7 @@ public struct IdentityTokenVerifier: Sendable {
         default:
             throw VerificationError(.invalidClaim, "'aud' must be a string or an array of strings")
         }
-
-        let current = now().timeIntervalSince1970
-        let exp = try numericDate(fields[.exp], "exp", required: true)!
-        let iat = try numericDate(fields[.iat], "iat", required: true)!
-        guard current < exp + leeway else { throw VerificationError(.expired, "'exp' has passed") }
-        guard iat <= current + leeway else { throw VerificationError(.notYetValid, "'iat' is in the future") }
-        let nbf = try numericDate(fields[.nbf], "nbf", required: false)
-        if let nbf, nbf > current + leeway { throw VerificationError(.notYetValid, "'nbf' is in the future") }
-
-        guard let subValue = fields[.sub] else { throw VerificationError(.missingClaim, "no 'sub'") }
-        // Counting bytes first spares the grapheme walk for every ordinary (ASCII) subject.
-        guard case .string(let sub) = subValue, !sub.isEmpty, sub.utf8.count <= 255 || sub.count <= 255 else {
-            throw VerificationError(.invalidClaim, "'sub' must be a non-empty string of at most 255 characters")
-        }
-
-        if let nonce {
-            guard let claim = fields[.nonce] else { throw VerificationError(.missingClaim, "a nonce is expected but the token has none") }
-            guard case .string(let value) = claim else { throw VerificationError(.invalidClaim, "'nonce' must be a string") }
-            let expected: String
-            switch nonce {
-            case .native(let raw): expected = Digest.sha256Hex(Array(raw.utf8))
-            case .web(let raw):
-                guard !ExpectedNonce.looksHashed(raw) else {
-                    throw VerificationError(.nonceMismatch, "a web-flow nonce may not be a SHA-256 in hex, a native claim's form")
-                }
-                expected = raw
-            }
-            guard ConstantTime.equals(value, expected) else { throw VerificationError(.nonceMismatch, "'nonce' does not match") }
-        }
-
-        return try AppleIDToken(claims: claims, fields: fields, keyID: kid)
+        return (claims, fields)
     }
 
     /// A NumericDate claim in seconds; `nil` when absent and not required.

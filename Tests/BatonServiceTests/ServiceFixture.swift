@@ -181,10 +181,10 @@ final class ServiceFixture: @unchecked Sendable {
 
     /// A server-to-server notification signed with the local key.
     func notification(type: String, sub: String, eventsAsString: Bool = true, audience: String = ServiceFixture.clientID,
-                      at instant: Date = Date()) throws -> String {
+                      audienceClaim: JSONValue? = nil, at instant: Date = Date()) throws -> String {
         let events: JSONObject = ["type": .string(type), "sub": .string(sub), "event_time": .number((instant.timeIntervalSince1970 * 1000).rounded(.down))]
         let claims: JSONObject = [
-            "iss": "https://appleid.apple.com", "aud": .string(audience), "iat": .number(instant.timeIntervalSince1970.rounded(.down)),
+            "iss": "https://appleid.apple.com", "aud": audienceClaim ?? .string(audience), "iat": .number(instant.timeIntervalSince1970.rounded(.down)),
             "jti": .string(UUID().uuidString),
             "events": eventsAsString ? .string(JSON.serialize(.object(events))) : .object(events),
         ]

@@ -514,6 +514,10 @@ struct SignInServiceTests {
             let wrongAudience = try await f.postJSON("/v1/notifications", ["payload": .string(try f.notification(type: "consent-revoked", sub: sub, audience: "com.other"))])
             #expect(wrongAudience.status == 400)
             #expect(wrongAudience.reason == "wrong_audience")
+            // The token verifier's audience rule: an array holding anything but strings is refused, whatever else it names.
+            let mixed = try f.notification(type: "consent-revoked", sub: sub, audienceClaim: .array([.number(1), .string(ServiceFixture.clientID)]))
+            let mixedReply = try await f.postJSON("/v1/notifications", ["payload": .string(mixed)])
+            #expect(mixedReply.status == 400 && mixedReply.reason == "invalid_claim", "\(mixedReply.json)")
             var tampered = try f.notification(type: "consent-revoked", sub: sub)
             tampered.removeLast(4)
             tampered += "AAAA"

@@ -91,10 +91,10 @@ extension LegacyStore: ExchangeApplier {
             return .unresolvable("no legacy record carries the old identifier")
         case .conflict:
             // Most likely a sign-in that bypassed Baton made a second record (baton.duplicates; `baton merge`).
-            guard let duplicate = try await recordDuplicate(newSub: user.sub, oldSub: oldSub, transferSub: transferSub, foundBy: .exchange) else {
+            guard let recorded = try await recordDuplicate(newSub: user.sub, oldSub: oldSub, transferSub: transferSub, foundBy: .exchange) else {
                 return .unresolvable("the new identifier already belongs to another legacy record")
             }
-            if legacy.duplicatePolicy == .merge, try await mergeDuplicate(duplicate.pair) != nil { return .done }
+            if let pair = duplicatePolicy.pairToMerge(recorded), try await mergeDuplicate(pair) != nil { return .done }
             return .unresolvable("the new identifier already belongs to another legacy record: a duplicate, for baton merge")
         }
     }

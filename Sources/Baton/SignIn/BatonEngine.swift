@@ -266,49 +266,20 @@ public final class BatonEngine: Sendable {
     /// whose `aud` is a configured client ID and whose `events` claim (a JSON string, or an object) holds
     /// `type`, `sub` and `event_time` (milliseconds; `iat` when absent).
     ///
-    /// Order: the compact form and header, then the signature, and only then the claims are parsed; `iat` must
-    /// be within ``notificationMaxAge`` (and not in the future beyond the verifier's leeway). Each subject keeps
+    /// The token verifier's own checks run first, in its order (``IdentityTokenVerifier/verifySignedMessage(_:maxAge:)``:
+    /// the compact form and header, the key by `kid`, the signature, and only then the claims: `iss`, `aud` as for an
+    /// identity token, `iat` within ``notificationMaxAge`` and not in the future beyond the leeway). Each subject keeps
     /// the `event_time` of the latest event applied, and an older one (late or replayed) changes nothing.
     /// Duplicates are harmless; unknown types are accepted and ignored.
     /// - Throws: ``BatonError`` `invalid_notification` (with why), `keys_unavailable`, `database_unavailable`.
     public func handleNotification(payload: String) async throws -> NotificationResult {
-        let jws: CompactJWS
+        let claims: JSONObject, iat: Double
         do {
-            jws = try CompactJWS.parse(payload)
-        } catch {
-            throw BatonError(.invalidNotification, "malformed")
-        }
-        guard jws.header.alg == "RS256", let kid = jws.header.kid else {
-            throw BatonError(.invalidNotification, VerificationError.Code.algorithmNotAllowed.rawValue)
-        }
-        let key: JWK
-        do {
-            key = try await keys.key(withID: kid)
+            (claims, iat) = try await verifier.verifySignedMessage(payload, maxAge: notificationMaxAge)
         } catch let error as VerificationError {
             throw error.code == .keysUnavailable ? BatonError.rejected(error) : BatonError(.invalidNotification, error.code.rawValue)
         }
-        guard key.allowedAlgorithm == "RS256", key.verifies(jws) else {
-            throw BatonError(.invalidNotification, VerificationError.Code.badSignature.rawValue)
-        }
-        let claims: JSONObject
-        do {
-            claims = try jws.claims()
-        } catch {
-            throw BatonError(.invalidNotification, "malformed")
-        }
-        guard claims["iss"]?.stringValue == verifier.issuer else {
-            throw BatonError(.invalidNotification, VerificationError.Code.wrongIssuer.rawValue)
-        }
-        let audiences = claims["aud"]?.stringValue.map { [$0] } ?? claims["aud"]?.arrayValue?.compactMap(\.stringValue) ?? []
-        guard audiences.contains(where: verifier.clientIDs.contains) else {
-            throw BatonError(.invalidNotification, VerificationError.Code.wrongAudience.rawValue)
-        }
-        guard case .number(let iat)? = claims["iat"], iat.isFinite else {
-            throw BatonError(.invalidNotification, VerificationError.Code.missingClaim.rawValue)
-        }
         let current = now().timeIntervalSince1970
-        guard iat <= current + verifier.leeway else { throw BatonError(.invalidNotification, VerificationError.Code.notYetValid.rawValue) }
-        guard current - iat <= notificationMaxAge else { throw BatonError(.invalidNotification, VerificationError.Code.expired.rawValue) }
         let events: JSONObject
         if let text = claims["events"]?.stringValue, let parsed = try? JSON.parseObject(Array(text.utf8)) {
             events = parsed

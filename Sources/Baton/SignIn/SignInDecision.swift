@@ -261,9 +261,9 @@ public struct SignInDecision: Sendable {
         case (.recordingDuplicate(let match), .duplicateRecorded(let recorded)):
             // The fresh half of the pair is the record the lookup found under the token's subject.
             if let recorded, let match, recorded.pair.freshKey != match.user.key { return inconsistent() }
-            guard let recorded, recorded.isUnmerged, duplicatePolicy == .merge else { return withoutMerge(match) }
-            phase = .merging(recorded.pair)
-            return .mergeDuplicate(recorded.pair)
+            guard let pair = duplicatePolicy.pairToMerge(recorded) else { return withoutMerge(match) }
+            phase = .merging(pair)
+            return .mergeDuplicate(pair)
         case (.merging(let pair), .duplicateMerged(let merged)):
             guard let merged else {
                 // Changed meanwhile (a concurrent sign-in or merge): the subject's record, as it is now.
@@ -392,5 +392,14 @@ public struct SignInDecision: Sendable {
     private mutating func finish(failing error: BatonError) -> SignInStep {
         phase = .done
         return .fail(error)
+    }
+}
+
+extension DuplicatePolicy {
+    /// The duplicate rule every path follows (a sign-in, a re-link, the exchange): a pair the path recorded, or found
+    /// recorded and still waiting, is merged at once under `merge`; otherwise it is left for `baton merge` (nil).
+    public func pairToMerge(_ recorded: RecordedDuplicate?) -> DuplicatePair? {
+        guard let recorded, recorded.isUnmerged, self == .merge else { return nil }
+        return recorded.pair
     }
 }
