@@ -236,6 +236,21 @@ class TransferScenario:
                 assert logged_in_user(client) is None
         assert User.objects.count() == users
 
+    @pytest.mark.parametrize("answer", [harness.TRUNCATED_BODY, harness.GARBAGE_STATUS_LINE],
+                             ids=["truncated_body", "garbage_status_line"])
+    def test_a_broken_answer_fails_closed(self, world, answer):
+        """An answer HTTP cannot read (http.client's IncompleteRead, BadStatusLine) is Baton unavailable: 503, no
+        account, as for an unreachable Baton."""
+        emulator = world["emulator"]
+        User = get_user_model()
+        before = (User.objects.count(), self.identities())
+        with harness.Peer(answer) as url, override_settings(BATON_URL=url):
+            client = Client()
+            status, message = self.refused_login(client, emulator, emulator.users(1)[0]["id"])
+        assert status == 503 and "try again" in message
+        assert logged_in_user(client) is None
+        assert (User.objects.count(), self.identities()) == before
+
     def test_a_native_sign_in_sends_the_nonce_and_a_replay_is_refused(self, world):
         emulator = world["emulator"]
         newcomer = emulator.users(1)[0]
