@@ -191,10 +191,10 @@ class Transfer:
         path.write_text(json.dumps(tree))
         return str(path)
 
-    def run(self, *args: str) -> subprocess.CompletedProcess:
-        """Runs `baton ARGS… --config FILE`; fails with its output unless it exits 0."""
+    def run(self, *args: str, status: int = 0) -> subprocess.CompletedProcess:
+        """Runs `baton ARGS… --config FILE`; fails with its output unless it exits `status`."""
         result = subprocess.run([baton_binary(), *args, "--config", self.configuration()], capture_output=True, text=True, timeout=300)
-        if result.returncode != 0:
+        if result.returncode != status:
             raise AssertionError(f"baton {' '.join(args)} exited {result.returncode}: {result.stdout}{result.stderr}")
         return result
 

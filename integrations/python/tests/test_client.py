@@ -26,6 +26,12 @@ def test_a_whole_answer_is_read():
     assert (signed_in.outcome, signed_in.sub, signed_in.user.key, signed_in.transfer_sub) == (MIGRATED, "001.b.2", "7", "t.1")
 
 
+def test_a_merge_names_the_record_it_merged_from():
+    merged = MIGRATED_ANSWER[:-1] + b', "merged_from": "12"}'
+    assert sign_in(answer("200 OK", merged)).merged_from == "12"
+    assert sign_in(answer("200 OK", MIGRATED_ANSWER)).merged_from is None
+
+
 def test_a_whole_refusal_is_read():
     with pytest.raises(BatonRefused) as refused:
         sign_in(answer("401 Unauthorized", b'{"error": "invalid_token", "reason": "expired"}'))
@@ -46,6 +52,8 @@ BROKEN = {
     "not_utf8": answer("200 OK", b'{"outcome": "\xff"}'),
     "nested_past_the_recursion_limit": answer("200 OK", b"[" * 100000),
     "not_an_answer": answer("200 OK", b'{"outcome": "current"}'),
+    "merged_from_not_text": answer("200 OK", MIGRATED_ANSWER[:-1] + b', "merged_from": 12}'),
+    "merged_from_on_new": answer("200 OK", b'{"outcome": "new", "sub": "001.b.2", "merged_from": "12"}'),
 }
 
 

@@ -26,13 +26,15 @@ class BatonUser:
 
 @dataclass(frozen=True)
 class SignIn:
-    """Baton's answer: the outcome, the token's `sub`, the record (None for `new` and `unmatched`), and the
-    token's `transfer_sub` during the 60 days after a transfer."""
+    """Baton's answer: the outcome, the token's `sub`, the record (None for `new` and `unmatched`), the token's
+    `transfer_sub` during the 60 days after a transfer, and `merged_from`: on a `migrated` that merged a second
+    account (`legacy.on_duplicate` `merge`), the key of the record that held `sub` until this sign-in."""
 
     outcome: str
     sub: str
     user: BatonUser | None
     transfer_sub: str | None
+    merged_from: str | None = None
 
 
 class BatonUnavailable(Exception):
@@ -124,4 +126,8 @@ def _answer(raw: bytes) -> SignIn:
         record = BatonUser(key=user["key"], sub=user["sub"], email=user.get("email"))
     if (record is None) != (answer["outcome"] in (NEW, UNMATCHED)):
         raise BatonUnavailable("baton's answer does not match its outcome")
-    return SignIn(outcome=answer["outcome"], sub=answer["sub"], user=record, transfer_sub=answer.get("transfer_sub"))
+    merged_from = answer.get("merged_from")
+    if merged_from is not None and (not isinstance(merged_from, str) or answer["outcome"] != MIGRATED):
+        raise BatonUnavailable("baton's answer does not match its outcome")
+    return SignIn(outcome=answer["outcome"], sub=answer["sub"], user=record, transfer_sub=answer.get("transfer_sub"),
+                  merged_from=merged_from)
