@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The framework integration tests (integrations/python/tests): each framework's real login code, on its own
-# database of the throwaway PostgreSQL, against the built `baton` (its emulator, serve, transfer-ids, exchange).
+# database of the throwaway PostgreSQL, against the built `baton` (its emulator, serve, transfer-ids, exchange);
+# first the client's own tests (test_client.py: broken answers from a peer on loopback, no Django).
 #
 #   scripts/pg.sh run scripts/python-test.sh BATON_BINARY [PYTEST_ARGS…]
 #
@@ -22,7 +23,7 @@ shift
 python=$("$root/scripts/python-env.sh")
 cd "$root/integrations/python/tests"
 status=0
-for framework in allauth social; do
+for framework in client allauth social; do
     echo "== $framework" >&2
     BATON_TEST_FRAMEWORK=$framework "$python" -m pytest -p no:cacheprovider -q "test_$framework.py" "$@" || status=1
 done

@@ -1,5 +1,6 @@
 """Sets the Django project up before the tests are collected: a database of its own on the throwaway
-PostgreSQL, created by the frameworks' real migrations, then Baton's tables (`baton db migrate`)."""
+PostgreSQL, created by the frameworks' real migrations, then Baton's tables (`baton db migrate`). The client's
+own tests (BATON_TEST_FRAMEWORK=client, test_client.py) need neither."""
 
 import json
 import os
@@ -16,6 +17,8 @@ import harness  # noqa: E402
 
 def pytest_configure(config):
     framework = harness.required_env("BATON_TEST_FRAMEWORK")
+    if framework == "client":
+        return
     name = f"baton_python_{framework}"
     with psycopg.connect(harness.required_env("BATON_TEST_DATABASE_URL"), autocommit=True) as connection:
         connection.execute(f'DROP DATABASE IF EXISTS "{name}"')

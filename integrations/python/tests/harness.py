@@ -10,8 +10,10 @@ import os
 import re
 import shutil
 import socket
+import socketserver
 import subprocess
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.parse
@@ -70,6 +72,43 @@ def claims(id_token: str) -> dict:
     """The payload of a JWS, unverified (the tests read what the emulator signed)."""
     payload = id_token.split(".")[1]
     return json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+
+
+# Answers no HTTP server should give, for Peer: a body cut short of its Content-Length, and a status line that is
+# not HTTP's.
+TRUNCATED_BODY = (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 200\r\nConnection: close\r\n\r\n"
+                  b'{"outcome": "current", "sub": "')
+GARBAGE_STATUS_LINE = b"garbage\r\n\r\n"
+
+
+class Peer:
+    """A server on a free loopback port that reads each HTTP request whole (head, then the body its Content-Length
+    announces) and answers it with the bytes `answer`, then closes the connection: a peer misbehaving where `baton
+    serve` should be, as a broken proxy or a half-dead process would. A context manager yielding its URL."""
+
+    def __init__(self, answer: bytes) -> None:
+        class Handler(socketserver.StreamRequestHandler):
+            def handle(self) -> None:
+                length = 0
+                while (line := self.rfile.readline(65537)) not in (b"\r\n", b"\n", b""):
+                    name, _, value = line.partition(b":")
+                    if name.strip().lower() == b"content-length":
+                        length = int(value)
+                self.rfile.read(length)  # read all of it, so that closing sends FIN, not RST
+                self.wfile.write(answer)
+
+        self.server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.thread = threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True)
+
+    def __enter__(self) -> str:
+        self.thread.start()
+        return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def __exit__(self, *exc) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join()
 
 
 class Emulator:
@@ -152,10 +191,10 @@ class Transfer:
         path.write_text(json.dumps(tree))
         return str(path)
 
-    def run(self, *args: str) -> subprocess.CompletedProcess:
-        """Runs `baton ARGS… --config FILE`; fails with its output unless it exits 0."""
+    def run(self, *args: str, status: int = 0) -> subprocess.CompletedProcess:
+        """Runs `baton ARGS… --config FILE`; fails with its output unless it exits `status`."""
         result = subprocess.run([baton_binary(), *args, "--config", self.configuration()], capture_output=True, text=True, timeout=300)
-        if result.returncode != 0:
+        if result.returncode != status:
             raise AssertionError(f"baton {' '.join(args)} exited {result.returncode}: {result.stdout}{result.stderr}")
         return result
 

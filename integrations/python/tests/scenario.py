@@ -1,8 +1,10 @@
 """The transfer every framework test runs through its own login code: people sign up before the transfer
 (through the framework, with Baton's hook in place: `new`), users of another provider share their
 identifiers, `baton transfer-ids` runs for the sending team, the transfer is accepted and the application
-switches to the receiving team's credentials. Then: signing in after it (`migrated`, then `current`), the
-bulk exchange for those who do not, `unmatched`, `new`, and an unreachable Baton."""
+switches to the receiving team's credentials, and a few people (the twins) log in once through a path without
+Baton, which gives them a second account. Then: signing in after it (`migrated`, then `current`), the bulk
+exchange for those who do not, a twin's second account merged at sign-in, `unmatched`, `new`, and an unreachable
+or broken Baton."""
 
 from __future__ import annotations
 
@@ -83,6 +85,11 @@ class TransferScenario:
         """The framework's web login of `person` (the emulator playing Apple's sign-in page): the final response."""
         raise NotImplementedError
 
+    def without_baton(self):
+        """Settings (a context manager) under which the framework's login skips Baton's hook, as a login path that
+        bypassed Baton during the cutover did."""
+        raise NotImplementedError
+
     def refused_login(self, client, emulator, person):
         """A web login Baton stops: (HTTP status, message to the user)."""
         raise NotImplementedError
@@ -127,25 +134,33 @@ class TransferScenario:
             people = emulator.users(8)
             stranger = people.pop()  # signed in with the sending team's app, but has no account here
             people += emulator.users(1, private_email=False)  # shares their real email with Apple
+            twins = emulator.users(2)  # get a second account after the transfer
             original = {}
             with transfer.serving() as url, override_settings(BATON_URL=url):
-                for person in people:
+                for person in people + twins:
                     client = Client()
                     assert self.log_in(client, emulator, person["id"]).status_code == 302
                     original[person["id"]] = logged_in_user(client)
-            assert None not in original.values() and len(set(original.values())) == len(people)
+            assert None not in original.values() and len(set(original.values())) == len(people + twins)
             for i, person in enumerate(people[:2]):
                 self.add_other_provider(i, person["user_identifier"])
             User = get_user_model()
             signed_up = (User.objects.count(), self.identities())
-            assert signed_up == (len(people) + 2, len(people) + 2)
+            assert signed_up == (len(people + twins) + 2, len(people + twins) + 2)
 
             transfer.initiate()
             transfer.run("transfer-ids", "--yes", "--rate", "100")
             transfer.accept()
             self.use_team(transfer.recipient)
+            second = {}
+            with self.without_baton():
+                for twin in twins:
+                    client = Client()
+                    assert self.log_in(client, emulator, twin["id"]).status_code == 302
+                    second[twin["id"]] = logged_in_user(client)
+                    assert second[twin["id"]] not in (None, original[twin["id"]])
             yield {"emulator": emulator, "transfer": transfer, "people": people, "original": original,
-                   "stranger": stranger, "others": self.others_digest(self.others_sql)}
+                   "twins": twins, "second": second, "stranger": stranger, "others": self.others_digest(self.others_sql)}
         finally:
             emulator.stop()
             if transfer is not None:
@@ -189,7 +204,11 @@ class TransferScenario:
 
     def test_users_who_do_not_sign_in_are_exchanged(self, world):
         emulator, people, original = world["emulator"], world["people"], world["original"]
-        world["transfer"].run("exchange", "--rate", "50")
+        # The twins' legacy records wait for identifiers their second accounts hold: the exchange records each pair
+        # and leaves it (`legacy.on_duplicate` `report`), so it ends with them unresolvable (exit 1).
+        exchange = world["transfer"].run("exchange", "--rate", "50", status=1)
+        assert f"unresolvable {len(world['twins'])}," in exchange.stdout + exchange.stderr
+        assert "a duplicate, for baton merge" in exchange.stdout + exchange.stderr
         for person in people[4:]:
             assert self.lookup(self.new_sub(emulator, person)) == original[person["id"]]
             assert self.lookup(person["user_identifier"]) is None
@@ -202,6 +221,32 @@ class TransferScenario:
                 assert logged_in_user(client) == original[person["id"]]
         assert User.objects.count() == users
         assert self.others_digest(self.others_sql) == world["others"]
+
+    def merge_at_sign_in(self, world, twin):
+        """`twin` signs in twice through Baton under `legacy.on_duplicate` `merge`: Baton moves the Apple identity
+        from their second account onto their original record (`migrated` with `merged_from`), then `current`; both
+        logins open the original account. Nothing is created or deleted: the second account stays, without it."""
+        emulator = world["emulator"]
+        original, second = world["original"][twin["id"]], world["second"][twin["id"]]
+        new_sub = self.new_sub(emulator, twin)
+        assert self.lookup(new_sub) == second
+        User = get_user_model()
+        before = (User.objects.count(), self.identities())
+        with world["transfer"].serving(on_duplicate="merge") as url, override_settings(BATON_URL=url):
+            for _ in range(2):
+                client = Client()
+                response = self.log_in(client, emulator, twin["id"])
+                assert response.status_code == 302, response.content
+                assert logged_in_user(client) == original
+        assert (User.objects.count(), self.identities()) == before
+        assert self.lookup(new_sub) == original
+        assert self.lookup(twin["user_identifier"]) is None
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT count(*) FROM baton.duplicates WHERE new_sub = %s AND merged_at IS NOT NULL", [new_sub])
+            assert cursor.fetchone()[0] == 1
+
+    def test_a_second_account_made_without_baton_is_merged_at_sign_in(self, world):
+        self.merge_at_sign_in(world, world["twins"][0])
 
     def test_unmatched_creates_no_account(self, world):
         User = get_user_model()
@@ -235,6 +280,21 @@ class TransferScenario:
                 assert status == 503 and "try again" in message
                 assert logged_in_user(client) is None
         assert User.objects.count() == users
+
+    @pytest.mark.parametrize("answer", [harness.TRUNCATED_BODY, harness.GARBAGE_STATUS_LINE],
+                             ids=["truncated_body", "garbage_status_line"])
+    def test_a_broken_answer_fails_closed(self, world, answer):
+        """An answer HTTP cannot read (http.client's IncompleteRead, BadStatusLine) is Baton unavailable: 503, no
+        account, as for an unreachable Baton."""
+        emulator = world["emulator"]
+        User = get_user_model()
+        before = (User.objects.count(), self.identities())
+        with harness.Peer(answer) as url, override_settings(BATON_URL=url):
+            client = Client()
+            status, message = self.refused_login(client, emulator, emulator.users(1)[0]["id"])
+        assert status == 503 and "try again" in message
+        assert logged_in_user(client) is None
+        assert (User.objects.count(), self.identities()) == before
 
     def test_a_native_sign_in_sends_the_nonce_and_a_replay_is_refused(self, world):
         emulator = world["emulator"]

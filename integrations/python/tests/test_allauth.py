@@ -6,7 +6,7 @@ import json
 
 from allauth.account.models import EmailAddress
 from allauth.core import context
-from allauth.socialaccount.models import SocialAccount, SocialApp, SocialLogin
+from allauth.socialaccount.models import SocialAccount, SocialApp, SocialLogin, SocialToken
 from allauth.socialaccount.providers.apple.views import AppleOAuth2Adapter
 from django.contrib.auth import get_user_model
 from django.test import Client, RequestFactory, override_settings
@@ -35,6 +35,9 @@ class TestAllauth(TransferScenario):
         posted = client.post("/accounts/apple/login/callback/", {"code": apple["code"], "state": state, "id_token": apple["id_token"]})
         assert posted.status_code == 302, posted.content
         return client.get(posted["Location"])
+
+    def without_baton(self):
+        return override_settings(SOCIALACCOUNT_ADAPTER="allauth.socialaccount.adapter.DefaultSocialAccountAdapter")
 
     def refused_login(self, client, emulator, person):
         response = self.log_in(client, emulator, person)
@@ -73,3 +76,10 @@ class TestAllauth(TransferScenario):
         assert logged_in_user(client) == world["original"][person["id"]]
         assert self.lookup(self.new_sub(emulator, person)) == world["original"][person["id"]]
         assert self.identities() == identities
+
+    def test_a_merge_at_sign_in_with_stored_tokens(self, world):
+        """With SOCIALACCOUNT_STORE_TOKENS, allauth's first lookup stored Apple's token for the second account; the
+        login Baton merges still opens the original account, which gets the token."""
+        with override_settings(SOCIALACCOUNT_STORE_TOKENS=True):
+            self.merge_at_sign_in(world, world["twins"][1])
+        assert SocialToken.objects.filter(account__user_id=world["original"][world["twins"][1]["id"]]).exists()

@@ -5,6 +5,7 @@ native client's identity token through `backend.do_auth`."""
 import pytest
 from django.conf import settings
 from django.contrib.auth import get_user_model
+from django.test import override_settings
 from social_core.backends.apple import AppleIdAuth
 from social_django.models import UserSocialAuth
 
@@ -29,6 +30,9 @@ class TestSocial(TransferScenario):
     def log_in(self, client, emulator, person):
         state, apple = at_apple(client.post("/login/apple-id/"), emulator, person)
         return client.post("/complete/apple-id/", {"code": apple["code"], "state": state})
+
+    def without_baton(self):
+        return override_settings(SOCIAL_AUTH_PIPELINE=tuple(step for step in settings.SOCIAL_AUTH_PIPELINE if step != "baton_login.social.sign_in"))
 
     def refused_login(self, client, emulator, person):
         with pytest.raises(BatonLoginRefused) as refused:

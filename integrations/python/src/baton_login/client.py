@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import http.client
 import json
 import urllib.error
 import urllib.request
@@ -25,17 +26,20 @@ class BatonUser:
 
 @dataclass(frozen=True)
 class SignIn:
-    """Baton's answer: the outcome, the token's `sub`, the record (None for `new` and `unmatched`), and the
-    token's `transfer_sub` during the 60 days after a transfer."""
+    """Baton's answer: the outcome, the token's `sub`, the record (None for `new` and `unmatched`), the token's
+    `transfer_sub` during the 60 days after a transfer, and `merged_from`: on a `migrated` that merged a second
+    account (`legacy.on_duplicate` `merge`), the key of the record that held `sub` until this sign-in."""
 
     outcome: str
     sub: str
     user: BatonUser | None
     transfer_sub: str | None
+    merged_from: str | None = None
 
 
 class BatonUnavailable(Exception):
-    """Baton gave no usable answer (unreachable, timed out, a 5xx, or a body that is not its answer)."""
+    """Baton gave no usable answer (unreachable, timed out, a 5xx, an answer HTTP cannot read, such as a body cut
+    short or a garbage status line, or a body that is not its answer)."""
 
 
 class BatonRefused(Exception):
@@ -64,7 +68,8 @@ class BatonClient:
         `transfer_sub` leads to one). `nonce` is the raw nonce the client made; `nonce_flow` is `native`
         (Apple saw its SHA-256, the default) or `web` (Apple saw the nonce itself).
 
-        Raises BatonRefused for a 4xx, BatonUnavailable when there is no usable answer.
+        Raises BatonRefused for a 4xx (also when its body cannot be read), BatonUnavailable when there is no
+        usable answer; nothing else from the HTTP layer or the JSON decoder.
         """
         body: dict[str, str] = {"id_token": id_token}
         if nonce is not None:
@@ -80,18 +85,33 @@ class BatonClient:
                 raw = response.read()
         except urllib.error.HTTPError as error:
             if 400 <= error.code < 500:
-                problem = _json_object(error.read()) or {}
+                problem = _json_object(_body(error)) or {}
                 raise BatonRefused(error.code, str(problem.get("error", "refused")), str(problem.get("reason", ""))) from None
             raise BatonUnavailable(f"baton answered {error.code}") from None
-        except (OSError, ValueError) as error:  # URLError, timeouts and refused connections are OSErrors
-            raise BatonUnavailable(f"baton unreachable: {error}") from None
+        except _HTTP_ERRORS as error:
+            raise BatonUnavailable(f"baton unreachable or its answer unreadable: {error!r}") from None
         return _answer(raw)
+
+
+# What urllib and http.client raise when the peer is unreachable or its answer cannot be read: OSError (URLError,
+# timeouts, refused and reset connections), http.client.HTTPException (IncompleteRead for a body cut short,
+# BadStatusLine, LineTooLong, too many headers; not OSErrors), and ValueError, which urllib raises for some of
+# what it cannot parse.
+_HTTP_ERRORS = (OSError, http.client.HTTPException, ValueError)
+
+
+def _body(error: urllib.error.HTTPError) -> bytes:
+    """The body of a 4xx, or nothing when it cannot be read: the status alone is the refusal."""
+    try:
+        return error.read()
+    except _HTTP_ERRORS:
+        return b""
 
 
 def _json_object(raw: bytes) -> dict | None:
     try:
         value = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON (or not UTF-8); nested deeper than the decoder recurses
         return None
     return value if isinstance(value, dict) else None
 
@@ -106,4 +126,8 @@ def _answer(raw: bytes) -> SignIn:
         record = BatonUser(key=user["key"], sub=user["sub"], email=user.get("email"))
     if (record is None) != (answer["outcome"] in (NEW, UNMATCHED)):
         raise BatonUnavailable("baton's answer does not match its outcome")
-    return SignIn(outcome=answer["outcome"], sub=answer["sub"], user=record, transfer_sub=answer.get("transfer_sub"))
+    merged_from = answer.get("merged_from")
+    if merged_from is not None and (not isinstance(merged_from, str) or answer["outcome"] != MIGRATED):
+        raise BatonUnavailable("baton's answer does not match its outcome")
+    return SignIn(outcome=answer["outcome"], sub=answer["sub"], user=record, transfer_sub=answer.get("transfer_sub"),
+                  merged_from=merged_from)
