@@ -23,6 +23,29 @@ struct BulkLeaseTests {
         }
     }
 
+    /// Wraps a step and holds each answer until `count` workers have one, so their refusals reach the job together.
+    final class TogetherStep: BulkJobStep {
+        let inner: any BulkJobStep
+        let count: Int
+        private let gate = Mutex<(arrived: Int, waiting: [CheckedContinuation<Void, Never>])>((0, []))
+        init(_ inner: any BulkJobStep, count: Int) { (self.inner, self.count) = (inner, count) }
+        func perform(_ item: TransferQueue.Item) async throws -> BulkStepOutcome {
+            let outcome: Result<BulkStepOutcome, any Error>
+            do { outcome = .success(try await inner.perform(item)) } catch { outcome = .failure(error) }
+            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+                let released = gate.withLock { gate -> [CheckedContinuation<Void, Never>] in
+                    gate.arrived += 1
+                    gate.waiting.append(continuation)
+                    guard gate.arrived == count else { return [] }
+                    defer { gate.waiting = [] }
+                    return gate.waiting
+                }
+                for waiting in released { waiting.resume() }
+            }
+            return try outcome.get()
+        }
+    }
+
     @Test("a worker whose lease ended while it waited for the rate limiter gives the row back without calling Apple")
     func leaseRecheckedAfterRateLimiter() async throws {
         try await BulkJobFixture.run(users: 4) { fixture in
@@ -67,6 +90,24 @@ struct BulkLeaseTests {
             let queue = TransferQueue(pool: fixture.database.pool, kind: .exchange)
             #expect(try await queue.retryUnresolvable() == 9)
             #expect(try fixture.count("SELECT count(*) FROM baton.transfers WHERE state = 'pending'") == 30)
+        }
+    }
+
+    @Test("the same error reaching 30 workers at once: the job still stops with 9 rows marked, the other 21 pending (issue 40)")
+    func identicalErrorsAtOnceStop() async throws {
+        try await BulkJobFixture.run(users: 30) { fixture in
+            for user in fixture.users {
+                try fixture.emulator.revoke(clientID: BulkJobFixture.clientID, userIdentifier: user.userIdentifier)
+            }
+            let queue = TransferQueue(pool: fixture.database.pool, kind: .exchange)
+            let step = TogetherStep(ExchangeStep(client: try fixture.client(fixture.recipient), applier: fixture.database.store), count: 30)
+            let job = BulkJob(queue: queue, step: step, options: BulkJobOptions(workers: 30, rate: 1_000, maxIdenticalFailures: 10),
+                              window: TransferWindow(acceptedAt: fixture.acceptedAt), requireOpenWindow: true)
+            let summary = await job.run()
+            #expect(summary.stopReason?.reason.contains("same error (invalid_request)") == true, "\(String(describing: summary.stopReason))")
+            #expect(summary.counts.unresolvable == 9)
+            #expect(try fixture.count("SELECT count(*) FROM baton.transfers WHERE state = 'unresolvable'") == 9)
+            #expect(summary.remaining == 21)
         }
     }
 }

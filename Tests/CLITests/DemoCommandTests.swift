@@ -101,6 +101,20 @@ struct DemoCommandTests {
         #expect(Account(result.stdout) == Account(signIn: 20, exchange: 40, unresolved: 0, sum: 60, total: 60))
     }
 
+    @Test("25 stragglers, more than the job's 10 identical refusals: the late exchange marks every one unresolvable (issue 40)")
+    func manyStragglers() async throws {
+        let databaseURL = try TestDatabase.create("demo_stragglers")
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("demo-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let result = try await runBatonOffPool(["demo", "--database-url", databaseURL, "--users", "60", "--concurrency", "8", "--stragglers", "25",
+                                                "--out", directory.appendingPathComponent("r.html").path])
+        #expect(result.status == 0, "\(result.stdout)\n\(result.stderr)")
+        #expect(result.stdout.contains("Apple answers invalid_request 25"), "\(result.stdout)")
+        #expect(result.stdout.contains("Baton marks them unresolvable (25)"), "\(result.stdout)")
+        #expect(Account(result.stdout) == Account(signIn: 20, exchange: 15, unresolved: 25, sum: 60, total: 60))
+    }
+
     @Test("drops its tables afterwards unless asked to keep them; with no stragglers nobody is left")
     func cleansUp() async throws {
         let databaseURL = try TestDatabase.create("demo_clean")

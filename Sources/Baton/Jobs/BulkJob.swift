@@ -484,11 +484,13 @@ public final class BulkJob: Sendable {
         return .wait(failures: failures)
     }
 
-    /// Records the row `unresolvable` and counts a failure.
+    /// Counts a failure and records the row `unresolvable`; the failure that makes
+    /// ``BulkJobOptions/maxIdenticalFailures`` in a row (a shared cause), and any with its reason after it, stops the
+    /// job and gives the row back instead.
     private func recordUnresolvable(_ item: TransferQueue.Item, reason: String) async {
-        // A shared cause (every row refused alike) stops the job before this row is marked.
-        if identicalFailuresWouldStop(reason) {
-            noteFailure(reason, sharedCause: true)
+        // Counted before the row is marked, in one step with the check: workers refused at the same moment all
+        // passed a separate check while the first of them was still marking its row, and marked a row each.
+        if noteFailure(reason, sharedCause: true) {
             try? await ridingOutage { try await queue.release([item]) }
             return
         }
@@ -501,7 +503,6 @@ public final class BulkJob: Sendable {
         }
         counters.update { $0.unresolvable += 1 }
         logger.info("user unresolvable", ["reason": reason])
-        noteFailure(reason, sharedCause: true)
     }
 
     /// Defers the row (or fails it after its last attempt) and counts a failure; `sharedCause` says whether it
@@ -522,16 +523,11 @@ public final class BulkJob: Sendable {
         noteFailure(reason, sharedCause: sharedCause)
     }
 
-    /// Whether one more failure with `reason` makes ``BulkJobOptions/maxIdenticalFailures`` in a row.
-    private func identicalFailuresWouldStop(_ reason: String) -> Bool {
-        control.withLock { control in
-            control.lastFailure == reason && control.identicalFailures + 1 >= options.maxIdenticalFailures
-        }
-    }
-
     /// Counts a failure in a row, and when `sharedCause` (a refusal or an unexpected answer, never an outage) one
-    /// with the same reason; stops the job at either limit.
-    private func noteFailure(_ reason: String, sharedCause: Bool) {
+    /// with the same reason; stops the job at either limit. Returns whether the failures with the same reason
+    /// have reached their limit.
+    @discardableResult
+    private func noteFailure(_ reason: String, sharedCause: Bool) -> Bool {
         let (count, identical, stopNow) = control.withLock { control -> (Int, Int, Bool) in
             control.consecutiveFailures += 1
             if sharedCause {
@@ -541,12 +537,13 @@ public final class BulkJob: Sendable {
             return (control.consecutiveFailures, control.identicalFailures,
                     control.consecutiveFailures >= options.maxConsecutiveFailures || control.identicalFailures >= options.maxIdenticalFailures)
         }
-        guard stopNow else { return }
+        guard stopNow else { return false }
         if identical >= options.maxIdenticalFailures {
             stop(BulkJobError(.stopped, "stopped after \(identical) consecutive failures with the same error (\(reason)): a shared cause, such as a wrong target team or client ID, rather than these users; fix it, then rerun with --retry-unresolvable"))
-        } else {
-            stop(BulkJobError(.stopped, "stopped after \(count) consecutive failures (last: \(reason)); rerun to continue once the cause is fixed"))
+            return true
         }
+        stop(BulkJobError(.stopped, "stopped after \(count) consecutive failures (last: \(reason)); rerun to continue once the cause is fixed"))
+        return false
     }
 }
 
