@@ -12,6 +12,7 @@ let commands: [Command] = [
     transferIDsCommand,
     exchangeCommand,
     mergeCommand,
+    rollbackCommand,
     benchCommand,
     reportCommand,
     demoCommand,

@@ -98,7 +98,7 @@ private func writeReport(_ builder: ReportBuilder, format: ReportFormat, listLim
 }
 
 /// Parses `2026-12-31T00:00:00Z` (ISO 8601, fractions allowed) or UNIX seconds.
-private func parseTime(_ text: String, option: String) throws -> Date {
+func parseTime(_ text: String, option: String) throws -> Date {
     if let seconds = Double(text), seconds.isFinite { return Date(timeIntervalSince1970: seconds) }
     let formatter = ISO8601DateFormatter()
     if let date = formatter.date(from: text) { return date }
