@@ -303,12 +303,14 @@ public final class BatonAPI: Sendable {
         return text
     }
 
-    /// The JSON answer of a sign-in or a link: `{"outcome", "user": {"key", "sub", "email"?} | null, "sub", "transfer_sub"?}`.
+    /// The JSON answer of a sign-in or a link: `{"outcome", "user": {"key", "sub", "email"?, "account_key"?} | null, "sub",
+    /// "transfer_sub"?, "merged_from"?}`.
     private func signInAnswer(_ result: SignInResult) -> HTTPResponse {
         var object: JSONObject = ["outcome": .string(result.outcome.rawValue)]
         if let user = result.user {
             var userObject: JSONObject = ["key": .string(user.key), "sub": .string(user.subject)]
             if let email = user.email { userObject["email"] = .string(email) }
+            if let accountKey = user.accountKey { userObject["account_key"] = .string(accountKey) }
             object["user"] = .object(userObject)
         } else {
             object["user"] = .null

@@ -95,7 +95,7 @@ public struct LegacyStore: BatonStore {
         guard let row = rows.first else { return nil }
         let state = try row.decode(String?.self, at: 2).flatMap(SubjectState.init(rawValue:))
         return SubjectMatch(user: LegacyUser(key: try row.decode(String.self, at: 0), subject: try row.decode(String.self, at: 3),
-                                             email: try row.decode(String?.self, at: 1)), state: state,
+                                             email: try row.decode(String?.self, at: 1), accountKey: try row.decode(String?.self, at: 5)), state: state,
                             legacyWaiting: try row.decode(Bool.self, at: 4))
     }
 
@@ -127,7 +127,7 @@ public struct LegacyStore: BatonStore {
                 + l.filterSQL(alias: "x") + ")"
         }
         return "SELECT u.\(l.keyColumn)::text, \(unsafeRaw: l.emailSQL), s.state, u.\(l.subjectColumn)::text, " + waiting + """
-            ))
+            )), \(unsafeRaw: l.accountKeySQL)
             FROM \(l.table) AS u\(unsafeRaw: l.emailJoinSQL) LEFT JOIN baton.subjects AS s ON s.sub = \(sub)
             WHERE u.\(l.subjectColumn) = \(sub)
             """ + l.filterSQL() + " LIMIT 1"
@@ -225,7 +225,8 @@ public struct LegacyStore: BatonStore {
             rows = try await pool.query(updateEmailQuery(user, email, write: false))
         }
         guard let row = rows.first else { return nil }
-        return LegacyUser(key: try row.decode(String.self, at: 0), subject: try row.decode(String.self, at: 2), email: try row.decode(String?.self, at: 1))
+        return LegacyUser(key: try row.decode(String.self, at: 0), subject: try row.decode(String.self, at: 2), email: try row.decode(String?.self, at: 1),
+                          accountKey: try row.decode(String?.self, at: 3))
     }
 
     private func updateEmailQuery(_ user: LegacyUser, _ email: String, write: Bool) -> PostgresQuery {
@@ -272,7 +273,8 @@ public struct LegacyStore: BatonStore {
                 SELECT 'email_conflict', old.k::text, \(user.subject)::text, \(user.subject)::text, old.e, \(email)::text
                 FROM old WHERE NOT \(write)
             )
-            SELECT old.k::text, COALESCE(changed.e, old.e), old.s FROM old LEFT JOIN changed ON true
+            SELECT old.k::text, COALESCE(changed.e, old.e), old.s, \(unsafeRaw: l.emailTable == nil ? "NULL::text" : "old.r::text")
+            FROM old LEFT JOIN changed ON true
             """
     }
 
