@@ -67,7 +67,8 @@ let package = Package(
         .testTarget(name: "BatonToolsTests", dependencies: ["BatonTools", "BatonLogging"], swiftSettings: swiftSettings),
         // The fault suite: `baton serve` and `baton exchange` as child processes under outages (`make faults`).
         .testTarget(name: "FaultTests", dependencies: ["BatonEmulator", "TestSupport"], swiftSettings: swiftSettings),
-        // Builds Examples/EmbedderCheck: an embedder's own `Logging`, `JOSE`, … modules beside the `Baton` product.
+        // Builds Examples/EmbedderCheck (an embedder's own `Logging`, `JOSE`, … modules beside the `Baton` product) and
+        // the ```swift blocks of README.md and docs/*.md against the library products (Examples/DocSnippets).
         .testTarget(name: "EmbedderTests", dependencies: ["TestSupport"], swiftSettings: swiftSettings),
     ],
     swiftLanguageModes: [.v6]
