@@ -1,9 +1,11 @@
+import BatonBuildInfo
 import Foundation
 import Synchronization
 
 /// The service's counters, rendered in Prometheus' text format by ``render(pool:)``.
 ///
-/// Requests by route and status, sign-in outcomes, rejections by reason, and a request latency histogram.
+/// The build (`baton_build_info`: version and commit, always 1), requests by route and status, sign-in outcomes,
+/// rejections by reason, and a request latency histogram.
 /// A `Mutex` guards a few dictionaries; each request takes it once.
 public final class ServiceMetrics: Sendable {
     /// Upper bounds of the latency histogram's buckets, in seconds.
@@ -43,7 +45,9 @@ public final class ServiceMetrics: Sendable {
     /// The Prometheus text exposition (format 0.0.4), with the pool's gauges when given.
     public func render(pool: (open: Int, idle: Int, waiting: Int, max: Int)?) -> String {
         let snapshot = state.withLock { $0 }
-        var out = "# HELP baton_http_requests_total HTTP requests by route and status.\n# TYPE baton_http_requests_total counter\n"
+        var out = "# HELP baton_build_info The version and the commit baton was built from.\n# TYPE baton_build_info gauge\n"
+        out += "baton_build_info{version=\"\(BuildInfo.version)\",commit=\"\(BuildInfo.commit)\"} 1\n"
+        out += "# HELP baton_http_requests_total HTTP requests by route and status.\n# TYPE baton_http_requests_total counter\n"
         for (key, count) in snapshot.requests.sorted(by: { $0.key < $1.key }) {
             let parts = key.split(separator: "\u{0}", omittingEmptySubsequences: false)
             out += "baton_http_requests_total{route=\"\(parts[0])\",status=\"\(parts[1])\"} \(count)\n"

@@ -1,4 +1,5 @@
 import BatonAppleSignIn
+import BatonBuildInfo
 import BatonEmulator
 import Baton
 import BatonConcurrency
@@ -586,6 +587,7 @@ struct SignInServiceTests {
             #expect(ready.json["ready"]?.boolValue == true)
             let metrics = try await f.send("GET", "/metrics")
             #expect(metrics.status == 200)
+            #expect(metrics.text.contains("baton_build_info{version=\"\(BuildInfo.version)\",commit=\"\(BuildInfo.commit)\"} 1\n"))
             #expect(metrics.text.contains("baton_http_requests_total{route=\"signin\",status=\"200\"} 1"))
             #expect(metrics.text.contains("baton_signin_outcomes_total{outcome=\"migrated\"} 1"))
             #expect(metrics.text.contains("baton_rejections_total{reason=\"malformed\"} 1"))

@@ -47,17 +47,22 @@ extension BatonConfiguration {
         /// One line saying what the key is for, ending with its rule when it has a range, as the documentation's
         /// table shows it.
         public let summary: String
+        /// The values the key accepts when they are a fixed list (`database.pooler`: `none`, `session`,
+        /// `transaction`), in declaration order; nil for any other key. A value outside it is refused with the list.
+        public let allowedValues: [String]?
 
-        init(_ path: String, _ kind: KeyKind, _ defaultValue: KeyDefault, _ summary: String, _ rule: String?) {
+        init(_ path: String, _ kind: KeyKind, _ defaultValue: KeyDefault, _ summary: String, _ rule: String?,
+             allowedValues: [String]? = nil) {
             self.path = path
             self.kind = kind
             self.defaultValue = defaultValue
             self.summary = rule.map { "\(summary); \($0)" } ?? summary
+            self.allowedValues = allowedValues
         }
 
         /// The same key inside the section at `prefix`.
         func moved(under prefix: String) -> Key {
-            Key(prefix.isEmpty ? path : "\(prefix).\(path)", kind, defaultValue, summary, nil)
+            Key(prefix.isEmpty ? path : "\(prefix).\(path)", kind, defaultValue, summary, nil, allowedValues: allowedValues)
         }
 
         /// The environment variable that overrides it.
