@@ -5,19 +5,21 @@ package let rehearseCommand = Command(
     name: "rehearse",
     summary: "the whole transfer on a throwaway copy of your tables: problems found, migrations counted, the exchange's days",
     abstract: """
-    Copies the tables the configuration names (legacy.table and the email table, nothing else) from the
-    database at --from (read-only: pg_dump in a read-only session) into a PostgreSQL cluster of its own,
-    seeds the Apple emulator with the copy's subjects as team A's users, and runs the real code paths on the
-    copy: transfer-ids, the acceptance, sign-ins through Baton's service for a share of the users (some on
-    several devices at once), the exchange for the rest, the report. It lists every problem it met (kind,
-    count, up to five keys) and projects how long the exchange takes at --rate per process.
+    Copies the tables the configuration names (legacy.table and the email table, with the extensions, types,
+    domains and sequences they use) from the database at --from (read-only: pg_dump in a read-only session)
+    into a PostgreSQL cluster of its own, seeds the Apple emulator with the copy's subjects as team A's
+    users, and runs the real code paths on the copy: transfer-ids, the acceptance, sign-ins through Baton's
+    service for a share of the users (some on several devices at once), the exchange for the rest, the
+    report. It lists every problem it met (kind, count, up to five keys) and projects how long the exchange
+    takes at --rate per process.
     """,
     options: RehearseOptions.self,
     discussion: """
-    The source is never written: pg_dump runs with default_transaction_read_only=on. The copy, the emulator
-    and the service live in this process and its temporary directory, and are removed at the end, also on
-    failure and on SIGINT or SIGTERM. Exit status: 0 no problem found, 1 problems found (listed) or a failed
-    run, 2 usage or configuration errors.
+    The source is never written: pg_dump runs with default_transaction_read_only=on, and what the tables
+    need is read in a read-only transaction. The copy stops at its first error, printed as PostgreSQL gave
+    it, with the statement. The copy, the emulator and the service live in this process and its temporary
+    directory, and are removed at the end, also on failure and on SIGINT or SIGTERM. Exit status: 0 no
+    problem found, 1 problems found (listed) or a failed run, 2 usage or configuration errors.
     """,
     run: { parsed in
         guard let from = parsed.from, !from.isEmpty else { throw CommandFailure.usage("missing --from") }

@@ -1,0 +1,107 @@
+import Foundation
+import TestSupport
+import Testing
+
+/// `baton rehearse` on sources as applications have them (issue 44): the copy carries what the named tables need
+/// (an extension's type, enums, domains, composite types, a sequence another object owns), and a restore error stops
+/// the rehearsal with PostgreSQL's own words.
+@Suite("Rehearse: what the tables need, restore errors", .serialized)
+struct RehearseSourceSchemaTests {
+    /// Runs `baton rehearse --config CONFIG` with `arguments`, `--json` beside the configuration, and decodes the JSON.
+    func rehearse(_ config: String, _ arguments: [String]) async throws -> (ProcessResult, RehearseCommandTests.Output?) {
+        let json = (config as NSString).deletingLastPathComponent + "/out.json"
+        let result = try await runBatonOffPool(["rehearse", "--config", config, "--json", json] + arguments)
+        let output = try? JSONDecoder().decode(RehearseCommandTests.Output.self, from: Data(contentsOf: URL(fileURLWithPath: json)))
+        return (result, output)
+    }
+
+    /// A Rails application with Devise and OmniAuth as a newcomer has it: `users` with a `citext` email (and a `citext[]`),
+    /// an enum and a domain column, a composite type made of an enum (created first, though its name sorts after), a
+    /// default drawing on a sequence no table owns, a foreign key to a table the rehearsal does not copy;
+    /// `authentications (user_id, provider, uid)` with Apple and Google rows.
+    static let railsSchema = """
+        CREATE EXTENSION IF NOT EXISTS citext;
+        CREATE TYPE user_role AS ENUM ('member', 'admin');
+        CREATE DOMAIN display_name AS text CHECK (length(VALUE) <= 80);
+        CREATE TYPE zone AS ENUM ('north', 'south');
+        CREATE TYPE postal_address AS (street text, city text, zone zone);
+        CREATE SEQUENCE invoice_numbers;
+        CREATE TABLE organizations (id bigserial PRIMARY KEY, name text);
+        CREATE TABLE users (id serial PRIMARY KEY, email citext NOT NULL DEFAULT '', role user_role NOT NULL DEFAULT 'member',
+            name display_name, address postal_address, aliases citext[], invoice_number bigint DEFAULT nextval('invoice_numbers'),
+            organization_id bigint REFERENCES organizations (id), created_at timestamp(6) NOT NULL DEFAULT now());
+        CREATE UNIQUE INDEX index_users_on_email ON users (email);
+        CREATE TABLE authentications (id bigserial PRIMARY KEY, user_id integer NOT NULL REFERENCES users (id),
+            provider character varying NOT NULL, uid character varying NOT NULL);
+        CREATE UNIQUE INDEX index_authentications_on_provider_and_uid ON authentications (provider, uid);
+        INSERT INTO organizations (name) VALUES ('Acme');
+
+        """
+
+    /// The `legacy` section for ``railsSchema``: the identity table, the email in `users`.
+    static var railsLegacy: [String: Any] {
+        ["table": "public.authentications", "key_column": "id", "subject_column": "uid", "where": ["provider": "apple"],
+         "email": ["table": "public.users", "column": "email", "key_column": "id", "reference_column": "user_id"],
+         "email_policy": "relay"]
+    }
+
+    @Test("a Rails schema with a citext email, an enum, a domain, a composite type, a serial id: the rehearsal copies what the tables need and succeeds")
+    func railsCitext() async throws {
+        try await withDatabase("rehearse_rails") { source in
+            var sql = Self.railsSchema
+            for i in 1...12 {
+                sql += """
+                    WITH u AS (INSERT INTO users (email, role, name, address, aliases, organization_id)
+                               VALUES ('A\(i)@PrivateRelay.AppleID.com', '\(i == 1 ? "admin" : "member")', 'Name \(i)', ROW('\(i) Main St', 'Springfield', 'north'),
+                                       ARRAY['a\(i)@example.com']::citext[], 1) RETURNING id)
+                    INSERT INTO authentications (user_id, provider, uid) SELECT id, 'apple', '\(RehearseCommandTests.sub(i))' FROM u;
+
+                    """
+            }
+            for i in 1...4 {
+                sql += """
+                    WITH u AS (INSERT INTO users (email) VALUES ('g\(i)@gmail.com') RETURNING id)
+                    INSERT INTO authentications (user_id, provider, uid) SELECT id, 'google_oauth2', '10987654321\(i)' FROM u;
+
+                    """
+            }
+            let script = sql
+            _ = try await offPool { try TestDatabase.psql(source, script) }
+            let config = try RehearseCommandTests.configuration(Self.railsLegacy)
+            let before = try await offPool { try RehearseCommandTests.digest(source) }
+            let (result, output) = try await rehearse(config, ["--from", source])
+            #expect(result.status == 0, "\(result.stdout)\(result.stderr)")
+            #expect(try await offPool { try RehearseCommandTests.digest(source) } == before)
+            let out = try #require(output, "\(result.stderr)")
+            #expect(out.selected == 12 && out.problems.isEmpty, "\(out.problems)")
+            #expect(out.by_signin + out.by_exchange == 12, "\(result.stdout)")
+            // The foreign key to a table the rehearsal does not copy is left out, and said so.
+            #expect(result.stderr.contains("not copied: foreign key users_organization_id_fkey of public.users (references public.organizations)"),
+                    "\(result.stderr)")
+        }
+    }
+
+    @Test("a restore error stops the rehearsal with PostgreSQL's error and the statement, not an inspection message blaming the configuration")
+    func restoreErrorStops() async throws {
+        try await withDatabase("rehearse_restore") { source in
+            // The column's default calls a function of the application's: the copy takes tables and types, not functions.
+            _ = try await offPool {
+                try TestDatabase.psql(source, """
+                    CREATE FUNCTION new_token() RETURNS text LANGUAGE sql AS $$ SELECT md5(random()::text) $$;
+                    CREATE TABLE users (id bigint PRIMARY KEY, apple_sub text UNIQUE, email text, token text DEFAULT new_token());
+                    INSERT INTO users (id, apple_sub, email) VALUES (1, '\(RehearseCommandTests.sub(1))', 'u1@example.com');
+                    """)
+            }
+            let config = try RehearseCommandTests.configuration(["table": "public.users", "key_column": "id", "subject_column": "apple_sub", "email_column": "email"])
+            let clustersBefore = RehearseCommandTests.clusters()
+            let (result, output) = try await rehearse(config, ["--from", source])
+            #expect(result.status == 1, "\(result.stderr)")
+            #expect(output == nil)
+            #expect(result.stderr.contains("copying the tables stopped at the first error"), "\(result.stderr)")
+            #expect(result.stderr.contains("ERROR:  function public.new_token() does not exist"), "\(result.stderr)")
+            #expect(result.stderr.contains("Command was: CREATE TABLE public.users ("), "\(result.stderr)")
+            #expect(!result.stderr.contains("fix:"), "\(result.stderr)")
+            #expect(RehearseCommandTests.clusters().isSubset(of: clustersBefore))
+        }
+    }
+}
