@@ -4,8 +4,8 @@ import Testing
 
 /// `baton rehearse` on sources as applications have them (issue 44): the copy carries what the named tables need
 /// (an extension's type, enums, domains, composite types, a sequence another object owns), and a restore error stops
-/// the rehearsal with PostgreSQL's own words.
-@Suite("Rehearse: what the tables need, restore errors", .serialized)
+/// the rehearsal with PostgreSQL's own words, and the summary says what a rehearsal cannot predict.
+@Suite("Rehearse: what the tables need, restore errors, the summary's limits", .serialized)
 struct RehearseSourceSchemaTests {
     /// Runs `baton rehearse --config CONFIG` with `arguments`, `--json` beside the configuration, and decodes the JSON.
     func rehearse(_ config: String, _ arguments: [String]) async throws -> (ProcessResult, RehearseCommandTests.Output?) {
@@ -102,6 +102,29 @@ struct RehearseSourceSchemaTests {
             #expect(result.stderr.contains("Command was: CREATE TABLE public.users ("), "\(result.stderr)")
             #expect(!result.stderr.contains("fix:"), "\(result.stderr)")
             #expect(RehearseCommandTests.clusters().isSubset(of: clustersBefore))
+        }
+    }
+
+    @Test("the summary says what a rehearsal cannot predict, also when it found no problem")
+    func summaryLimits() async throws {
+        try await withDatabase("rehearse_limits") { source in
+            var sql = "CREATE TABLE users (id bigint PRIMARY KEY, apple_sub text UNIQUE, email text UNIQUE);\n"
+            for i in 1...6 { sql += "INSERT INTO users VALUES (\(i), '\(RehearseCommandTests.sub(i))', 'u\(i)@example.com');\n" }
+            let script = sql
+            _ = try await offPool { try TestDatabase.psql(source, script) }
+            let config = try RehearseCommandTests.configuration(["table": "public.users", "key_column": "id", "subject_column": "apple_sub", "email_column": "email"])
+            let (result, output) = try await rehearse(config, ["--from", source])
+            #expect(result.status == 0, "\(result.stdout)\(result.stderr)")
+            #expect(output?.problems.isEmpty == true)
+            #expect(result.stdout.contains("no problem found in the copy"), "\(result.stdout)")
+            for line in [
+                "What a rehearsal cannot predict",
+                "subjects Apple no longer knows",
+                "Apple's real rate limits, errors and outages",
+                "a second account",
+            ] {
+                #expect(result.stdout.contains(line), "missing '\(line)' in \(result.stdout)")
+            }
         }
     }
 }

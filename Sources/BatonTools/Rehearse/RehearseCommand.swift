@@ -10,8 +10,8 @@ package let rehearseCommand = Command(
     into a PostgreSQL cluster of its own, seeds the Apple emulator with the copy's subjects as team A's
     users, and runs the real code paths on the copy: transfer-ids, the acceptance, sign-ins through Baton's
     service for a share of the users (some on several devices at once), the exchange for the rest, the
-    report. It lists every problem it met (kind, count, up to five keys) and projects how long the exchange
-    takes at --rate per process.
+    report. It lists every problem it met (kind, count, up to five keys), projects how long the exchange
+    takes at --rate per process, and says what a rehearsal cannot predict.
     """,
     options: RehearseOptions.self,
     discussion: """
