@@ -3,14 +3,16 @@ import TestSupport
 import Testing
 
 /// `baton rehearse` on sources as applications have them (issue 44): the copy carries what the named tables need
-/// (an extension's type, enums, domains, composite types, a sequence another object owns), and a restore error stops
-/// the rehearsal with PostgreSQL's own words, and the summary says what a rehearsal cannot predict.
+/// (an extension's type, enums, domains, composite types, a sequence another object owns), a restore error stops the
+/// rehearsal with PostgreSQL's own words, the summary says what a rehearsal cannot predict, and the source database
+/// can come from the configuration's `database.url`.
 @Suite("Rehearse: what the tables need, restore errors, the summary's limits", .serialized)
 struct RehearseSourceSchemaTests {
     /// Runs `baton rehearse --config CONFIG` with `arguments`, `--json` beside the configuration, and decodes the JSON.
-    func rehearse(_ config: String, _ arguments: [String]) async throws -> (ProcessResult, RehearseCommandTests.Output?) {
+    func rehearse(_ config: String, _ arguments: [String], environment: [String: String]? = nil) async throws
+        -> (ProcessResult, RehearseCommandTests.Output?) {
         let json = (config as NSString).deletingLastPathComponent + "/out.json"
-        let result = try await runBatonOffPool(["rehearse", "--config", config, "--json", json] + arguments)
+        let result = try await runBatonOffPool(["rehearse", "--config", config, "--json", json] + arguments, environment: environment)
         let output = try? JSONDecoder().decode(RehearseCommandTests.Output.self, from: Data(contentsOf: URL(fileURLWithPath: json)))
         return (result, output)
     }
@@ -126,5 +128,73 @@ struct RehearseSourceSchemaTests {
                 #expect(result.stdout.contains(line), "missing '\(line)' in \(result.stdout)")
             }
         }
+    }
+
+    @Test("the source can be the configuration's database.url; --from overrides it, and a configuration without database.url is enough with --from")
+    func sourceFromConfiguration() async throws {
+        try await withDatabase("rehearse_dburl") { source in
+            var sql = "CREATE TABLE users (id bigint PRIMARY KEY, apple_sub text UNIQUE, email text UNIQUE);\n"
+            for i in 1...4 { sql += "INSERT INTO users VALUES (\(i), '\(RehearseCommandTests.sub(i))', 'u\(i)@example.com');\n" }
+            let script = sql
+            _ = try await offPool { try TestDatabase.psql(source, script) }
+            let legacy: [String: Any] = ["table": "public.users", "key_column": "id", "subject_column": "apple_sub", "email_column": "email"]
+
+            // --config alone: database.url is the source.
+            let withURL = try Self.configuration(["database": ["url": source], "apple": ["client_ids": ["com.example.app"]], "legacy": legacy])
+            let (fromConfig, fromConfigOutput) = try await rehearse(withURL, [])
+            #expect(fromConfig.status == 0, "\(fromConfig.stderr)")
+            #expect(fromConfigOutput?.selected == 4)
+
+            // --from overrides database.url (here a server that does not exist).
+            let elsewhere = try Self.configuration(["database": ["url": "postgresql://postgres@/nowhere?host=/nonexistent-baton&port=1"],
+                                                    "apple": ["client_ids": ["com.example.app"]], "legacy": legacy])
+            let (overridden, overriddenOutput) = try await rehearse(elsewhere, ["--from", source])
+            #expect(overridden.status == 0, "\(overridden.stderr)")
+            #expect(overriddenOutput?.selected == 4)
+
+            // A configuration without database.url, and --from.
+            let withoutURL = try Self.configuration(["apple": ["client_ids": ["com.example.app"]], "legacy": legacy])
+            let (given, givenOutput) = try await rehearse(withoutURL, ["--from", source])
+            #expect(given.status == 0, "\(given.stderr)")
+            #expect(givenOutput?.selected == 4)
+
+            // A --from libpq refuses is named as --from, not as database.url.
+            let (malformed, _) = try await rehearse(withoutURL, ["--from", "postgresql://%zz"])
+            #expect(malformed.status == 2 && malformed.stderr.contains("--from: not a libpq connection string"), "\(malformed.stderr)")
+
+            // Neither (an empty BATON_DATABASE_URL removes database.url, as every BATON_* variable does its key): one
+            // line saying what to give.
+            let (neither, _) = try await rehearse(withoutURL, [], environment: ["BATON_DATABASE_URL": ""])
+            #expect(neither.status == 2)
+            #expect(neither.stderr.contains("no source database: give --from URL or database.url in the configuration"), "\(neither.stderr)")
+        }
+    }
+
+    @Test("db migrate and db status read database.url from --config; without any database the error names every way to give one")
+    func dbMigrateWithConfig() async throws {
+        try await withDatabase("migrate_config") { url in
+            let config = try Self.configuration(["database": ["url": url], "apple": ["client_ids": ["com.example.app"]],
+                                                 "legacy": ["table": "public.users", "key_column": "id", "subject_column": "apple_sub"]])
+            let migrate = try await runBatonOffPool(["db", "migrate", "--config", config])
+            #expect(migrate.status == 0, "\(migrate.stderr)")
+            #expect(migrate.stdout.contains("applied 0001_"), "\(migrate.stdout)")
+            let tables = try await offPool { try TestDatabase.psql(url, "SELECT count(*) FROM pg_tables WHERE schemaname = 'baton' AND tablename = 'transfers'") }
+            #expect(tables == "1")
+            let status = try await runBatonOffPool(["db", "status", "--config", config])
+            #expect(status.status == 0 && status.stdout.contains("applied  0001_") && !status.stdout.contains("pending"), "\(status.stdout)\(status.stderr)")
+
+            let none = try await runBatonOffPool(["db", "migrate"], environment: ["BATON_DATABASE_URL": ""])
+            #expect(none.status == 2)
+            #expect(none.stderr.contains("give --database-url URL, set BATON_DATABASE_URL, or --config FILE"), "\(none.stderr)")
+        }
+    }
+
+    /// Writes `tree` as `baton.json` in a fresh directory and returns its path.
+    static func configuration(_ tree: [String: Any]) throws -> String {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("rehearse-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        let path = directory.appendingPathComponent("baton.json")
+        try JSONSerialization.data(withJSONObject: tree).write(to: path)
+        return path.path
     }
 }
