@@ -64,6 +64,9 @@ public final class AppleEmulator: Sendable {
         self.baseURL = URL(string: "http://\(host.contains(":") ? "[\(host)]" : host):\(port)")!
     }
 
+    /// Every route the emulator serves, with the line `baton emulator --help` and docs/emulator.md show for it.
+    public static var routes: [EmulatorRoute] { Emulator.routes }
+
     /// Starts an emulator on `host:port` (port 0: a free port).
     ///
     /// - Parameters:
