@@ -55,9 +55,22 @@ extension Emulator {
             try emulator.createApp(clientID: clientID, teamID: teamID)
             return reply(["client_id": .string(clientID), "team_id": .string(teamID)], status: 201)
         },
-        EmulatorRoute("POST", "/emulator/users", .control, "create users: {client_id, count, private_email?} -> users") { emulator, request in
+        EmulatorRoute("POST", "/emulator/users", .control,
+                      "create users: {client_id, count or user_identifiers, private_email?} -> users") { emulator, request in
             let body = try JSONBody(request)
-            let users = try emulator.createUsers(clientID: try body.string("client_id"), count: try body.int("count"), privateEmail: try body.optionalBool("private_email"))
+            let clientID = try body.string("client_id"), privateEmail = try body.optionalBool("private_email")
+            let users: [EmulatedUser]
+            switch (body.object["count"].map { $0 != .null } ?? false, try body.optionalStrings("user_identifiers")) {
+            case (true, nil):
+                users = try emulator.createUsers(clientID: clientID, count: try body.int("count"), privateEmail: privateEmail)
+            case (false, let given?):
+                guard (1...EmulatorState.maxUsersPerCall).contains(given.count) else {
+                    throw EmulatorError(.badInput, "user_identifiers must hold 1 to \(EmulatorState.maxUsersPerCall) identifiers")
+                }
+                users = try emulator.createUsers(clientID: clientID, count: given.count, privateEmail: privateEmail, userIdentifiers: given)
+            case (true, _?): throw EmulatorError(.badInput, "give count or user_identifiers, not both")
+            case (false, nil): throw EmulatorError(.badInput, "give count or user_identifiers")
+            }
             return reply(["users": .array(users.map { user in
                 .object(["id": .string(user.id), "user_identifier": .string(user.userIdentifier), "email": .string(user.email), "is_private_email": .bool(user.isPrivateEmail)])
             })], status: 201)
@@ -317,6 +330,15 @@ struct JSONBody {
     func optionalDouble(_ name: String) throws(EmulatorError) -> Double? { try optional(name, \.doubleValue, "a number") }
 
     func optionalBool(_ name: String) throws(EmulatorError) -> Bool? { try optional(name, \.boolValue, "true or false") }
+
+    /// Member `name` as an array of strings; nil when absent or null.
+    func optionalStrings(_ name: String) throws(EmulatorError) -> [String]? {
+        guard let elements = try optional(name, \.arrayValue, "an array of strings") else { return nil }
+        return try elements.enumerated().map { (index, element) throws(EmulatorError) -> String in
+            guard let text = element.stringValue else { throw EmulatorError(.badInput, "\(name)[\(index)] must be a string") }
+            return text
+        }
+    }
 
     /// Member `name` as `read` takes it; nil when absent or null, `bad_input` "`name` must be `kind`" for another value.
     private func optional<Value>(_ name: String, _ read: (JSONValue) -> Value?, _ kind: String) throws(EmulatorError) -> Value? {
