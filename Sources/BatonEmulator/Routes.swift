@@ -81,11 +81,13 @@ extension Emulator {
             try emulator.initiateTransfer(clientID: clientID, toTeamID: toTeamID)
             return reply(["client_id": .string(clientID), "to_team_id": .string(toTeamID), "state": "initiated"], status: 201)
         },
-        EmulatorRoute("POST", "/emulator/transfers/accept", .control, "the recipient accepts: {client_id} -> accepted_at (Unix seconds)") { emulator, request in
+        EmulatorRoute("POST", "/emulator/transfers/accept", .control,
+                      "the recipient accepts: {client_id} -> accepted_at (ISO 8601), accepted_at_unix") { emulator, request in
             let body = try JSONBody(request)
             let clientID = try body.string("client_id")
             let accepted = try emulator.acceptTransfer(clientID: clientID)
-            return reply(["client_id": .string(clientID), "state": "accepted", "accepted_at": .number(accepted.timeIntervalSince1970.rounded(.down))])
+            return reply(["client_id": .string(clientID), "state": "accepted", "accepted_at": .string(accepted.formatted(.iso8601)),
+                          "accepted_at_unix": .number(accepted.timeIntervalSince1970.rounded(.down))])
         },
         EmulatorRoute("GET", "/emulator/transfer-identifiers", .control,
                       "?client_id=: every user's transfer_sub, as the sender gets it") { emulator, request in
