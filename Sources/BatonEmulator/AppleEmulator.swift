@@ -6,6 +6,7 @@ import BatonJOSE
 import BatonLogging
 
 /// A stand-in for `appleid.apple.com` on loopback, for tests, benchmarks, the demo and rehearsals.
+/// docs/emulator.md drives `baton emulator` by hand; ``routes`` lists every route.
 ///
 /// ## Apple's endpoints
 /// - `GET /auth/keys`: the published RS256 keys (at least two, 10-character kids).
