@@ -130,8 +130,9 @@ struct EmulatorState: Codable, Sendable {
     /// Creates `count` people who use `clientID`; `privateEmail` nil alternates (first private).
     ///
     /// Given identities (a team's own subjects, a recipient's transfer identifiers): `userIdentifiers[i]` (when not
-    /// nil, checked by ``checkGiven(_:)``) is person `i`'s identifier under the app's current team, and `transferIdentifiers[i]` (when not nil) their transfer identifier for
-    /// `transferTarget`, as if the current team had generated it.
+    /// nil, checked by ``checkGiven(_:)``) is person `i`'s identifier under the app's current team, and
+    /// `transferIdentifiers[i]` (when not nil) their transfer identifier for `transferTarget`, as if the current team
+    /// had generated it.
     mutating func addUsers(clientID: String, count: Int, privateEmail: Bool?, userIdentifiers: [String?]? = nil,
                            transferIdentifiers givenTransfers: [String?]? = nil, transferTarget: String? = nil) throws(EmulatorError) -> [Person] {
         guard var app = apps[clientID] else { throw EmulatorError(.unknownApp, clientID) }

@@ -59,8 +59,9 @@ extension Emulator {
                       "create users: {client_id, count or user_identifiers, private_email?} -> users") { emulator, request in
             let body = try JSONBody(request)
             let clientID = try body.string("client_id"), privateEmail = try body.optionalBool("private_email")
+            let hasCount = body.object["count"].map { $0 != .null } ?? false
             let users: [EmulatedUser]
-            switch (body.object["count"].map { $0 != .null } ?? false, try body.optionalStrings("user_identifiers")) {
+            switch (hasCount, try body.optionalStrings("user_identifiers")) {
             case (true, nil):
                 users = try emulator.createUsers(clientID: clientID, count: try body.int("count"), privateEmail: privateEmail)
             case (false, let given?):
@@ -92,8 +93,8 @@ extension Emulator {
         EmulatorRoute("GET", "/emulator/transfer-identifiers", .control,
                       "?client_id=: every user's transfer_sub, as the sender gets it") { emulator, request in
             guard let clientID = request.query["client_id"] else { throw EmulatorError(.badInput, "client_id is required") }
-            // Encoded from the dictionary (keys sorted): a JSONObject finds a member by a linear search, so one of a
-            // large table's users would take a time that grows with the square of their number.
+            // Encoded from the dictionary (keys sorted): a JSONObject built member by member searches its members on
+            // each insertion, which is quadratic in a large table's users.
             return try HTTPResponse.json(encoding: ["transfer_subs": try emulator.transferIdentifiers(clientID: clientID)])
         },
         EmulatorRoute("POST", "/emulator/authorize", .control,
