@@ -365,25 +365,6 @@ public struct LegacyStore: BatonStore {
         "DELETE FROM baton.nonces WHERE sub = \(use.subject) AND nonce = \(use.nonce) AND attempt = \(use.attempt)"
     }
 
-    // MARK: - Link sessions
-
-    /// Records a link session: its nonce's SHA-256 (the nonce itself is never stored), live until `expiresAt`.
-    /// - Throws: ``PostgresError``.
-    public func createLinkSession(nonceHash: String, expiresAt: Date) async throws {
-        try await pool.execute("INSERT INTO baton.link_sessions (nonce_hash, expires_at) VALUES (\(nonceHash), \(expiresAt))")
-    }
-
-    /// Uses up the link session of `nonceHash` for `attempt`: true when it was live at `now` (and is used from now on)
-    /// or was used by this same attempt, false when unknown, used by another or expired.
-    /// - Throws: ``PostgresError``.
-    public func consumeLinkSession(nonceHash: String, attempt: String, now: Date) async throws -> Bool {
-        try await pool.query("""
-            UPDATE baton.link_sessions SET used_at = \(now), used_by = \(attempt)
-            WHERE nonce_hash = \(nonceHash) AND ((used_at IS NULL AND expires_at > \(now)) OR used_by = \(attempt))
-            RETURNING 1
-            """).count == 1
-    }
-
     // MARK: - Credential state and notifications
 
     /// Applies one server-to-server notification: `consent-revoked` → `revoked`, `account-delete(d)` →

@@ -86,7 +86,8 @@ public protocol BatonStore: Sendable {
     func createLinkSession(nonceHash: String, expiresAt: Date) async throws
 
     /// Uses up the link session of `nonceHash` for `attempt`: true when it was live at `now` or already used by this
-    /// attempt, false when unknown, used by another attempt or expired.
+    /// attempt, false when unknown, used by another attempt or expired; the row answered must be that session's, used
+    /// by `attempt`.
     func consumeLinkSession(nonceHash: String, attempt: String, now: Date) async throws -> Bool
 
     /// What Baton's tables know of `sub`, for the credential-state rules (``CredentialState/init(_:transferAccepted:)``).
