@@ -148,7 +148,7 @@ extension BatonConfiguration {
                   "a file holding the admin token for `GET /v1/report`"),
         .optional("service_token_file", \.serviceTokenFile, kind: .path, absent: "absent",
                   check: .nonEmpty(.invalidValue, "must be a path (remove the key to serve credential states without a token)"),
-                  "a file holding a token `GET /v1/credential-state` then requires (`Authorization: Bearer …`); without it the route is open"),
+                  "a file holding a token `GET /v1/credential-state` and `POST /v1/link/session` then require (`Authorization: Bearer …`); without it the routes are open"),
         .defaulted("require_nonce", \.requireNonce,
                    "`baton serve`: `POST /v1/signin` without a `nonce` is refused (400 `invalid_request`)"),
         .section("server", \.server),
