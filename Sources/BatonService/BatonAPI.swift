@@ -136,7 +136,7 @@ public final class BatonAPI: Sendable {
     }
 
     /// `POST /v1/link/session`: a link session's nonce, for both ceremonies of one `POST /v1/link`. Each stores a row,
-    /// so the service token guards it when one is configured.
+    /// so the service token guards it when one is configured, and the engine caps the live sessions.
     private func linkSession(_ request: HTTPRequest) async throws -> (HTTPResponse, String?) {
         if let serviceToken { try requireBearer(serviceToken, request, what: "service") }
         let session = try await engine.openLinkSession()

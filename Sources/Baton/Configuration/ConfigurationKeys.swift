@@ -151,6 +151,8 @@ extension BatonConfiguration {
                   "a file holding a token `GET /v1/credential-state` and `POST /v1/link/session` then require (`Authorization: Bearer …`); without it the routes are open"),
         .defaulted("require_nonce", \.requireNonce,
                    "`baton serve`: `POST /v1/signin` without a `nonce` is refused (400 `invalid_request`)"),
+        .defaulted("max_link_sessions", \.maxLinkSessions, check: .within(1...1_000_000),
+                   "`baton serve`: link sessions (`POST /v1/link/session`) live at once, each for 600 s; one more is answered 503 `too_many_link_sessions` and stored nowhere, so requests cannot grow `baton.link_sessions` without bound (each new session also deletes up to 100 expired ones)"),
         .section("server", \.server),
         .defaulted("report_refresh_seconds", \.reportRefreshSeconds, check: .within(10...86_400, unit: "seconds", zero: "no reload"),
                    "how often the `GET /report` page reloads itself (a meta refresh, no script)"),

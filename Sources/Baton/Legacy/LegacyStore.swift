@@ -314,8 +314,7 @@ public struct LegacyStore: BatonStore {
     /// Records `use.nonce` as used by `use.subject` until `use.expiresAt`; false when another attempt of that subject
     /// already used it and it has not expired by `now` (the same attempt repeating the statement gets true again).
     /// Expiry is set and compared on the application's clock (`now` is bound, not PostgreSQL's `now()`), so a
-    /// database clock ahead of it cannot reopen a replay window. Every 1,000th call also deletes expired nonces and
-    /// link sessions.
+    /// database clock ahead of it cannot reopen a replay window. Every 1,000th call also deletes expired nonces.
     /// - Throws: ``PostgresError``.
     public func consumeNonce(_ use: NonceUse, now: Date) async throws -> Bool {
         try Self.nonceConsumed(try await pool.query(nonceInsertQuery(use, now: now)), use)
@@ -329,8 +328,6 @@ public struct LegacyStore: BatonStore {
             query = """
                 WITH purge AS (
                     DELETE FROM baton.nonces WHERE expires_at < \(now) AND NOT (sub = \(use.subject) AND nonce = \(use.nonce))
-                ), purge_sessions AS (
-                    DELETE FROM baton.link_sessions WHERE expires_at < \(now)
                 )
 
                 """
