@@ -13,6 +13,7 @@ import BatonLogging
 /// | --- | --- |
 /// | `POST /v1/signin` | `{"outcome", "user", "sub", "transfer_sub"?}` |
 /// | `GET /v1/credential-state?user=ID` | `{"state"}` |
+/// | `POST /v1/link/session` | `{"nonce", "expires_at", "expires_in"}` (201; service token when configured) |
 /// | `POST /v1/link` | `{"outcome", "user", "sub", "transfer_sub"?}` |
 /// | `POST /v1/notifications` | `{"type", "changed"}` |
 /// | `GET /v1/report` | the correlation report as JSON (admin token) |
@@ -40,7 +41,7 @@ public final class BatonAPI: Sendable {
     /// - Parameters:
     ///   - engine: the library engine.
     ///   - adminToken: guards admin routes (`/v1/report`); nil disables them (403).
-    ///   - serviceToken: when given, `GET /v1/credential-state` requires it as a bearer token.
+    ///   - serviceToken: when given, `GET /v1/credential-state` and `POST /v1/link/session` require it as a bearer token.
     ///   - reportRefreshSeconds: how often the `GET /report` page reloads itself; 0 for never; default 300.
     ///   - logger: receives one line per request.
     public init(engine: BatonEngine, adminToken: AdminToken?, serviceToken: AdminToken? = nil, reportRefreshSeconds: Int = 300,
@@ -134,8 +135,10 @@ public final class BatonAPI: Sendable {
         return (signInAnswer(result), result.outcome.rawValue)
     }
 
-    /// `POST /v1/link/session`: a link session's nonce, for both ceremonies of one `POST /v1/link`.
+    /// `POST /v1/link/session`: a link session's nonce, for both ceremonies of one `POST /v1/link`. Each stores a row,
+    /// so the service token guards it when one is configured, and the engine caps the live sessions.
     private func linkSession(_ request: HTTPRequest) async throws -> (HTTPResponse, String?) {
+        if let serviceToken { try requireBearer(serviceToken, request, what: "service") }
         let session = try await engine.openLinkSession()
         let answer: JSONValue = [
             "expires_at": .string(ISO8601DateFormatter().string(from: session.expiresAt)),

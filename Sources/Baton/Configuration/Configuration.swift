@@ -37,6 +37,9 @@ public struct BatonConfiguration: Sendable, Equatable, Codable, ConfigurationSec
     public var serviceToken: AdminToken?
     /// Whether `POST /v1/signin` refuses a request without a nonce (`require_nonce`); default false.
     public var requireNonce: Bool
+    /// Link sessions (`POST /v1/link/session`) live at once beyond which the route answers 503; default
+    /// ``LinkSession/defaultMaxLive`` (`max_link_sessions`).
+    public var maxLinkSessions: Int
     /// Limits of `baton serve`'s HTTP server (`server.*`).
     public var server: Server
 
@@ -52,6 +55,7 @@ public struct BatonConfiguration: Sendable, Equatable, Codable, ConfigurationSec
         serviceTokenFile: String? = nil,
         serviceToken: AdminToken? = nil,
         requireNonce: Bool = false,
+        maxLinkSessions: Int = LinkSession.defaultMaxLive,
         server: Server = Server()
     ) {
         self.listen = listen
@@ -64,6 +68,7 @@ public struct BatonConfiguration: Sendable, Equatable, Codable, ConfigurationSec
         self.serviceTokenFile = serviceTokenFile
         self.serviceToken = serviceToken
         self.requireNonce = requireNonce
+        self.maxLinkSessions = maxLinkSessions
         self.server = server
     }
 

@@ -318,8 +318,7 @@ public struct LegacyStore: BatonStore {
     /// Records `use.nonce` as used by `use.subject` until `use.expiresAt`; false when another attempt of that subject
     /// already used it and it has not expired by `now` (the same attempt repeating the statement gets true again).
     /// Expiry is set and compared on the application's clock (`now` is bound, not PostgreSQL's `now()`), so a
-    /// database clock ahead of it cannot reopen a replay window. Every 1,000th call also deletes expired nonces and
-    /// link sessions.
+    /// database clock ahead of it cannot reopen a replay window. Every 1,000th call also deletes expired nonces.
     /// - Throws: ``PostgresError``.
     public func consumeNonce(_ use: NonceUse, now: Date) async throws -> Bool {
         try Self.nonceConsumed(try await pool.query(nonceInsertQuery(use, now: now)), use)
@@ -333,8 +332,6 @@ public struct LegacyStore: BatonStore {
             query = """
                 WITH purge AS (
                     DELETE FROM baton.nonces WHERE expires_at < \(now) AND NOT (sub = \(use.subject) AND nonce = \(use.nonce))
-                ), purge_sessions AS (
-                    DELETE FROM baton.link_sessions WHERE expires_at < \(now)
                 )
 
                 """
@@ -367,25 +364,6 @@ public struct LegacyStore: BatonStore {
     /// The statement of ``releaseNonce(_:)``.
     func releaseNonceQuery(_ use: NonceUse) -> PostgresQuery {
         "DELETE FROM baton.nonces WHERE sub = \(use.subject) AND nonce = \(use.nonce) AND attempt = \(use.attempt)"
-    }
-
-    // MARK: - Link sessions
-
-    /// Records a link session: its nonce's SHA-256 (the nonce itself is never stored), live until `expiresAt`.
-    /// - Throws: ``PostgresError``.
-    public func createLinkSession(nonceHash: String, expiresAt: Date) async throws {
-        try await pool.execute("INSERT INTO baton.link_sessions (nonce_hash, expires_at) VALUES (\(nonceHash), \(expiresAt))")
-    }
-
-    /// Uses up the link session of `nonceHash` for `attempt`: true when it was live at `now` (and is used from now on)
-    /// or was used by this same attempt, false when unknown, used by another or expired.
-    /// - Throws: ``PostgresError``.
-    public func consumeLinkSession(nonceHash: String, attempt: String, now: Date) async throws -> Bool {
-        try await pool.query("""
-            UPDATE baton.link_sessions SET used_at = \(now), used_by = \(attempt)
-            WHERE nonce_hash = \(nonceHash) AND ((used_at IS NULL AND expires_at > \(now)) OR used_by = \(attempt))
-            RETURNING 1
-            """).count == 1
     }
 
     // MARK: - Credential state and notifications
