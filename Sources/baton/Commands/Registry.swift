@@ -17,4 +17,5 @@ let commands: [Command] = [
     demoCommand,
     rehearseCommand,
     fuzzCommand,
+    completionsCommand,
 ]
