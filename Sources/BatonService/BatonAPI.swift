@@ -217,7 +217,14 @@ public final class BatonAPI: Sendable {
 
     private func renderMetrics(_ request: HTTPRequest) async throws -> (HTTPResponse, String?) {
         let pool = await engine.poolUsage().map { (open: $0.open, idle: $0.idle, waiting: $0.waiting, max: $0.max) }
-        return (HTTPResponse.text(metrics.render(pool: pool), contentType: "text/plain; version=0.0.4; charset=utf-8"), nil)
+        // /readyz's answer as a gauge, from the same background check (alerts/baton.rules.yml reads it).
+        let state = await readinessMonitor.current()
+        var text = metrics.render(pool: pool)
+        text += "# HELP baton_ready Whether /readyz answers ready: 1 yes, 0 no; by check (database, keys) and for both (all).\n# TYPE baton_ready gauge\n"
+        for (check, ok) in [("all", state.ready), ("database", state.database), ("keys", state.keys)] {
+            text += "baton_ready{check=\"\(check)\"} \(ok ? 1 : 0)\n"
+        }
+        return (HTTPResponse.text(text, contentType: "text/plain; version=0.0.4; charset=utf-8"), nil)
     }
 
     // MARK: - Plumbing

@@ -593,6 +593,7 @@ struct SignInServiceTests {
             #expect(metrics.text.contains("baton_rejections_total{reason=\"malformed\"} 1"))
             #expect(metrics.text.contains("baton_http_request_duration_seconds_count"))
             #expect(metrics.text.contains("baton_db_pool_connections{state=\"max\"} 4"))
+            for check in ["all", "database", "keys"] { #expect(metrics.text.contains("baton_ready{check=\"\(check)\"} 1")) }
         }
     }
 }
