@@ -99,8 +99,9 @@ struct SchemaWorld {
         directory.remove()
     }
 
-    /// Writes the configuration (the framework's `legacy` section, `edit` applied) and returns its path.
-    func configuration(port: Int = 0, _ edit: (inout [String: Any]) -> Void = { _ in }) throws -> String {
+    /// Writes the configuration (the framework's `legacy` section, `edit` applied) and returns its path; without
+    /// `recipientKey` the recipient is named by its team ID alone, as on the sender's machine.
+    func configuration(port: Int = 0, recipientKey: Bool = true, _ edit: (inout [String: Any]) -> Void = { _ in }) throws -> String {
         var legacy = framework.legacy
         edit(&legacy)
         let tree: [String: Any] = [
@@ -111,7 +112,8 @@ struct SchemaWorld {
                 "transfer": [
                     "client_id": SchemaWorld.clientID, "accepted_at": ISO8601DateFormatter().string(from: acceptedAt),
                     "sender": ["team_id": sender.teamID, "key_id": sender.keyID, "private_key_path": "sender.p8"],
-                    "recipient": ["team_id": recipient.teamID, "key_id": recipient.keyID, "private_key_path": "recipient.p8"],
+                    "recipient": recipientKey ? ["team_id": recipient.teamID, "key_id": recipient.keyID, "private_key_path": "recipient.p8"]
+                        : ["team_id": recipient.teamID],
                 ],
             ],
             "legacy": legacy,

@@ -219,13 +219,13 @@ extension BatonConfiguration.TeamCredentials {
     static let fields: [ConfigurationField<Self>] = [
         .required("team_id", \.teamID, check: .teamID,
                   "the team's ID: 10 upper-case letters or digits; the recipient's must differ from the sender's"),
-        .required("key_id", \.keyID, check: .keyID,
-                  "the ID of the team's Sign in with Apple key (10 letters or digits)"),
-        .required("private_key_path", \.privateKeyPath, kind: .path, check: .nonEmpty(.missing, "the path of the team's .p8 key is empty"),
+        .optional("key_id", \.keyID, absent: "absent: the team is only named", check: .keyID,
+                  "the ID of the team's Sign in with Apple key (10 letters or digits); only the side that signs needs it: the sender's machine names the recipient by `team_id` alone"),
+        .optional("private_key_path", \.privateKeyPath, kind: .path, absent: "absent, with `key_id`", check: .nonEmpty(.missing, "the path of the team's .p8 key is empty"),
                   "that key's `.p8` file (PKCS#8 PEM, EC P-256): the sender's creates transfer identifiers (`baton transfer-ids`), the recipient's exchanges them (`baton exchange`)"),
     ]
 
-    static var defaults: Self { Self(teamID: "", keyID: "", privateKeyPath: "") }
+    static var defaults: Self { Self(teamID: "") }
 }
 
 extension BatonConfiguration.Legacy {

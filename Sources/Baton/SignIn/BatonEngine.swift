@@ -1,6 +1,7 @@
 import BatonAppleSignIn
 import BatonConcurrency
 import Foundation
+import Synchronization
 import BatonJOSE
 import BatonJSON
 import BatonLogging
@@ -45,9 +46,10 @@ public final class BatonEngine: Sendable {
     private let keys: any VerificationKeyProvider
     private let keysReady: @Sendable () -> Bool
     private let pool: PostgresPool?
-    private let reportBuilder: (@Sendable (Date) -> ReportBuilder)?
+    private let reportBuilder: (@Sendable (_ now: Date, _ acceptedAt: Date?) -> ReportBuilder)?
     private let now: @Sendable () -> Date
-    private let transferAcceptedAt: Date?
+    /// `apple.transfer.accepted_at`, which a running service rereads (``updateTransferAcceptedAt(_:)``).
+    private let acceptance: Mutex<Date?>
     /// Until when ``openLinkSession()`` refuses without a statement: a second after the store found
     /// ``maxLinkSessions`` live, so a flood at the limit costs the database no count per request.
     private let linkSessionsFullUntil = Mutex(Date.distantPast)
@@ -65,14 +67,15 @@ public final class BatonEngine: Sendable {
     ///   - notificationMaxAge: the oldest notification accepted, in seconds (default 86,400).
     ///   - keysReady: whether a usable key set is held (readiness); default always true.
     ///   - pool: a pool the engine owns and closes at ``shutdown()``.
-    ///   - reportBuilder: makes the report's builder for an instant; nil disables ``migrationReport()``.
+    ///   - reportBuilder: makes the report's builder for an instant and the transfer's acceptance time; nil disables
+    ///     ``migrationReport()``.
     ///   - transferAcceptedAt: `apple.transfer.accepted_at`; sending-team identifiers are `transferred` from then on.
     ///   - now: the clock.
     public init(store: any BatonStore, keys: any VerificationKeyProvider, clientIDs: [String], legacyClientIDs: [String] = [],
                 issuer: String = IdentityTokenVerifier.appleIssuer, linkMaxAge: TimeInterval = 600,
                 maxLinkSessions: Int = LinkSession.defaultMaxLive, requireNonce: Bool = false, notificationMaxAge: TimeInterval = 86_400,
                 keysReady: @escaping @Sendable () -> Bool = { true }, pool: PostgresPool? = nil,
-                reportBuilder: (@Sendable (Date) -> ReportBuilder)? = nil, transferAcceptedAt: Date? = nil,
+                reportBuilder: (@Sendable (_ now: Date, _ acceptedAt: Date?) -> ReportBuilder)? = nil, transferAcceptedAt: Date? = nil,
                 now: @escaping @Sendable () -> Date = { Date() }) {
         // A token is told to be the sending team's only by its `aud` (see `BatonConfiguration.validate()`).
         precondition(Set(clientIDs).isDisjoint(with: legacyClientIDs), "a client ID is both current and legacy")
@@ -89,7 +92,7 @@ public final class BatonEngine: Sendable {
         self.keysReady = keysReady
         self.pool = pool
         self.reportBuilder = reportBuilder
-        self.transferAcceptedAt = transferAcceptedAt
+        self.acceptance = Mutex(transferAcceptedAt)
         self.now = now
     }
 
@@ -119,7 +122,7 @@ public final class BatonEngine: Sendable {
                                maxLinkSessions: configuration.maxLinkSessions, requireNonce: configuration.requireNonce,
                                notificationMaxAge: TimeInterval(configuration.apple.notificationMaxAgeSeconds),
                                keysReady: { cache.isReady }, pool: pool,
-                               reportBuilder: { now in ReportBuilder(pool: pool, configuration: configuration, now: now) },
+                               reportBuilder: { now, acceptedAt in ReportBuilder(pool: pool, legacy: configuration.legacy, acceptedAt: acceptedAt, now: now) },
                                transferAcceptedAt: configuration.apple.transfer?.acceptedAt)
         } catch {
             await pool.close()
@@ -373,7 +376,16 @@ public final class BatonEngine: Sendable {
     ///   `database_unavailable`.
     public func migrationReport() async throws -> MigrationReport {
         guard let reportBuilder else { throw BatonError(.notConfigured, "no report source is configured") }
-        return try await database { try await reportBuilder(now()).build() }
+        return try await database { try await reportBuilder(now(), transferAcceptedAt).build() }
+    }
+
+    /// When the recipient accepted the transfer (`apple.transfer.accepted_at`), as the engine holds it now.
+    public var transferAcceptedAt: Date? { acceptance.withLock { $0 } }
+
+    /// Replaces the transfer's acceptance time, as `baton serve` does when SIGHUP rereads its configuration: from
+    /// the next request on, sending-team identifiers are `transferred` and the report counts the window from it.
+    public func updateTransferAcceptedAt(_ date: Date?) {
+        acceptance.withLock { $0 = date }
     }
 
     // MARK: - Helpers
