@@ -6,7 +6,6 @@ import BatonJOSE
 import BatonJSON
 import BatonLogging
 import BatonPostgres
-import Synchronization
 
 /// Baton's public library API: sign-in correlation, credential state, re-linking and Apple's
 /// server-to-server notifications, for the HTTP service and for Swift servers that embed Baton.
