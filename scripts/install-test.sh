@@ -255,15 +255,12 @@ BATON_ENV=$(service_env)
 started=$(date +%s%N)
 version=$(as_service /usr/bin/baton --version 2>"$work/version.err") && version_status=0 || version_status=$?
 elapsed_ms=$(( ($(date +%s%N) - started) / 1000000 ))
-if [ $version_status -eq 0 ] && [ -n "$(head -n 1 <<<"$version")" ]; then
+head_commit=$(git -C "$repo" rev-parse HEAD 2>/dev/null || echo unknown)
+if [ $version_status -eq 0 ] && grep -Eq "^baton [0-9][^ ]* \(commit ${head_commit}(-dirty)?\)$" <<<"$version"; then
     ok "baton --version: '$(head -n 1 <<<"$version")' in ${elapsed_ms} ms (wall, chroot and setpriv included)"
-elif grep -q "unknown command '--version'" "$work/version.err"; then
-    # Until the branch adding `baton --version` is merged: say so, and time --help instead.
-    started=$(date +%s%N); as_service /usr/bin/baton --help >/dev/null
-    echo "note: this build has no 'baton --version' yet; 'baton --help' took $(( ($(date +%s%N) - started) / 1000000 )) ms"
 else
     cat "$work/version.err" >&2
-    fail "baton --version exited $version_status"
+    fail "baton --version exited $version_status with '$(head -n 1 <<<"$version")', not 'baton VERSION (commit $head_commit)'"
 fi
 
 as_service /usr/bin/baton db migrate >"$work/migrate.log" 2>&1 || { cat "$work/migrate.log" >&2; fail "baton db migrate"; }
