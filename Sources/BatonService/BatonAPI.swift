@@ -262,12 +262,14 @@ public final class BatonAPI: Sendable {
         var response: HTTPResponse
         var outcome: String?
         var rejection: String?
+        var tokenRejection: String?
         switch result {
         case .success(let value):
             (response, outcome) = value
         case .failure(let error as BatonError) where error.code == .invalidToken || error.code == .invalidNotification:
             response = error.response
             rejection = error.reason  // the rejection's own code: `expired`, `bad_signature`, …
+            tokenRejection = rejection
         case .failure(let error as any HTTPResponseError):
             response = error.response
             rejection = error.errorCode
@@ -278,7 +280,9 @@ public final class BatonAPI: Sendable {
         }
         let elapsed = ContinuousClock.now - start
         let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
-        metrics.record(route: route, status: response.status, seconds: seconds, outcome: route == "signin" ? outcome : nil, rejection: rejection)
+        // `baton_rejections_total` counts refused identity tokens and notifications only; any other refusal (a missing
+        // admin token, a malformed body) shows in `baton_http_requests_total` by its status.
+        metrics.record(route: route, status: response.status, seconds: seconds, outcome: route == "signin" ? outcome : nil, rejection: tokenRejection)
         // The line's fields are only built when the line is written: above info, a request logs nothing and costs nothing.
         if logger.level <= .info {
             var fields = ["route": route, "status": String(response.status), "duration_ms": BatonAPI.milliseconds(seconds)]

@@ -54,9 +54,14 @@ struct ReloadCommandTests {
             #expect(await SchemaHTTP.status("GET", port: port, path: "/healthz") == 200)
             #expect(try await world.credentialState(port: port, user: oldSub) == "transferred")
 
+            // A sign-in uses an event loop's pipeline connection, which a clean stop closes without calling it dropped.
+            let signIn = await SchemaHTTP.signIn(port: port, token: try world.token(world.people[0].id))
+            #expect(signIn.status == 200 && signIn.outcome == "migrated", "\(signIn)")
+
             process.signal(SIGTERM)
             let result = try await offPool { try process.wait(timeout: 30) }
             #expect(result.status == 0)
+            #expect(!result.stderr.contains("pipeline connection dropped"), "\(result.stderr)")
             #expect(result.stderr.contains("configuration reloaded") && result.stderr.contains("apple.transfer.accepted_at"), "\(result.stderr)")
             #expect(result.stderr.contains("configuration reload refused"), "\(result.stderr)")
         }
