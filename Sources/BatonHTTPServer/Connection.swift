@@ -284,14 +284,7 @@ func batonAccessHandler(
     let loop = EventLoop.current
     let answer = core.router.respondWithoutWaiting(to: request, context: HTTPRequestContext(loop: loop), logger: core.logger)
     if case .now(let response) = answer { return queue(response, on: connection, core: core) }
-    core.handlerBegan()
-    if core.isStopping {
-        // Too late to wait for an answer: the server is stopping (and may already have found no handler running).
-        core.handlerEnded()
-        return queue(HTTPError.shuttingDown.response, on: connection, core: core)
-    }
-    context.markSuspended()
-    MHD_suspend_connection(connection)
+    if let refused = suspendAsHandler(connection, context, core) { return refused }
     let suspended = SuspendedConnection(pointer: connection)
     // The handler and its deadline race; whichever answers first resumes the connection, exactly once.
     let deliver: @Sendable (HTTPResponse) -> Void = { response in
@@ -314,6 +307,20 @@ func batonAccessHandler(
     return CMicroHTTPD_yes()
 }
 
+/// Counts a running handler and suspends `connection` for it; when the server is stopping, it is too late to wait
+/// for an answer (``HTTPServer/stop()`` may already have found no handler running): answers 503 at once instead, and
+/// returns that result.
+private func suspendAsHandler(_ connection: OpaquePointer, _ context: RequestContext, _ core: ServerCore) -> MHD_Result? {
+    core.handlerBegan()
+    if core.isStopping {
+        core.handlerEnded()
+        return queue(HTTPError.shuttingDown.response, on: connection, core: core)
+    }
+    context.markSuspended()
+    MHD_suspend_connection(connection)
+    return nil
+}
+
 /// Resumes a suspended connection. An event loop's daemon is resumed on the loop's thread, which then runs
 /// libmicrohttpd in the same round (the daemon's own wake-up does not reach the loop's epoll when it comes from
 /// another thread); libmicrohttpd's own threads are woken by the library.
@@ -331,13 +338,7 @@ private func resume(_ connection: SuspendedConnection, on loop: EventLoop?) {
 /// counts as a running handler meanwhile, so ``HTTPServer/stop()`` waits for it.
 private func waitForSlot(_ connection: OpaquePointer, of address: ClientAddress, until: ContinuousClock.Instant,
                          _ context: RequestContext, _ core: ServerCore) -> MHD_Result {
-    core.handlerBegan()
-    if core.isStopping {
-        core.handlerEnded()
-        return queue(HTTPError.shuttingDown.response, on: connection, core: core)
-    }
-    context.markSuspended()
-    MHD_suspend_connection(connection)
+    if let refused = suspendAsHandler(connection, context, core) { return refused }
     // Only a suspended connection may be resumed, so it is handed to other threads only now; a slot freed since its
     // verdict leaves it to be resumed here.
     let suspended = SuspendedConnection(pointer: connection), loop = EventLoop.current

@@ -9,27 +9,13 @@ struct ReloadCommandTests {
     func acceptedAtOnHangUp() async throws {
         try await SchemaWorld.run(.allauth, apple: 1) { world in
             let port = try freeLoopbackPort()
-            let config = try world.configuration(port: port)
-            let written = try String(contentsOfFile: config, encoding: .utf8)
+            let (config, accepted) = try world.configurationBeforeAcceptance(port: port)
             /// Replaces the configuration file's text.
             func write(_ text: String) throws { try text.write(toFile: config, atomically: true, encoding: .utf8) }
-            var tree = try #require(try JSONSerialization.jsonObject(with: Data(written.utf8)) as? [String: Any])
-            var apple = tree["apple"] as! [String: Any]
-            var transfer = apple["transfer"] as! [String: Any]
-            transfer.removeValue(forKey: "accepted_at")
-            apple["transfer"] = transfer
-            tree["apple"] = apple
-            try write(String(decoding: try JSONSerialization.data(withJSONObject: tree), as: UTF8.self))
-
             // The sender's walk before the transfer: the user's row gets its transfer identifier.
             let ids = try await runBatonOffPool(["transfer-ids", "--yes", "--rate", "100", "--config", config])
             #expect(ids.status == 0, "\(ids.stdout)\(ids.stderr)")
-            let process = try runProcessAsync(batonBinaryPath, ["serve", "--config", config])
-            var up = false
-            for _ in 0..<200 where !up {
-                up = await SchemaHTTP.status("GET", port: port, path: "/healthz") == 200
-                if !up { try await Task.sleep(for: .milliseconds(50)) }
-            }
+            let process = try await world.startServing(config: config, port: port)
             let oldSub = world.people[0].oldSub
             /// The credential state once it is `expected`, polled for up to 5 s after a SIGHUP.
             func stateAfterHangUp(_ expected: String) async throws -> String? {
@@ -42,10 +28,9 @@ struct ReloadCommandTests {
                 }
                 return state
             }
-            #expect(up)
             #expect(try await world.credentialState(port: port, user: oldSub) == "authorized")
 
-            try write(written)  // accepted_at back: the transfer was accepted
+            try write(accepted)  // the transfer was accepted
             #expect(try await stateAfterHangUp("transferred") == "transferred")
 
             try write("{ not json")

@@ -38,22 +38,8 @@ struct RunbookWalkTests {
 
             // Team B deploys the service before acceptance: no accepted_at yet.
             let port = try freeLoopbackPort()
-            let config = try world.configuration(port: port)
-            let accepted = try String(contentsOfFile: config, encoding: .utf8)
-            var tree = try #require(try JSONSerialization.jsonObject(with: Data(accepted.utf8)) as? [String: Any])
-            var apple = tree["apple"] as! [String: Any]
-            var transfer = apple["transfer"] as! [String: Any]
-            transfer.removeValue(forKey: "accepted_at")
-            apple["transfer"] = transfer
-            tree["apple"] = apple
-            try String(decoding: try JSONSerialization.data(withJSONObject: tree), as: UTF8.self).write(toFile: config, atomically: true, encoding: .utf8)
-            let serve = try runProcessAsync(batonBinaryPath, ["serve", "--config", config])
-            var up = false
-            for _ in 0..<200 where !up {
-                up = await SchemaHTTP.status("GET", port: port, path: "/healthz") == 200
-                if !up { try await Task.sleep(for: .milliseconds(50)) }
-            }
-            #expect(up)
+            let (config, accepted) = try world.configurationBeforeAcceptance(port: port)
+            let serve = try await world.startServing(config: config, port: port)
             let person = world.people[0]
             #expect(try await world.credentialState(port: port, user: person.oldSub) == "authorized")
 

@@ -135,19 +135,39 @@ struct SchemaWorld {
         try CompactJWS.parse(token).claims()
     }
 
+    /// Writes the configuration as it is before the transfer's acceptance (no `apple.transfer.accepted_at`) and
+    /// returns its path, with the text of the accepted configuration to write over it once the test accepts.
+    func configurationBeforeAcceptance(port: Int = 0, recipientKey: Bool = true) throws -> (path: String, accepted: String) {
+        let path = try configuration(port: port, recipientKey: recipientKey)
+        let accepted = try String(contentsOfFile: path, encoding: .utf8)
+        var tree = try JSONSerialization.jsonObject(with: Data(accepted.utf8)) as! [String: Any]
+        var apple = tree["apple"] as! [String: Any]
+        var transfer = apple["transfer"] as! [String: Any]
+        transfer.removeValue(forKey: "accepted_at")
+        apple["transfer"] = transfer
+        tree["apple"] = apple
+        try String(decoding: try JSONSerialization.data(withJSONObject: tree), as: UTF8.self).write(toFile: path, atomically: true, encoding: .utf8)
+        return (path, accepted)
+    }
+
+    /// Starts `baton serve` with `config` on `port`; returns once `/healthz` answers 200 (or throws after 10 s).
+    func startServing(config: String, port: Int) async throws -> RunningProcess {
+        let process = try runProcessAsync(batonBinaryPath, ["serve", "--config", config])
+        for _ in 0..<200 {
+            if await SchemaHTTP.status("GET", port: port, path: "/healthz") == 200 { return process }
+            try await Task.sleep(for: .milliseconds(50))
+        }
+        process.signal(SIGTERM)
+        let result = try? await offPool { try process.wait(timeout: 30) }
+        throw TestSupportError("baton serve did not come up: \(result?.stderr ?? "")")
+    }
+
     /// Starts `baton serve`, runs `body` with its port, then stops it with SIGTERM and returns its output.
     @discardableResult
     func serving(_ body: (Int) async throws -> Void) async throws -> ProcessResult {
         let port = try freeLoopbackPort()
-        let config = try configuration(port: port)
-        let process = try runProcessAsync(batonBinaryPath, ["serve", "--config", config])
-        var up = false
-        for _ in 0..<200 where !up {
-            up = await SchemaHTTP.status("GET", port: port, path: "/healthz") == 200
-            if !up { try await Task.sleep(for: .milliseconds(50)) }
-        }
+        let process = try await startServing(config: try configuration(port: port), port: port)
         do {
-            guard up else { throw TestSupportError("baton serve did not come up") }
             try await body(port)
         } catch {
             process.signal(SIGTERM)
