@@ -14,22 +14,12 @@
 # commit's time: the package's timestamps, so two builds of one commit pack the same files).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/lib.sh
 export PATH=$PATH:/opt/swift/usr/bin
 
 # What building and packaging need beyond scripts/install-deps.sh: libcurl's headers for the static
 # FoundationNetworking, dpkg-dev for dpkg-shlibdeps, binutils for strip, man-db to check the page.
-packages=(libcurl4-openssl-dev dpkg-dev binutils man-db)
-missing=()
-for package in "${packages[@]}"; do
-    dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-    echo "dist: installing ${missing[*]}" >&2
-    sudo=""; [ "$(id -u)" -eq 0 ] || sudo=sudo
-    export DEBIAN_FRONTEND=noninteractive
-    $sudo apt-get update -qq
-    $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-fi
+install_missing dist libcurl4-openssl-dev dpkg-dev binutils man-db
 
 build=1
 [ "${1:-}" = --no-build ] && build=0

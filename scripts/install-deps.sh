@@ -9,18 +9,5 @@
 set -euo pipefail
 
 packages=(libssl-dev libpq-dev libmicrohttpd-dev postgresql postgresql-contrib pkg-config chromium python3 python3-venv python3-pip wrk linux-perf pgbouncer time curl jq)
-missing=()
-for package in "${packages[@]}"; do
-    if ! dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed"; then
-        missing+=("$package")
-    fi
-done
-if [ ${#missing[@]} -eq 0 ]; then
-    exit 0
-fi
-echo "installing: ${missing[*]}" >&2
-sudo=""
-if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
-export DEBIAN_FRONTEND=noninteractive
-$sudo apt-get update -qq
-$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+. "$(dirname "$0")/lib.sh"
+install_missing install-deps "${packages[@]}"

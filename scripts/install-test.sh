@@ -25,6 +25,7 @@
 # clean root there for the next run (CI makes a fresh one).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/lib.sh
 repo=$PWD
 
 [ "$(id -u)" -eq 0 ] || { echo "install-test: run as root (debootstrap, chroot, mounts)" >&2; exit 2; }
@@ -34,17 +35,7 @@ deb=$(cd "$(dirname "$deb")" && pwd)/$(basename "$deb")
 mirror=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 
 # What this script needs on the host (the package itself needs nothing from the host).
-packages=(debootstrap curl jq postgresql python3 podman runc)
-missing=()
-for package in "${packages[@]}"; do
-    dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-    echo "install-test: installing ${missing[*]}" >&2
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq
-    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-fi
+install_missing install-test debootstrap curl jq postgresql python3 podman runc
 
 work=$(mktemp -d /tmp/baton-install-test.XXXXXX)
 root=$work/root
@@ -192,18 +183,6 @@ database_url="postgresql://postgres@127.0.0.1:$pg_port/app"
 sql() { psql -h "$pgdir" -p "$pg_port" -U postgres -d app -v ON_ERROR_STOP=1 -qAtc "$1"; }
 ok "a throwaway PostgreSQL on 127.0.0.1:$pg_port"
 
-# Waits for "listening on http://HOST:PORT" in FILE from PID and prints HOST:PORT.
-listening_address() {
-    local file=$1 pid=$2 address
-    for _ in $(seq 300); do
-        address=$(grep -o 'listening on http://[0-9.]*:[0-9]*' "$file" 2>/dev/null | head -n 1 | sed 's|.*http://||') || true
-        if [ -n "$address" ]; then echo "$address"; return 0; fi
-        kill -0 "$pid" 2>/dev/null || break
-        sleep 0.1
-    done
-    sed -e 's/^/  /' "$file" >&2
-    return 1
-}
 
 BATON_ENV= "${service[@]}" /usr/bin/baton emulator --port 0 --log-level warning >"$work/emulator.log" 2>&1 &
 pids+=($!)

@@ -29,6 +29,7 @@
 # Environment: CURRENT_SIGNINS (default 20), FREEZE_SECONDS (default 15), KEEP_LOGS=1 keeps the scratch
 # directory (logs of the emulator and baton serve) and prints its path.
 set -euo pipefail
+. "$(dirname "$0")/lib.sh"
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 baton=${1:-.build/release/baton}
@@ -92,19 +93,6 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-# Waits for a line matching "listening on http://HOST:PORT" in FILE and prints HOST:PORT.
-listening_address() {
-    local file=$1 pid=$2 address
-    for _ in $(seq 300); do
-        address=$(grep -o 'listening on http://[0-9.]*:[0-9]*' "$file" 2>/dev/null | head -n 1 | sed 's|.*http://||') || true
-        if [ -n "$address" ]; then echo "$address"; return 0; fi
-        kill -0 "$pid" 2>/dev/null || break
-        sleep 0.1
-    done
-    echo "loop-stalls.sh: no 'listening on' line from pid $pid; its output:" >&2
-    sed -e 's/^/  /' "$file" >&2
-    return 1
-}
 
 # The emulator's control API: emulator METHOD PATH [JSON].
 emulator() {
