@@ -175,6 +175,24 @@ struct LegacyStoreTests {
         await f.pool.close()
     }
 
+    @Test("expired nonces are purged every 1,000th recorded, at most 2,000 at a time: a backlog shrinks without one unbounded delete")
+    func noncePurgeIsBounded() async throws {
+        let f = try await StoreFixture("store_nonce_purge")
+        let now = Date()
+        try await f.pool.execute("""
+            INSERT INTO baton.nonces (sub, nonce, expires_at) SELECT 'old', 'n' || i, \(now.addingTimeInterval(-60)) FROM generate_series(1, 3000) AS i
+            """)
+        func expired() throws -> String { try TestDatabase.psql(f.url, "SELECT count(*) FROM baton.nonces WHERE sub = 'old'") }
+        for index in 1..<1_000 {
+            #expect(try await f.store.consumeNonce(NonceUse(nonce: "live-\(index)", subject: "a", expiresAt: now.addingTimeInterval(600), attempt: "r"), now: now))
+        }
+        #expect(try expired() == "3000")
+        #expect(try await f.store.consumeNonce(NonceUse(nonce: "live-1000", subject: "a", expiresAt: now.addingTimeInterval(600), attempt: "r"), now: now))
+        #expect(try expired() == "1000")
+        #expect(try TestDatabase.psql(f.url, "SELECT count(*) FROM baton.nonces WHERE sub = 'a'") == "1000")
+        await f.pool.close()
+    }
+
     @Test("a nonce is accepted once per subject until it expires on the application's clock; a released one is accepted again")
     func nonces() async throws {
         let f = try await StoreFixture("store_nonce")

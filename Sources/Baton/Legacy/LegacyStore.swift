@@ -324,14 +324,21 @@ public struct LegacyStore: BatonStore {
         try Self.nonceConsumed(try await pool.query(nonceInsertQuery(use, now: now)), use)
     }
 
+    /// Every how many nonces recorded by one store the statement also deletes expired ones (at most twice as many).
+    static let noncePurgeInterval = 1_000
+
     /// The statement of ``consumeNonce(_:now:)`` (also the SQL `baton bench signin --nonce` gives pgbench): records
     /// the nonce unless its subject holds it unexpired; the row back when it was recorded.
     package func nonceInsertQuery(_ use: NonceUse, now: Date) -> PostgresQuery {
         var query: PostgresQuery = ""
-        if nonceCount.next() % 1_000 == 0 {
+        if nonceCount.next() % Self.noncePurgeInterval == 0 {
+            // Bounded, so it never grows with a backlog on an event loop's pipeline: the oldest expired rows by their
+            // index, twice as many as were recorded since the last purge, so a backlog shrinks at every purge.
             query = """
                 WITH purge AS (
-                    DELETE FROM baton.nonces WHERE expires_at < \(now) AND NOT (sub = \(use.subject) AND nonce = \(use.nonce))
+                    DELETE FROM baton.nonces WHERE ctid = ANY (ARRAY(
+                        SELECT ctid FROM baton.nonces WHERE expires_at < \(now) AND NOT (sub = \(use.subject) AND nonce = \(use.nonce))
+                        ORDER BY expires_at LIMIT \(2 * Self.noncePurgeInterval) FOR UPDATE SKIP LOCKED))
                 )
 
                 """
