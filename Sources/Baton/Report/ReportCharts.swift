@@ -19,7 +19,8 @@ enum ReportCharts {
     }
 
     /// Cumulative share migrated against the days of the window: the actual line, the deadline, today, the
-    /// projection at the current pace (dashed) and the pace needed to finish in time (dotted).
+    /// projection at the current pace (dashed) and the pace needed to finish in time (dotted), both up to the share
+    /// that can still migrate (users refused for good left out).
     static func progress(_ report: MigrationReport) -> String {
         guard report.window.acceptedAt != nil else { return "" }
         var html = Frame.allCases.map { progress(report, $0) }.joined()
@@ -69,22 +70,28 @@ enum ReportCharts {
         }
         svg += "<polyline points=\"\(line)\" fill=\"none\" stroke=\"#2e9d57\" stroke-width=\"2.5\"/>\n"
 
-        // Needed pace: from today's share to 100% at day 60.
-        if !report.window.closed, report.totals.unresolved > 0 {
-            svg += "<line x1=\"\(f(x(nowDay)))\" y1=\"\(f(y(current)))\" x2=\"\(f(x(60)))\" y2=\"\(f(y(1)))\" stroke=\"#667085\" stroke-width=\"1.5\" stroke-dasharray=\"2 4\"/>\n"
+        // The share that can still be reached: everyone but the users refused for good.
+        let reachable = Double(report.totals.total - report.totals.unresolvable) / total
+        if report.totals.unresolvable > 0 {
+            svg += "<line x1=\"\(f(left))\" y1=\"\(f(y(reachable)))\" x2=\"\(f(width - right))\" y2=\"\(f(y(reachable)))\" stroke=\"#c4413b\" stroke-opacity=\"0.5\"/>"
+            svg += "<text x=\"\(f(x(60) - 6))\" y=\"\(f(y(reachable) + 14))\" text-anchor=\"end\" class=\"bad\">\(ReportFormat.count(report.totals.unresolvable)) refused for good</text>\n"
+        }
+        // Needed pace: from today's share to the reachable share at day 60.
+        if !report.window.closed, report.projection.remaining > 0 {
+            svg += "<line x1=\"\(f(x(nowDay)))\" y1=\"\(f(y(current)))\" x2=\"\(f(x(60)))\" y2=\"\(f(y(reachable)))\" stroke=\"#667085\" stroke-width=\"1.5\" stroke-dasharray=\"2 4\"/>\n"
         }
         // Projection at the current pace, clipped to the chart.
-        if report.projection.perDay > 0, report.totals.unresolved > 0 {
+        if report.projection.perDay > 0, report.projection.remaining > 0 {
             let perDayShare = report.projection.perDay / total
-            let daysToFinish = (1 - current) / perDayShare
+            let daysToFinish = max(0, reachable - current) / perDayShare
             let endDay = min(maxX, nowDay + daysToFinish)
             let endShare = current + (endDay - nowDay) * perDayShare
             let color = report.projection.status == .behind ? "#c4413b" : "#2e9d57"
             svg += "<line x1=\"\(f(x(nowDay)))\" y1=\"\(f(y(current)))\" x2=\"\(f(x(endDay)))\" y2=\"\(f(y(endShare)))\" stroke=\"\(color)\" stroke-width=\"2\" stroke-dasharray=\"7 5\"/>\n"
             if let finish = report.projection.finishAt, endDay < maxX {
-                svg += "<circle cx=\"\(f(x(endDay)))\" cy=\"\(f(y(1)))\" r=\"4\" fill=\"\(color)\"/>"
+                svg += "<circle cx=\"\(f(x(endDay)))\" cy=\"\(f(y(reachable)))\" r=\"4\" fill=\"\(color)\"/>"
                 let nearDeadline = endDay > 60 - (maxX - minX) * 0.2
-                svg += "<text x=\"\(f(x(endDay) + (nearDeadline ? -8 : 0)))\" y=\"\(f(y(1) + (nearDeadline ? 18 : -8)))\" text-anchor=\"\(nearDeadline ? "end" : "middle")\" class=\"strong\">projected finish \(ReportFormat.day(finish).dropFirst(5))</text>\n"
+                svg += "<text x=\"\(f(x(endDay) + (nearDeadline ? -8 : 0)))\" y=\"\(f(y(reachable) + (nearDeadline ? 18 : -8)))\" text-anchor=\"\(nearDeadline ? "end" : "middle")\" class=\"strong\">projected finish \(ReportFormat.day(finish).dropFirst(5))</text>\n"
             } else if report.projection.status == .behind {
                 svg += "<text x=\"\(f(x(endDay) - 6))\" y=\"\(f(y(endShare) + 16))\" text-anchor=\"end\" class=\"bad\">\(ReportFormat.percent(endShare)) by day \(Int(maxX)) at this pace</text>\n"
             }
@@ -103,12 +110,11 @@ enum ReportCharts {
         return svg
     }
 
-    /// One stacked bar per method: migrated, failed and unresolvable, with the counts.
+    /// One bar per method: the users it migrated, with the count.
     static func methods(_ report: MigrationReport) -> String {
         var html = Frame.allCases.map { methods(report, $0) }.joined()
-        html += "<p class=\"legend\"><span><i class=\"migrated\"></i>migrated</span> <span><i class=\"failed\"></i>failed</span> <span><i class=\"unresolvable\"></i>unresolvable</span></p>\n"
-        if report.totals.pending > 0 {
-            html += "<p class=\"muted\">\(ReportFormat.count(report.totals.pending)) users are pending: no method has carried them over yet.</p>\n"
+        if report.totals.pending + report.totals.failed > 0 {
+            html += "<p class=\"muted\">\(ReportFormat.count(report.totals.pending + report.totals.failed)) users are pending or failed: no method has carried them over yet.</p>\n"
         }
         return html
     }
@@ -117,26 +123,17 @@ enum ReportCharts {
         let (width, left, right) = frame == .wide ? (560.0, 80.0, 200.0) : (360.0, 76.0, 176.0)
         let rowHeight = 46.0, top = 8.0
         let height = top * 2 + rowHeight * Double(report.methods.count) + 24
-        let peak = Double(max(1, report.methods.map { $0.migrated + $0.failed + $0.unresolvable }.max() ?? 1))
+        let peak = Double(max(1, report.methods.map(\.migrated).max() ?? 1))
         let plotWidth = width - left - right
-        var svg = open(frame, width, height, label: "outcomes by method")
+        var svg = open(frame, width, height, label: "users migrated by method")
         for (index, outcome) in report.methods.enumerated() {
             let rowY = top + Double(index) * rowHeight
             svg += "<text x=\"\(f(left - 10))\" y=\"\(f(rowY + 21))\" text-anchor=\"end\" class=\"strong\">\(outcome.method.label)</text>"
             svg += "<rect x=\"\(f(left))\" y=\"\(f(rowY + 6))\" width=\"\(f(plotWidth))\" height=\"22\" rx=\"4\" fill=\"#f0f2f5\"/>"
-            var offset = left
-            for (count, color) in [(outcome.migrated, "#2e9d57"), (outcome.failed, "#e07b24"), (outcome.unresolvable, "#c4413b")] where count > 0 {
-                let barWidth = max(1.5, Double(count) / peak * plotWidth)
-                svg += "<rect x=\"\(f(offset))\" y=\"\(f(rowY + 6))\" width=\"\(f(barWidth))\" height=\"22\" fill=\"\(color)\"/>"
-                offset += barWidth
+            if outcome.migrated > 0 {
+                svg += "<rect x=\"\(f(left))\" y=\"\(f(rowY + 6))\" width=\"\(f(max(1.5, Double(outcome.migrated) / peak * plotWidth)))\" height=\"22\" fill=\"#2e9d57\"/>"
             }
-            let notMigrated = outcome.failed + outcome.unresolvable
-            let labelY = notMigrated > 0 ? rowY + 15 : rowY + 21
-            svg += "<text x=\"\(f(width - right + 10))\" y=\"\(f(labelY))\" class=\"strong\">\(ReportFormat.count(outcome.migrated)) migrated</text>"
-            if notMigrated > 0 {
-                svg += "<text x=\"\(f(width - right + 10))\" y=\"\(f(labelY + 15))\">\(ReportFormat.count(outcome.failed)) failed, \(ReportFormat.count(outcome.unresolvable)) unresolvable</text>"
-            }
-            svg += "\n"
+            svg += "<text x=\"\(f(width - right + 10))\" y=\"\(f(rowY + 21))\" class=\"strong\">\(ReportFormat.count(outcome.migrated)) migrated</text>\n"
         }
         svg += "</svg>\n"
         return svg
