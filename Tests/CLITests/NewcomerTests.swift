@@ -1,5 +1,8 @@
 import BatonEmulator
 import Foundation
+#if canImport(FoundationXML)
+import FoundationXML
+#endif
 import TestSupport
 import Testing
 
@@ -56,6 +59,85 @@ struct NewcomerTests {
             #expect(html.stdout.contains("<td>transfer-ids</td><td class=\"num\">2</td>"), "\(html.stdout)")
             #expect(html.stdout.contains("<td>exchange</td><td class=\"num\">1</td>"))
             #expect(!html.stdout.contains("migrate by"))
+        }
+    }
+
+    @Test("a projected finish near the left edge: every chart label lies inside its SVG's viewBox")
+    func chartLabelsInside() async throws {
+        let directory = try KeyDirectory()
+        defer { directory.remove() }
+        let databaseURL = try TestDatabase.create("report_labels")
+        try await migrateWithBaton(databaseURL)
+        // Accepted three hours before the report; 40 users migrated since, 1 pending: the finish is an hour away.
+        _ = try TestDatabase.psql(databaseURL, """
+            CREATE TABLE public.users (id bigserial PRIMARY KEY, apple_sub text NOT NULL UNIQUE, email text);
+            INSERT INTO baton.transfers (old_sub, new_sub, state, method, migrated_at)
+            SELECT 'old-' || i, CASE WHEN i <= 40 THEN 'new-' || i END, CASE WHEN i <= 40 THEN 'migrated' ELSE 'pending' END,
+                   CASE WHEN i <= 40 THEN 'exchange' END,
+                   CASE WHEN i <= 40 THEN timestamptz '2026-11-01 01:00:00+00' + i * interval '1 minute' END
+            FROM generate_series(1, 41) AS i;
+            """)
+        let config = try directory.writeJSON("baton.json", [
+            "database": ["url": databaseURL],
+            "apple": ["client_ids": ["com.example.app"]],
+            "legacy": ["table": "public.users", "key_column": "id", "subject_column": "apple_sub", "email_column": "email"],
+        ])
+        let result = try await runBatonOffPool(["report", "--config", config, "--format", "html",
+                                                "--accepted-at", "2026-11-01T00:00:00Z", "--now", "2026-11-01T03:00:00Z"])
+        #expect(result.status == 0, "\(result.stderr)")
+        let svgs = result.stdout.components(separatedBy: "<svg ").dropFirst().map { "<svg " + $0.components(separatedBy: "</svg>")[0] + "</svg>" }
+        #expect(svgs.count == 6)
+        var finishLabels = 0
+        for svg in svgs {
+            let chart = try SVGLabels(svg)
+            for label in chart.labels {
+                // 12-unit text (the page's stylesheet), at least 6 units per character.
+                let width = Double(label.text.count) * 6
+                let start = switch label.anchor {
+                case "middle": label.x - width / 2
+                case "end": label.x - width
+                default: label.x
+                }
+                #expect(start >= 0 && start + width <= chart.width, "'\(label.text)' spans \(start)...\(start + width), outside 0...\(chart.width)")
+                if label.text.hasPrefix("projected finish") { finishLabels += 1 }
+            }
+        }
+        #expect(finishLabels == 2, "a projected finish on both drawings of the progress chart")
+    }
+}
+
+/// The `<text>` elements of one SVG drawing and its viewBox width, read with `XMLParser`.
+final class SVGLabels: NSObject, XMLParserDelegate {
+    struct Label {
+        var x: Double
+        var anchor: String
+        var text: String
+    }
+
+    private(set) var width = 0.0
+    private(set) var labels: [Label] = []
+    private var open: Label?
+
+    init(_ svg: String) throws {
+        super.init()
+        let parser = XMLParser(data: Data(svg.utf8))
+        parser.delegate = self
+        guard parser.parse() else { throw parser.parserError ?? CocoaError(.coderReadCorrupt) }
+    }
+
+    func parser(_ parser: XMLParser, didStartElement name: String, namespaceURI: String?, qualifiedName: String?, attributes: [String: String] = [:]) {
+        if name == "svg" { width = Double(attributes["viewBox"]?.split(separator: " ")[2] ?? "") ?? 0 }
+        if name == "text" { open = Label(x: Double(attributes["x"] ?? "") ?? .nan, anchor: attributes["text-anchor"] ?? "start", text: "") }
+    }
+
+    func parser(_ parser: XMLParser, foundCharacters string: String) {
+        open?.text += string
+    }
+
+    func parser(_ parser: XMLParser, didEndElement name: String, namespaceURI: String?, qualifiedName: String?) {
+        if name == "text", let label = open {
+            labels.append(label)
+            open = nil
         }
     }
 }

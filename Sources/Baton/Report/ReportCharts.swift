@@ -18,6 +18,25 @@ enum ReportCharts {
         "<svg class=\"\(frame.rawValue)\" viewBox=\"0 0 \(Int(width)) \(Int(height))\" role=\"img\" aria-label=\"\(label)\">\n"
     }
 
+    /// The width a character of the charts' 12-unit text is taken to need: 0.7 em, as wide as the bold lower-case
+    /// letters and digits of DejaVu Sans (the sans-serif of a Debian browser, and among the widest), so a label placed
+    /// by it ends inside its estimate.
+    static let characterWidth = 8.4
+
+    /// A `<text>` element of `content` anchored at `x` as `anchor` (`start`, `middle`, `end`), moved along x as
+    /// little as needed to keep its estimated extent (``characterWidth`` per character) inside `lower...width`
+    /// (the drawing, or the plot for a label within it), 2 units from each end: a label near an edge of the chart
+    /// is never cut off.
+    static func text(_ content: String, x: Double, y: Double, anchor: String = "start", within width: Double, from lower: Double = 0,
+                     class name: String? = nil) -> String {
+        let extent = Double(content.count) * characterWidth
+        let before = anchor == "middle" ? extent / 2 : anchor == "end" ? extent : 0
+        let start = min(max(x - before, lower + 2), width - 2 - extent)
+        let placed = max(2, start) + before
+        let attribute = name.map { " class=\"\($0)\"" } ?? ""
+        return "<text x=\"\(f(placed))\" y=\"\(f(y))\" text-anchor=\"\(anchor)\"\(attribute)>\(content)</text>"
+    }
+
     /// Cumulative share migrated against the days of the window: the actual line, the deadline, today, the
     /// projection at the current pace (dashed) and the pace needed to finish in time (dotted), both up to the share
     /// that can still migrate (users refused for good left out).
@@ -42,16 +61,20 @@ enum ReportCharts {
         let total = Double(max(1, report.totals.total))
         func x(_ day: Double) -> Double { left + (day - minX) / (maxX - minX) * plotWidth }
         func y(_ share: Double) -> Double { top + (1 - min(1, max(0, share))) * plotHeight }
+        // Labels of the axes within the drawing, the others within the plot.
+        func label(_ content: String, _ x: Double, _ y: Double, _ anchor: String = "start", _ name: String? = nil, inPlot: Bool = true) -> String {
+            text(content, x: x, y: y, anchor: anchor, within: width, from: inPlot ? left : 0, class: name)
+        }
 
         var svg = open(frame, width, height, label: "share of users migrated over the 60-day window")
         for step in 0...4 {
             let share = Double(step) / 4
             svg += "<line x1=\"\(f(left))\" y1=\"\(f(y(share)))\" x2=\"\(f(width - right))\" y2=\"\(f(y(share)))\" stroke=\"#e4e7ec\"/>"
-            svg += "<text x=\"\(f(left - 8))\" y=\"\(f(y(share) + 4))\" text-anchor=\"end\">\(step * 25)%</text>\n"
+            svg += label("\(step * 25)%", left - 8, y(share) + 4, "end", inPlot: false) + "\n"
         }
         var tick = (minX / 10).rounded(.up) * 10
         while tick <= maxX {
-            svg += "<text x=\"\(f(x(tick)))\" y=\"\(f(height - bottom + 18))\" text-anchor=\"middle\">day \(Int(tick))</text>\n"
+            svg += label("day \(Int(tick))", x(tick), height - bottom + 18, "middle", inPlot: false) + "\n"
             tick += 10
         }
 
@@ -74,7 +97,7 @@ enum ReportCharts {
         let reachable = Double(report.totals.total - report.totals.unresolvable) / total
         if report.totals.unresolvable > 0 {
             svg += "<line x1=\"\(f(left))\" y1=\"\(f(y(reachable)))\" x2=\"\(f(width - right))\" y2=\"\(f(y(reachable)))\" stroke=\"#c4413b\" stroke-opacity=\"0.5\"/>"
-            svg += "<text x=\"\(f(x(60) - 6))\" y=\"\(f(y(reachable) + 14))\" text-anchor=\"end\" class=\"bad\">\(ReportFormat.count(report.totals.unresolvable)) refused for good</text>\n"
+            svg += label("\(ReportFormat.count(report.totals.unresolvable)) refused for good", x(60) - 6, y(reachable) + 14, "end", "bad") + "\n"
         }
         // Needed pace: from today's share to the reachable share at day 60.
         if !report.window.closed, report.projection.remaining > 0 {
@@ -91,21 +114,22 @@ enum ReportCharts {
             if let finish = report.projection.finishAt, endDay < maxX {
                 svg += "<circle cx=\"\(f(x(endDay)))\" cy=\"\(f(y(reachable)))\" r=\"4\" fill=\"\(color)\"/>"
                 let nearDeadline = endDay > 60 - (maxX - minX) * 0.2
-                svg += "<text x=\"\(f(x(endDay) + (nearDeadline ? -8 : 0)))\" y=\"\(f(y(reachable) + (nearDeadline ? 18 : -8)))\" text-anchor=\"\(nearDeadline ? "end" : "middle")\" class=\"strong\">projected finish \(ReportFormat.day(finish).dropFirst(5))</text>\n"
+                let finishText = "projected finish \(ReportFormat.day(finish).dropFirst(5))"
+                svg += label(finishText, x(endDay) + (nearDeadline ? -8 : 0), y(reachable) + (nearDeadline ? 18 : -8), nearDeadline ? "end" : "middle", "strong") + "\n"
             } else if report.projection.status == .behind {
-                svg += "<text x=\"\(f(x(endDay) - 6))\" y=\"\(f(y(endShare) + 16))\" text-anchor=\"end\" class=\"bad\">\(ReportFormat.percent(endShare)) by day \(Int(maxX)) at this pace</text>\n"
+                svg += label("\(ReportFormat.percent(endShare)) by day \(Int(maxX)) at this pace", x(endDay) - 6, y(endShare) + 16, "end", "bad") + "\n"
             }
         }
 
         // Deadline and today.
         svg += "<line x1=\"\(f(x(60)))\" y1=\"\(f(top))\" x2=\"\(f(x(60)))\" y2=\"\(f(y(0)))\" stroke=\"#c4413b\" stroke-width=\"2\"/>"
-        svg += "<text x=\"\(f(x(60) - 6))\" y=\"\(f(top + 12))\" text-anchor=\"end\" class=\"strong\">deadline (day 60)</text>\n"
+        svg += label("deadline (day 60)", x(60) - 6, top + 12, "end", "strong") + "\n"
         if nowDay < maxX - 0.5 || nowDay <= 60 {
             svg += "<line x1=\"\(f(x(nowDay)))\" y1=\"\(f(top))\" x2=\"\(f(x(nowDay)))\" y2=\"\(f(y(0)))\" stroke=\"#1d2330\" stroke-dasharray=\"3 3\"/>"
         }
         let anchor = nowDay > (maxX - minX) * 0.8 + minX ? "end" : "start"
         let dx = anchor == "end" ? -6.0 : 6.0
-        svg += "<text x=\"\(f(x(nowDay) + dx))\" y=\"\(f(max(top + 28, y(current) - 10)))\" text-anchor=\"\(anchor)\" class=\"strong\">today: \(ReportFormat.percent(current))</text>\n"
+        svg += label("today: \(ReportFormat.percent(current))", x(nowDay) + dx, max(top + 28, y(current) - 10), anchor, "strong") + "\n"
         svg += "</svg>\n"
         return svg
     }
@@ -128,12 +152,12 @@ enum ReportCharts {
         var svg = open(frame, width, height, label: "users migrated by method")
         for (index, outcome) in report.methods.enumerated() {
             let rowY = top + Double(index) * rowHeight
-            svg += "<text x=\"\(f(left - 10))\" y=\"\(f(rowY + 21))\" text-anchor=\"end\" class=\"strong\">\(outcome.method.label)</text>"
+            svg += text(outcome.method.label, x: left - 10, y: rowY + 21, anchor: "end", within: width, class: "strong")
             svg += "<rect x=\"\(f(left))\" y=\"\(f(rowY + 6))\" width=\"\(f(plotWidth))\" height=\"22\" rx=\"4\" fill=\"#f0f2f5\"/>"
             if outcome.migrated > 0 {
                 svg += "<rect x=\"\(f(left))\" y=\"\(f(rowY + 6))\" width=\"\(f(max(1.5, Double(outcome.migrated) / peak * plotWidth)))\" height=\"22\" fill=\"#2e9d57\"/>"
             }
-            svg += "<text x=\"\(f(width - right + 10))\" y=\"\(f(rowY + 21))\" class=\"strong\">\(ReportFormat.count(outcome.migrated)) migrated</text>\n"
+            svg += text("\(ReportFormat.count(outcome.migrated)) migrated", x: width - right + 10, y: rowY + 21, within: width, class: "strong") + "\n"
         }
         svg += "</svg>\n"
         return svg
@@ -162,7 +186,7 @@ enum ReportCharts {
         for step in 0...4 {
             let value = peak * Double(step) / 4
             svg += "<line x1=\"\(f(left))\" y1=\"\(f(y(value)))\" x2=\"\(f(width - right))\" y2=\"\(f(y(value)))\" stroke=\"#e4e7ec\"/>"
-            svg += "<text x=\"\(f(left - 8))\" y=\"\(f(y(value) + 4))\" text-anchor=\"end\">\(ReportFormat.count(Int(value.rounded())))</text>\n"
+            svg += text(ReportFormat.count(Int(value.rounded())), x: left - 8, y: y(value) + 4, anchor: "end", within: width) + "\n"
         }
         // At most ten day labels, each about 44 units wide.
         let labelEvery = max(1, Int((Double(days.count) / 10).rounded(.up)), Int((Double(days.count) * 44 / plotWidth).rounded(.up)))
@@ -175,7 +199,7 @@ enum ReportCharts {
                 base += Double(count)
             }
             if index % labelEvery == 0 {
-                svg += "<text x=\"\(f(barX + barWidth / 2))\" y=\"\(f(height - bottom + 18))\" text-anchor=\"middle\">\(day.day.dropFirst(5))</text>"
+                svg += text(String(day.day.dropFirst(5)), x: barX + barWidth / 2, y: height - bottom + 18, anchor: "middle", within: width)
             }
             svg += "\n"
         }
