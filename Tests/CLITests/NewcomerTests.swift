@@ -62,6 +62,29 @@ struct NewcomerTests {
         }
     }
 
+    @Test("doctor before the acceptance: the recipient's checks wait for it (exit 0), a key of the wrong team still fails")
+    func doctorWaitsForAcceptance() async throws {
+        try await CommandFixture.run(users: 2, accept: false) { fixture in
+            for (name, acceptedAt) in [("absent.json", nil), ("future.json", Date().addingTimeInterval(2 * 86_400))] as [(String, Date?)] {
+                let result = try await runBatonOffPool(["doctor", "--config", try fixture.configuration(name, acceptedAt: acceptedAt)])
+                #expect(result.status == 0, "\(name):\n\(result.stdout)")
+                let lines = result.stdout.split(separator: "\n").map(String.init)
+                #expect(!lines.contains { $0.hasPrefix("FAIL") }, "\(name):\n\(result.stdout)")
+                let secret = lines.first { $0.hasPrefix("WAIT  recipient secret:") }
+                #expect(secret?.contains("accepted_at") == true, "\(name):\n\(result.stdout)")
+                #expect(lines.contains { $0.hasPrefix("WAIT  transfer window:") }, "\(name):\n\(result.stdout)")
+                #expect(lines.last?.hasSuffix("2 waiting for the acceptance") == true, "\(name):\n\(result.stdout)")
+            }
+            // The sender's key under the recipient's team ID: not a matter of waiting.
+            let wrong = try fixture.configuration("wrong.json") { _, transfer in
+                transfer["recipient"] = ["team_id": fixture.recipient.teamID, "key_id": fixture.sender.keyID, "private_key_path": "sender.p8"]
+            }
+            let result = try await runBatonOffPool(["doctor", "--config", wrong])
+            #expect(result.status == 1)
+            #expect(result.stdout.contains("FAIL  recipient secret:") && result.stdout.contains("is registered to team \(fixture.sender.teamID)"), "\(result.stdout)")
+        }
+    }
+
     @Test("a projected finish near the left edge: every chart label lies inside its SVG's viewBox")
     func chartLabelsInside() async throws {
         let directory = try KeyDirectory()
