@@ -18,6 +18,40 @@ struct NewcomerTests {
         return (subjects, run)
     }
 
+    @Test("users Apple refused at transfer-ids: later runs, the dry run and doctor keep naming them; the log names each row")
+    func refusedStayNamed() async throws {
+        try await CommandFixture.run(users: 6, accept: false, database: .migrated(seedTransfers: false)) { fixture in
+            let (subjects, first) = try await NewcomerTests.refuseTwoAtTransferIDs(fixture)
+            #expect(first.status == 1, "\(first.stdout)\(first.stderr)")
+            #expect(first.stdout.contains("unresolvable 2"), "\(first.stdout)")
+            let refusals = first.stderr.split(separator: "\n").filter { $0.contains("msg=\"user unresolvable\"") }
+            for sub in subjects.prefix(2) {
+                #expect(refusals.contains { $0.contains("old_sub=\(sub)") }, "no log line names \(sub):\n\(first.stderr)")
+            }
+            #expect(try fixture.count("SELECT count(*) FROM baton.transfers WHERE state = 'unresolvable' AND transfer_sub IS NULL") == 2)
+
+            let config = try fixture.configuration()
+            let dry = try await runBatonOffPool(["transfer-ids", "--config", config, "--dry-run"])
+            let again = try await runBatonOffPool(["transfer-ids", "--config", config, "--yes"])
+            #expect(dry.status == 0, "\(dry.stdout)\(dry.stderr)")
+            #expect(again.status == 1, "a run that leaves users refused is not a success:\n\(again.stdout)\(again.stderr)")
+            for result in [first, dry, again] {
+                #expect(result.stdout.contains("refused at transfer-ids: 2 users"), "\(result.stdout)")
+                #expect(result.stdout.contains("legacy keys 1, 2"), "\(result.stdout)")
+                #expect(result.stdout.contains("--retry-unresolvable") && result.stdout.contains("invalid_request"), "\(result.stdout)")
+            }
+            #expect(dry.stdout.contains("0 users need a transfer identifier"))
+
+            let doctor = try await runBatonOffPool(["doctor", "--config", config])
+            let line = doctor.stdout.split(separator: "\n").first { $0.hasPrefix("warn  refused at transfer-ids:") }.map(String.init)
+            #expect(line?.contains("2 users") == true && line?.contains("legacy keys 1, 2") == true, "\(doctor.stdout)")
+            #expect(line?.contains("--retry-unresolvable") == true, "\(doctor.stdout)")
+            for output in [first.stdout, first.stderr, dry.stdout, again.stdout, doctor.stdout] {
+                #expect(!subjects.contains { output.contains("\($0)@privaterelay") }, "an unmasked email in:\n\(output)")
+            }
+        }
+    }
+
     @Test("the report counts refused users by the step that refused them and projects only the others; table, JSON, CSV and HTML agree")
     func reportCountsRefused() async throws {
         try await CommandFixture.run(users: 6, accept: false, database: .migrated(seedTransfers: false)) { fixture in

@@ -22,7 +22,8 @@ let doctorCommand = Command(
         columns) and on the key, where emails are and under which policy, the JSON keys rewritten
         (the same inspection 'baton serve' runs at start-up);
       - who Baton cannot reach: Apple rows without a subject (nor transfer identifier); relay addresses,
-        which need the receiving team's email sources registered before any mail; duplicates to merge.
+        which need the receiving team's email sources registered before any mail; duplicates to merge;
+        users Apple refused for good at transfer-ids or at the exchange, by legacy key, with the way out.
     """,
     options: DoctorOptions.self,
     discussion: """
@@ -323,7 +324,20 @@ struct Doctor {
             }
             report(status, finding.name, finding.detail, fix: finding.fix)
         }
-        if inspection.failure == nil { await checkReach(store) }
+        if inspection.failure == nil {
+            await checkReach(store)
+            await checkRefused(pool: pool, legacy: identifiers)
+        }
+    }
+
+    /// The users refused for good at each bulk step: named until they are retried, re-linked or reached by email.
+    private mutating func checkRefused(pool: PostgresPool, legacy: BatonConfiguration.LegacyIdentifiers) async {
+        for step in MigrationReport.Step.allCases {
+            guard let refused = await attempt("refused at \(step.rawValue)", { "cannot read the refused users (\(Doctor.describe($0)))" },
+                                              fix: "run 'baton db migrate'", { try await RefusedUsers.read(pool: pool, step: step, legacy: legacy) }) else { return }
+            guard refused.count > 0 else { continue }
+            report(.warning, "refused at \(step.rawValue)", refused.summary, fix: refused.advice)
+        }
     }
 
     /// Who Baton cannot reach, the relay addresses' email sources, and the duplicates waiting for a merge.
