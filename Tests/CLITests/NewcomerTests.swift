@@ -119,6 +119,31 @@ struct NewcomerTests {
         }
     }
 
+    @Test("the CSV is masked by default: the page, the runbook and report.md say so, and how to get the addresses")
+    func csvMaskingSaid() async throws {
+        let fixture = try await ReportFixture.make()
+        defer { fixture.directory.remove() }
+        let html = try await fixture.run(["--format", "html"])
+        #expect(html.status == 0, "\(html.stderr)")
+        let section = try #require(html.stdout.components(separatedBy: "<section id=\"unresolved\">").last?.components(separatedBy: "</section>").first)
+        #expect(!section.contains("the CSV carries the addresses"), "\(section)")
+        #expect(section.contains("masked by default") && section.contains("--unmasked") && section.contains("personal data"), "\(section)")
+        // Every place the docs show the CSV says what it holds: masked addresses, or --unmasked and its warning.
+        for doc in ["docs/runbook.md", "docs/report.md", "docs/troubleshooting.md"] {
+            let text = try String(contentsOf: packageRoot.appendingPathComponent(doc), encoding: .utf8)
+            for paragraph in text.components(separatedBy: "\n\n") {
+                for unit in paragraph.hasPrefix("|") ? paragraph.components(separatedBy: "\n") : [paragraph] where unit.contains("--format csv") {
+                    // "masked" said of the CSV itself, not only as part of the flag's name.
+                    let says = unit.replacingOccurrences(of: "unmasked", with: "").contains("masked")
+                        || (unit.contains("--unmasked") && unit.contains("personal data"))
+                    #expect(says, "\(doc) shows the CSV without saying what it holds:\n\(unit)")
+                }
+            }
+        }
+        let runbook = try String(contentsOf: packageRoot.appendingPathComponent("docs/runbook.md"), encoding: .utf8)
+        #expect(runbook.contains("--unmasked"))
+    }
+
     @Test("a projected finish near the left edge: every chart label lies inside its SVG's viewBox")
     func chartLabelsInside() async throws {
         let directory = try KeyDirectory()

@@ -66,7 +66,8 @@ extension MigrationReport {
 
         page.raw("""
             <footer class="muted">Counts come from <code>baton.transfers</code>; days are UTC. The full list of \
-            unresolved users, for a mailer: <code>baton report --format csv --unmasked --out unresolved.csv</code>.</footer>
+            unresolved users: <code>baton report --format csv --out unresolved.csv</code> (emails masked); for a mailer \
+            <code>--unmasked</code> writes the addresses (personal data).</footer>
             </body>
             </html>
 
@@ -196,7 +197,9 @@ extension MigrationReport {
             page.raw("<p class=\"muted\">Everybody is migrated.</p>\n</section>\n")
             return
         }
-        page.raw("<p class=\"muted\">The users a re-sign-in campaign has to reach. Emails are masked here; the CSV carries the addresses.</p>\n")
+        page.raw("<p class=\"muted\">The users a re-sign-in campaign has to reach. Emails are masked here, and the CSV is masked by default: "
+                 + "<code>baton report --format csv --unmasked --out unresolved.csv</code> writes the addresses, personal data "
+                 + "(the file is readable by its owner only; delete it once the mailing is sent).</p>\n")
         if !listed.isEmpty {
             page.raw("<div class=\"scroll\">\n<table class=\"users\">\n<thead><tr><th>Legacy key</th><th>Old identifier</th><th>State</th><th>Step</th><th class=\"num\">Attempts</th><th>Email</th><th>Last error</th></tr></thead>\n<tbody>\n")
             for user in listed {

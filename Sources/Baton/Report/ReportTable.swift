@@ -103,7 +103,7 @@ extension MigrationReport {
         out.append("")
 
         let listed = Array(unresolved.users.prefix(max(0, listLimit)))
-        out.append("Unresolved users (\(ReportFormat.count(unresolved.total)); the full list for a mailer: baton report --format csv)")
+        out.append("Unresolved users (\(ReportFormat.count(unresolved.total)); all of them: baton report --format csv, emails masked unless --unmasked)")
         if unresolved.total == 0 {
             out.append("  none")
         } else if !listed.isEmpty {
