@@ -5,7 +5,7 @@ export PATH := $(PATH):/opt/swift/usr/bin
 SWIFT_BUILD_FLAGS ?=
 BATON := .build/debug/baton
 
-.PHONY: deps build test faults demo bench fuzz fuzz-http clean
+.PHONY: deps build test faults demo bench fuzz fuzz-http dist install-test alerts-test clean
 
 deps:
 	@scripts/install-deps.sh
@@ -52,5 +52,22 @@ fuzz: deps
 fuzz-http: build
 	scripts/fuzz-http.sh
 
+## A self-contained build and its Debian package (scripts/dist.sh): `baton` in release mode with the Swift runtime
+## linked in (its only run-time dependencies are Debian 12 libraries), then dist/baton_VERSION_ARCH.deb with the
+## binary, a sample configuration in /etc/baton, the systemd unit, the manual page, bash completion and the alerting
+## rules; its Depends read off the binary by dpkg-shlibdeps. VERSION=… names the version.
+dist: deps
+	scripts/dist.sh
+
+## Installs dist/'s package as an operator would, in a fresh Debian 12 root without the Swift toolchain
+## (debootstrap) and in an image built from packaging/Containerfile (podman), and runs doctor, serve and a sign-in
+## there against a throwaway PostgreSQL and the emulator; checks the unit and the alerting rules. Slow: CI runs it.
+install-test: dist
+	scripts/install-test.sh
+
+## The alerting rules alone: promtool check and test (scripts/install-test.sh also checks them against a live scrape).
+alerts-test:
+	scripts/alerts-test.sh
+
 clean:
-	rm -rf .build
+	rm -rf .build dist

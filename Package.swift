@@ -37,7 +37,10 @@ let package = Package(
         .target(name: "BatonPostgres", dependencies: ["CBatonLibPQ", "BatonLogging", "BatonConcurrency"], swiftSettings: swiftSettings),
         .target(name: "BatonHTTPServer", dependencies: ["CBatonMicroHTTPD", "BatonErrors", "BatonJSON", "BatonLogging", "BatonConcurrency"], swiftSettings: swiftSettings),
         .target(name: "Baton", dependencies: ["BatonErrors", "BatonAppleSignIn", "BatonJOSE", "BatonJSON", "BatonPostgres", "BatonLogging", "BatonConcurrency"], resources: [.copy("Schema")], swiftSettings: swiftSettings),
-        .target(name: "BatonService", dependencies: ["Baton", "BatonAppleSignIn", "BatonHTTPServer", "BatonJOSE", "BatonJSON", "BatonLogging", "BatonConcurrency"], swiftSettings: swiftSettings),
+        // The version and the commit a build is made from (the plugin records the commit before every build).
+        .target(name: "BatonBuildInfo", swiftSettings: swiftSettings, plugins: ["BuildCommitPlugin"]),
+        .plugin(name: "BuildCommitPlugin", capability: .buildTool()),
+        .target(name: "BatonService", dependencies: ["BatonBuildInfo", "Baton", "BatonAppleSignIn", "BatonHTTPServer", "BatonJOSE", "BatonJSON", "BatonLogging", "BatonConcurrency"], swiftSettings: swiftSettings),
         .target(name: "BatonEmulator", dependencies: ["BatonErrors", "BatonAppleSignIn", "BatonJOSE", "BatonJSON", "BatonHTTPServer", "BatonLogging", "BatonConcurrency"], swiftSettings: swiftSettings),
         // What the `baton` executable runs besides the product: its command-line kit, benchmarks, the HTTP fuzzer,
         // the demo scenario, and the one raw HTTP client of tools and tests. No library product exposes it.
@@ -48,7 +51,7 @@ let package = Package(
         ),
         .executableTarget(
             name: "baton",
-            dependencies: ["BatonTools", "BatonService", "Baton", "BatonEmulator", "BatonAppleSignIn", "BatonJOSE", "BatonJSON", "BatonPostgres", "BatonHTTPServer", "BatonLogging", "BatonConcurrency"],
+            dependencies: ["BatonBuildInfo", "BatonTools", "BatonService", "Baton", "BatonEmulator", "BatonAppleSignIn", "BatonJOSE", "BatonJSON", "BatonPostgres", "BatonHTTPServer", "BatonLogging", "BatonConcurrency"],
             swiftSettings: swiftSettings
         ),
 
@@ -60,14 +63,15 @@ let package = Package(
         .testTarget(name: "BatonPostgresTests", dependencies: ["BatonPostgres", "BatonConcurrency", "TestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "BatonHTTPServerTests", dependencies: ["BatonErrors", "BatonHTTPServer", "BatonConcurrency", "BatonTools", "TestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "BatonTests", dependencies: ["Baton", "BatonAppleSignIn", "BatonConcurrency", "TestSupport", "BatonEmulator"], swiftSettings: swiftSettings),
-        .testTarget(name: "BatonServiceTests", dependencies: ["BatonService", "TestSupport", "Baton", "BatonEmulator", "BatonAppleSignIn", "BatonHTTPServer", "BatonJOSE", "BatonJSON", "BatonPostgres", "BatonConcurrency"], swiftSettings: swiftSettings),
+        .testTarget(name: "BatonServiceTests", dependencies: ["BatonBuildInfo", "BatonService", "TestSupport", "Baton", "BatonEmulator", "BatonAppleSignIn", "BatonHTTPServer", "BatonJOSE", "BatonJSON", "BatonPostgres", "BatonConcurrency"], swiftSettings: swiftSettings),
         .testTarget(name: "BatonEmulatorTests", dependencies: ["BatonEmulator", "BatonAppleSignIn", "BatonJSON", "TestSupport"], swiftSettings: swiftSettings),
-        .testTarget(name: "CLITests", dependencies: ["BatonEmulator", "BatonJOSE", "BatonJSON", "BatonProcess", "TestSupport"], swiftSettings: swiftSettings),
+        .testTarget(name: "CLITests", dependencies: ["BatonBuildInfo", "BatonEmulator", "BatonJOSE", "BatonJSON", "BatonProcess", "TestSupport"], swiftSettings: swiftSettings),
         // The command-line kit itself (parsing, typed options, help), without running the binary.
         .testTarget(name: "BatonToolsTests", dependencies: ["BatonTools", "BatonLogging"], swiftSettings: swiftSettings),
         // The fault suite: `baton serve` and `baton exchange` as child processes under outages (`make faults`).
         .testTarget(name: "FaultTests", dependencies: ["BatonEmulator", "TestSupport"], swiftSettings: swiftSettings),
-        // Builds Examples/EmbedderCheck: an embedder's own `Logging`, `JOSE`, … modules beside the `Baton` product.
+        // Builds Examples/EmbedderCheck (an embedder's own `Logging`, `JOSE`, … modules beside the `Baton` product) and
+        // the ```swift blocks of README.md and docs/*.md against the library products (Examples/DocSnippets).
         .testTarget(name: "EmbedderTests", dependencies: ["TestSupport"], swiftSettings: swiftSettings),
     ],
     swiftLanguageModes: [.v6]

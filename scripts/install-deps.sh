@@ -5,10 +5,10 @@
 # python3-pip the Django integration tests' virtual environment (scripts/python-env.sh).
 # wrk drives `baton bench signin` from outside; linux-perf profiles `baton serve` under it (docs/performance.md).
 # pgbouncer runs the pooler tests; time (/usr/bin/time -v) measures peak memory in scripts/rehearse-scale.sh and
-# scripts/scale.sh; curl drives scripts/fuzz-http.sh.
+# scripts/scale.sh; curl drives scripts/fuzz-http.sh; curl and jq run docs/emulator.md's walkthrough (its test).
 set -euo pipefail
 
-packages=(libssl-dev libpq-dev libmicrohttpd-dev postgresql postgresql-contrib pkg-config chromium python3 python3-venv python3-pip wrk linux-perf pgbouncer time curl)
+packages=(libssl-dev libpq-dev libmicrohttpd-dev postgresql postgresql-contrib pkg-config chromium python3 python3-venv python3-pip wrk linux-perf pgbouncer time curl jq)
 missing=()
 for package in "${packages[@]}"; do
     if ! dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed"; then

@@ -171,8 +171,7 @@ emulator POST /emulator/users "$(jq -nc --arg c "$client_id" --argjson n "$total
     >"$work/users.json"
 emulator POST /emulator/transfers "$(jq -nc --arg c "$client_id" --arg t "$recipient_team" '{client_id: $c, to_team_id: $t}')" >/dev/null
 emulator GET "/emulator/transfer-identifiers?client_id=$client_id" >"$work/transfer-subs.json"
-accepted=$(emulator POST /emulator/transfers/accept "$(jq -nc --arg c "$client_id" '{client_id: $c}')" | jq -r .accepted_at)
-accepted_at=$(date -u -d "@$accepted" +%Y-%m-%dT%H:%M:%SZ)
+accepted_at=$(emulator POST /emulator/transfers/accept "$(jq -nc --arg c "$client_id" '{client_id: $c}')" | jq -r .accepted_at)
 
 # Every user has a legacy row under the sending team's identifier and a pending transfer.
 sql 'CREATE TABLE public.users (id bigserial PRIMARY KEY, apple_sub text UNIQUE, email text, transfer_sub text)'

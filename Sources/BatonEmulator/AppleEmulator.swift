@@ -6,6 +6,7 @@ import BatonJOSE
 import BatonLogging
 
 /// A stand-in for `appleid.apple.com` on loopback, for tests, benchmarks, the demo and rehearsals.
+/// docs/emulator.md drives `baton emulator` by hand; ``routes`` lists every route.
 ///
 /// ## Apple's endpoints
 /// - `GET /auth/keys`: the published RS256 keys (at least two, 10-character kids).
@@ -64,17 +65,28 @@ public final class AppleEmulator: Sendable {
         self.baseURL = URL(string: "http://\(host.contains(":") ? "[\(host)]" : host):\(port)")!
     }
 
+    /// Every route the emulator serves, with the line `baton emulator --help` and docs/emulator.md show for it.
+    public static var routes: [EmulatorRoute] { Emulator.routes }
+
+    /// The HTTP limits of an emulator started without others: the server's defaults, but request bodies up to
+    /// 64 MiB, so a million user identifiers fit one `POST /emulator/users`.
+    public static var httpConfiguration: HTTPServerConfiguration {
+        var configuration = HTTPServerConfiguration()
+        configuration.maxBodySize = 64 << 20
+        return configuration
+    }
+
     /// Starts an emulator on `host:port` (port 0: a free port).
     ///
     /// - Parameters:
     ///   - statePath: a JSON state file, loaded when it exists and written after each scenario change.
-    ///   - configuration: HTTP limits (the server defaults unless given).
+    ///   - configuration: HTTP limits (``httpConfiguration`` unless given).
     /// - Throws: ``EmulatorError`` `state_file`, or `HTTPServerError` when the port cannot be bound.
     public static func start(
         host: String = "127.0.0.1",
         port: Int = 0,
         statePath: String? = nil,
-        configuration: HTTPServerConfiguration = HTTPServerConfiguration(),
+        configuration: HTTPServerConfiguration = AppleEmulator.httpConfiguration,
         logger: Logger = .disabled()
     ) async throws -> AppleEmulator {
         let emulator = try await offPool { () throws(EmulatorError) in try Emulator(statePath: statePath, logger: logger) }
@@ -127,12 +139,14 @@ public final class AppleEmulator: Sendable {
     }
 
     /// Creates one person per entry of `userIdentifiers`, known to `clientID`'s current team by that identifier
-    /// (a fresh one where nil): a rehearsal seeds the team's real subjects this way. With `transferIdentifiers`
+    /// (a fresh one where nil): a team seeds its real subjects this way. Each given identifier is 1 to 255
+    /// characters, unique in the call and not already an identifier of anyone. With `transferIdentifiers`
     /// (empty, or one entry per person), person `i` also has `transferIdentifiers[i]` (where not nil) as their
     /// transfer identifier for `toTeamID`, as if the current team had generated it: a recipient's rehearsal
     /// seeds the transfer identifiers its table holds this way.
     /// - Throws: ``EmulatorError`` `unknown_app`, `unknown_team` (`toTeamID` missing, unknown or the owner),
-    ///   `bad_input` (none, too many, repeated, or counts that differ), `conflict` (one already in use).
+    ///   `bad_input` (none, too many, or counts that differ; a user identifier empty, too long, repeated or already
+    ///   in use, named in the reason; a transfer identifier repeated), `conflict` (a transfer identifier already in use).
     public func createUsers(clientID: String, userIdentifiers: [String?], transferIdentifiers: [String?] = [], toTeamID: String? = nil,
                             privateEmail: Bool? = nil) throws(EmulatorError) -> [EmulatedUser] {
         try emulator.createUsers(clientID: clientID, count: userIdentifiers.count, privateEmail: privateEmail, userIdentifiers: userIdentifiers,

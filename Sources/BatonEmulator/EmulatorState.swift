@@ -32,6 +32,8 @@ struct EmulatorState: Codable, Sendable {
     static let accessTokenLifetime: Double = 3_600
     /// Lifetime of authorization codes.
     static let codeLifetime: Double = 300
+    /// The most users one call creates.
+    static let maxUsersPerCall = 1_000_000
 
     struct Team: Codable, Sendable {
         var teamID: String
@@ -127,19 +129,17 @@ struct EmulatorState: Codable, Sendable {
 
     /// Creates `count` people who use `clientID`; `privateEmail` nil alternates (first private).
     ///
-    /// A rehearsal gives the identities: `userIdentifiers[i]` (when not nil) is person `i`'s identifier under the
-    /// app's current team, and `transferIdentifiers[i]` (when not nil) their transfer identifier for
-    /// `transferTarget`, as if the current team had generated it.
+    /// Given identities (a team's own subjects, a recipient's transfer identifiers): `userIdentifiers[i]` (when not
+    /// nil, checked by ``checkGiven(_:)``) is person `i`'s identifier under the app's current team, and
+    /// `transferIdentifiers[i]` (when not nil) their transfer identifier for `transferTarget`, as if the current team
+    /// had generated it.
     mutating func addUsers(clientID: String, count: Int, privateEmail: Bool?, userIdentifiers: [String?]? = nil,
                            transferIdentifiers givenTransfers: [String?]? = nil, transferTarget: String? = nil) throws(EmulatorError) -> [Person] {
         guard var app = apps[clientID] else { throw EmulatorError(.unknownApp, clientID) }
-        guard (1...1_000_000).contains(count) else { throw EmulatorError(.badInput, "count must be 1 to 1000000") }
+        guard (1...EmulatorState.maxUsersPerCall).contains(count) else { throw EmulatorError(.badInput, "count must be 1 to \(EmulatorState.maxUsersPerCall)") }
         if let userIdentifiers {
-            let given = userIdentifiers.compactMap { $0 }
-            guard userIdentifiers.count == count, Set(given).count == given.count, !given.contains("") else {
-                throw EmulatorError(.badInput, "user identifiers must be distinct, one per user")
-            }
-            if given.contains(where: { identifierIndex[$0] != nil }) { throw EmulatorError(.conflict, "a user identifier is already in use") }
+            guard userIdentifiers.count == count else { throw EmulatorError(.badInput, "user identifiers must be one per user") }
+            try checkGiven(userIdentifiers)
         }
         if let givenTransfers {
             let given = givenTransfers.compactMap { $0 }
@@ -179,6 +179,21 @@ struct EmulatorState: Codable, Sendable {
         }
         apps[clientID] = app
         return created
+    }
+
+    /// Checks given user identifiers: each 1 to 255 characters, unique in the list, and no one's identifier yet.
+    /// - Throws: ``EmulatorError`` `bad_input` naming the first identifier refused (`user_identifiers[i]`).
+    private func checkGiven(_ identifiers: [String?]) throws(EmulatorError) {
+        var seen: [String: Int] = [:]
+        for (index, identifier) in identifiers.enumerated() {
+            guard let identifier else { continue }
+            let name = "user_identifiers[\(index)]"
+            guard !identifier.isEmpty else { throw EmulatorError(.badInput, "\(name) is empty") }
+            guard identifier.count <= 255 else { throw EmulatorError(.badInput, "\(name) is longer than 255 characters") }
+            if let first = seen[identifier] { throw EmulatorError(.badInput, "\(name) \"\(identifier)\" repeats user_identifiers[\(first)]") }
+            guard owner(of: identifier) == nil else { throw EmulatorError(.badInput, "\(name) \"\(identifier)\" is already a user identifier") }
+            seen[identifier] = index
+        }
     }
 
     /// Makes every Apple-shaped identifier under `clientID`'s current team a user of it, with a transfer identifier

@@ -2,65 +2,121 @@ import Foundation
 import BatonHTTPServer
 import BatonJSON
 
+/// One route of the emulator: what it answers, and the line `baton emulator --help` and docs/emulator.md show for it.
+public struct EmulatorRoute: Sendable {
+    /// How a route is wrapped (``Emulator/router()``).
+    enum Kind {
+        /// One of Apple's endpoints: faults, Apple's `{"error"}` answers, statistics.
+        case apple
+        /// A device or control endpoint: `{"error", "reason"}` answers, statistics.
+        case control
+        /// A control endpoint left out of the statistics (the statistics' own).
+        case uncounted
+    }
+
+    /// `GET` or `POST`.
+    public let method: String
+    /// The path, e.g. `/emulator/users`.
+    public let path: String
+    /// One line: what it does, its body or query, its answer.
+    public let summary: String
+    let kind: Kind
+    let handler: @Sendable (Emulator, HTTPRequest) async throws -> HTTPResponse
+
+    init(_ method: String, _ path: String, _ kind: Kind, _ summary: String,
+         _ handler: @escaping @Sendable (Emulator, HTTPRequest) async throws -> HTTPResponse) {
+        (self.method, self.path, self.kind, self.summary, self.handler) = (method, path, kind, summary, handler)
+    }
+}
+
 /// The emulator's HTTP routes: Apple's endpoints, the simulated device, and scenario control.
 extension Emulator {
-    /// Builds the router.
-    func router() -> Router {
-        var router = Router()
-        router.get("/auth/keys", apple("/auth/keys") { emulator, _ in
+    /// Every route, in the order the help lists them.
+    static let routes: [EmulatorRoute] = [
+        EmulatorRoute("GET", "/auth/keys", .apple, "Apple's RS256 key set (JWKS) that signs identity tokens") { emulator, _ in
             HTTPResponse.json(bytes: emulator.jwksBody)
-        })
-        router.post("/auth/token", apple("/auth/token") { emulator, request in try emulator.token(request) })
-        router.post("/auth/usermigrationinfo", apple("/auth/usermigrationinfo") { emulator, request in try emulator.userMigrationInfo(request) })
-
-        router.post("/emulator/authorize", control("/emulator/authorize") { emulator, request in
-            let body = try JSONBody(request)
-            let authorization = try emulator.authorize(clientID: try body.string("client_id"), user: try body.string("user"), nonce: try body.optionalString("nonce"))
-            return reply(["id_token": .string(authorization.idToken), "code": .string(authorization.code), "user_identifier": .string(authorization.userIdentifier)])
-        })
-        router.get("/emulator/credential-state", control("/emulator/credential-state") { emulator, request in
-            guard let clientID = request.query["client_id"], let identifier = request.query["user_identifier"] else {
-                throw EmulatorError(.badInput, "client_id and user_identifier are required")
-            }
-            return reply(["state": .string(emulator.credentialState(clientID: clientID, userIdentifier: identifier).rawValue)])
-        })
-        router.post("/emulator/teams", control("/emulator/teams") { emulator, request in
+        },
+        EmulatorRoute("POST", "/auth/token", .apple,
+                      "Apple's, form: client_credentials with scope user.migration -> access_token") { emulator, request in
+            try emulator.token(request)
+        },
+        EmulatorRoute("POST", "/auth/usermigrationinfo", .apple,
+                      "Apple's, form and bearer: sub, target -> transfer_sub; transfer_sub -> sub, email") { emulator, request in
+            try emulator.userMigrationInfo(request)
+        },
+        EmulatorRoute("POST", "/emulator/teams", .control, "create a team: {team_id?} -> team_id, key_id, private_key_pem (its .p8)") { emulator, request in
             let body = try JSONBody(request, allowEmpty: true)
             let team = try emulator.createTeam(try body.optionalString("team_id"))
             return reply(["team_id": .string(team.teamID), "key_id": .string(team.keyID), "private_key_pem": .string(team.privateKeyPEM)], status: 201)
-        })
-        router.post("/emulator/apps", control("/emulator/apps") { emulator, request in
+        },
+        EmulatorRoute("POST", "/emulator/apps", .control, "create an app owned by a team: {client_id, team_id}") { emulator, request in
             let body = try JSONBody(request)
             let clientID = try body.string("client_id"), teamID = try body.string("team_id")
             try emulator.createApp(clientID: clientID, teamID: teamID)
             return reply(["client_id": .string(clientID), "team_id": .string(teamID)], status: 201)
-        })
-        router.post("/emulator/users", control("/emulator/users") { emulator, request in
+        },
+        EmulatorRoute("POST", "/emulator/users", .control,
+                      "create users: {client_id, count or user_identifiers, private_email?} -> users") { emulator, request in
             let body = try JSONBody(request)
-            let users = try emulator.createUsers(clientID: try body.string("client_id"), count: try body.int("count"), privateEmail: try body.optionalBool("private_email"))
+            let clientID = try body.string("client_id"), privateEmail = try body.optionalBool("private_email")
+            let hasCount = body.object["count"].map { $0 != .null } ?? false
+            let users: [EmulatedUser]
+            switch (hasCount, try body.optionalStrings("user_identifiers")) {
+            case (true, nil):
+                users = try emulator.createUsers(clientID: clientID, count: try body.int("count"), privateEmail: privateEmail)
+            case (false, let given?):
+                guard (1...EmulatorState.maxUsersPerCall).contains(given.count) else {
+                    throw EmulatorError(.badInput, "user_identifiers must hold 1 to \(EmulatorState.maxUsersPerCall) identifiers")
+                }
+                users = try emulator.createUsers(clientID: clientID, count: given.count, privateEmail: privateEmail, userIdentifiers: given)
+            case (true, _?): throw EmulatorError(.badInput, "give count or user_identifiers, not both")
+            case (false, nil): throw EmulatorError(.badInput, "give count or user_identifiers")
+            }
             return reply(["users": .array(users.map { user in
                 .object(["id": .string(user.id), "user_identifier": .string(user.userIdentifier), "email": .string(user.email), "is_private_email": .bool(user.isPrivateEmail)])
             })], status: 201)
-        })
-        router.post("/emulator/transfers", control("/emulator/transfers") { emulator, request in
+        },
+        EmulatorRoute("POST", "/emulator/transfers", .control, "initiate the app's transfer: {client_id, to_team_id}") { emulator, request in
             let body = try JSONBody(request)
             let clientID = try body.string("client_id"), toTeamID = try body.string("to_team_id")
             try emulator.initiateTransfer(clientID: clientID, toTeamID: toTeamID)
             return reply(["client_id": .string(clientID), "to_team_id": .string(toTeamID), "state": "initiated"], status: 201)
-        })
-        router.post("/emulator/transfers/accept", control("/emulator/transfers/accept") { emulator, request in
+        },
+        EmulatorRoute("POST", "/emulator/transfers/accept", .control,
+                      "the recipient accepts: {client_id} -> accepted_at (ISO 8601), accepted_at_unix") { emulator, request in
             let body = try JSONBody(request)
             let clientID = try body.string("client_id")
             let accepted = try emulator.acceptTransfer(clientID: clientID)
-            return reply(["client_id": .string(clientID), "state": "accepted", "accepted_at": .number(accepted.timeIntervalSince1970.rounded(.down))])
-        })
-        router.post("/emulator/revoke", control("/emulator/revoke") { emulator, request in
+            return reply(["client_id": .string(clientID), "state": "accepted", "accepted_at": .string(accepted.formatted(.iso8601)),
+                          "accepted_at_unix": .number(accepted.timeIntervalSince1970.rounded(.down))])
+        },
+        EmulatorRoute("GET", "/emulator/transfer-identifiers", .control,
+                      "?client_id=: every user's transfer_sub, as the sender gets it") { emulator, request in
+            guard let clientID = request.query["client_id"] else { throw EmulatorError(.badInput, "client_id is required") }
+            // Encoded from the dictionary (keys sorted): a JSONObject built member by member searches its members on
+            // each insertion, which is quadratic in a large table's users.
+            return try HTTPResponse.json(encoding: ["transfer_subs": try emulator.transferIdentifiers(clientID: clientID)])
+        },
+        EmulatorRoute("POST", "/emulator/authorize", .control,
+                      "a device signs in: {client_id, user, nonce?} -> id_token (nonce claim = nonce sent)") { emulator, request in
+            let body = try JSONBody(request)
+            let authorization = try emulator.authorize(clientID: try body.string("client_id"), user: try body.string("user"), nonce: try body.optionalString("nonce"))
+            return reply(["id_token": .string(authorization.idToken), "code": .string(authorization.code), "user_identifier": .string(authorization.userIdentifier)])
+        },
+        EmulatorRoute("GET", "/emulator/credential-state", .control,
+                      "?client_id=&user_identifier=: getCredentialState on a device -> state") { emulator, request in
+            guard let clientID = request.query["client_id"], let identifier = request.query["user_identifier"] else {
+                throw EmulatorError(.badInput, "client_id and user_identifier are required")
+            }
+            return reply(["state": .string(emulator.credentialState(clientID: clientID, userIdentifier: identifier).rawValue)])
+        },
+        EmulatorRoute("POST", "/emulator/revoke", .control, "a user stops using the app: {client_id, user_identifier}") { emulator, request in
             let body = try JSONBody(request)
             try emulator.revoke(clientID: try body.string("client_id"), userIdentifier: try body.string("user_identifier"))
             return reply(["state": "revoked"])
-        })
-        router.get("/emulator/clock", control("/emulator/clock") { emulator, _ in clockResponse(emulator.now) })
-        router.post("/emulator/clock", control("/emulator/clock") { emulator, request in
+        },
+        EmulatorRoute("GET", "/emulator/clock", .control, "the emulator's clock -> now (Unix seconds), iso") { emulator, _ in clockResponse(emulator.now) },
+        EmulatorRoute("POST", "/emulator/clock", .control, "move the clock: {advance_seconds} or {now: Unix seconds or ISO 8601}") { emulator, request in
             let body = try JSONBody(request)
             if let seconds = try body.optionalDouble("advance_seconds") {
                 return clockResponse(try emulator.advanceClock(by: seconds))
@@ -73,13 +129,16 @@ extension Emulator {
                 return clockResponse(try emulator.setClock(to: date))
             }
             throw EmulatorError(.badInput, "give advance_seconds or now")
-        })
-        router.post("/emulator/rotate-keys", control("/emulator/rotate-keys") { emulator, _ in
+        },
+        EmulatorRoute("POST", "/emulator/rotate-keys", .control, "a new signing key; the two before it stay published -> kid, published") { emulator, _ in
             let kid = try await emulator.rotateKeys()
             return reply(["kid": .string(kid), "published": .array(emulator.jwks.keys.compactMap { $0.kid }.map(JSONValue.string))])
-        })
-        router.get("/emulator/faults", control("/emulator/faults") { emulator, _ in try HTTPResponse.json(encoding: emulator.faults.faults) })
-        router.post("/emulator/faults", control("/emulator/faults") { emulator, request in
+        },
+        EmulatorRoute("GET", "/emulator/faults", .control, "the faults applied to /auth/*") { emulator, _ in
+            try HTTPResponse.json(encoding: emulator.faults.faults)
+        },
+        EmulatorRoute("POST", "/emulator/faults", .control,
+                      "set them: {rate_limit_per_s?, latency_ms?, error_rate?, error_status?}") { emulator, request in
             let faults: EmulatorFaults
             do { faults = try JSONDecoder().decode(EmulatorFaults.self, from: Data(request.body)) } catch {
                 throw EmulatorError(.badInput, "faults must be a JSON object of rate_limit_per_s, latency_ms, error_rate, error_status")
@@ -87,19 +146,26 @@ extension Emulator {
             try faults.validate()
             emulator.faults.set(faults)
             return try HTTPResponse.json(encoding: faults)
-        })
-        router.get("/emulator/stats", control(nil) { emulator, _ in try HTTPResponse.json(encoding: emulator.faults.snapshot()) })
-        router.post("/emulator/stats/reset", control(nil) { emulator, _ in
+        },
+        EmulatorRoute("GET", "/emulator/stats", .uncounted, "calls, statuses, errors and rate-limited calls per route") { emulator, _ in
+            try HTTPResponse.json(encoding: emulator.faults.snapshot())
+        },
+        EmulatorRoute("POST", "/emulator/stats/reset", .uncounted, "clear the statistics") { emulator, _ in
             emulator.faults.resetStats()
             return reply(["reset": true])
-        })
-        router.get("/emulator/transfer-identifiers", control("/emulator/transfer-identifiers") { emulator, request in
-            guard let clientID = request.query["client_id"] else { throw EmulatorError(.badInput, "client_id is required") }
-            let identifiers = try emulator.transferIdentifiers(clientID: clientID)
-            var object = JSONObject()
-            for key in identifiers.keys.sorted() { object[key] = .string(identifiers[key]!) }
-            return reply(["transfer_subs": .object(object)])
-        })
+        },
+    ]
+
+    /// Builds the router from ``routes``.
+    func router() -> Router {
+        var router = Router()
+        for route in Emulator.routes {
+            switch route.kind {
+            case .apple: router.on(route.method, route.path, apple(route.path, route.handler))
+            case .control: router.on(route.method, route.path, control(route.path, route.handler))
+            case .uncounted: router.on(route.method, route.path, control(nil, route.handler))
+            }
+        }
         return router
     }
 
@@ -266,6 +332,15 @@ struct JSONBody {
     func optionalDouble(_ name: String) throws(EmulatorError) -> Double? { try optional(name, \.doubleValue, "a number") }
 
     func optionalBool(_ name: String) throws(EmulatorError) -> Bool? { try optional(name, \.boolValue, "true or false") }
+
+    /// Member `name` as an array of strings; nil when absent or null.
+    func optionalStrings(_ name: String) throws(EmulatorError) -> [String]? {
+        guard let elements = try optional(name, \.arrayValue, "an array of strings") else { return nil }
+        return try elements.enumerated().map { (index, element) throws(EmulatorError) -> String in
+            guard let text = element.stringValue else { throw EmulatorError(.badInput, "\(name)[\(index)] must be a string") }
+            return text
+        }
+    }
 
     /// Member `name` as `read` takes it; nil when absent or null, `bad_input` "`name` must be `kind`" for another value.
     private func optional<Value>(_ name: String, _ read: (JSONValue) -> Value?, _ kind: String) throws(EmulatorError) -> Value? {

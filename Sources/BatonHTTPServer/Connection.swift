@@ -18,13 +18,15 @@ final class ServerCore: Sendable {
     private let stopping = Atomic<Bool>(false)
     /// Connections reading a request: socket and when its deadline passes, by connection pointer.
     private let reading = Mutex<[UInt: (socket: Int32, deadline: ContinuousClock.Instant)]>([:])
-    /// Connections by client address (``HTTPServerConfiguration/connectionsPerAddress``), across every daemon.
-    private let perAddress = Mutex<[[UInt8]: AddressConnections]>([:])
+    /// Connections by client address (``HTTPServerConfiguration/connectionsPerAddress``), across every daemon. Each
+    /// step is O(1) and the lock is held for that step alone, never across a system call.
+    private let perAddress: Mutex<AddressLimit>
 
     init(router: Router, configuration: HTTPServerConfiguration, logger: Logger) {
         self.router = router
         self.configuration = configuration
         self.logger = logger
+        perAddress = Mutex(AddressLimit(limit: configuration.connectionsPerAddress, wait: configuration.addressSlotWait))
     }
 
     func requestBegan() { active.wrappingAdd(1, ordering: .relaxed) }
@@ -41,38 +43,33 @@ final class ServerCore: Sendable {
 
     // MARK: Connections per address across daemons
 
-    /// Counts a new connection of `address` against ``HTTPServerConfiguration/connectionsPerAddress``, across all the
-    /// daemons (each event loop's, or libmicrohttpd's threads).
-    ///
-    /// At the limit, the address's connections whose client has already closed its end stop counting first: their
-    /// daemon may not have noticed yet (libmicrohttpd accepts new connections before it reads the old ones' end of
-    /// stream, and another event loop's daemon may hold them), yet the client is done with them. Past the limit the
-    /// connection is refused (answered 503 `too_many_connections`, then closed), and past as many refusals again at
-    /// once it is dropped unanswered, so refusing costs one bounded answer per connection.
-    func connectionOpened(_ connection: OpaquePointer, socket: Int32, from address: [UInt8]) -> Admission {
-        let limit = configuration.connectionsPerAddress
-        return perAddress.withLock { all in
-            var connections = all[address, default: AddressConnections()]
-            defer { all[address] = connections }
-            if connections.counted.count >= limit { connections.forgetClosedByClient() }
-            if connections.counted.count < limit {
-                connections.counted[UInt(bitPattern: connection)] = socket
-                return .counted
-            }
-            guard connections.refusing < limit else { return .dropped }
-            connections.refusing += 1
-            return .refused
-        }
+    /// Counts a new connection of `address`, or has it wait for a slot, or drops it (``AddressLimit``).
+    func connectionOpened(_ connection: OpaquePointer, from address: ClientAddress) -> AddressLimit.Admission {
+        let now = ContinuousClock.now
+        return perAddress.withLock { $0.opened(UInt(bitPattern: connection), from: address, at: now) }
     }
 
-    /// Forgets a connection ``connectionOpened(_:socket:from:)`` counted or refused. libmicrohttpd reports a close
-    /// before it closes the socket, so every socket still listed is open and its connection's.
-    func connectionClosed(_ connection: OpaquePointer, from address: [UInt8], refused: Bool) {
-        perAddress.withLock { all in
-            guard var connections = all[address] else { return }
-            if refused { connections.refusing -= 1 } else { connections.counted[UInt(bitPattern: connection)] = nil }
-            all[address] = connections.counted.isEmpty && connections.refusing == 0 ? nil : connections
-        }
+    /// Whether `connection`, its request read, is served, refused, or waits on for a slot.
+    func requestRead(_ connection: OpaquePointer, from address: ClientAddress) -> AddressLimit.Verdict {
+        let now = ContinuousClock.now
+        return perAddress.withLock { $0.requestRead(UInt(bitPattern: connection), from: address, at: now) }
+    }
+
+    /// Leaves `resume` to whichever comes first, a slot or the end of the wait; false when one came already.
+    func park(_ connection: OpaquePointer, from address: ClientAddress, resume: @escaping @Sendable () -> Void) -> Bool {
+        perAddress.withLock { $0.park(UInt(bitPattern: connection), from: address, resume: resume) }
+    }
+
+    /// Refuses `connection` if it still waits for a slot and its wait has passed, and resumes it.
+    func waitEnded(_ connection: UInt, from address: ClientAddress) {
+        let now = ContinuousClock.now
+        perAddress.withLock { $0.waitEnded(connection, from: address, at: now) }?()
+    }
+
+    /// Forgets a closed connection; a slot it held goes to the oldest connection of its address waiting, which is
+    /// resumed (outside the lock) when it was suspended for it.
+    func connectionClosed(_ connection: OpaquePointer, from address: ClientAddress) {
+        perAddress.withLock { $0.closed(UInt(bitPattern: connection), from: address) }?()
     }
 
     /// Whether connections per address are counted: ``HTTPServerConfiguration/connectionsPerAddress`` is set.
@@ -112,37 +109,6 @@ final class ServerCore: Sendable {
     }
 }
 
-/// What ``ServerCore/connectionOpened(_:socket:from:)`` decided for a new connection.
-enum Admission {
-    /// Within the address's limit: served.
-    case counted
-    /// Over it: its first request is answered 503 `too_many_connections`, then it is closed.
-    case refused
-    /// Over it with as many refusals pending as the limit: closed unanswered.
-    case dropped
-}
-
-/// One client address's open connections: the socket of each counted one, by connection pointer, and how many of
-/// its connections are being refused.
-struct AddressConnections {
-    var counted: [UInt: Int32] = [:]
-    var refusing = 0
-
-    /// Stops counting the connections whose client has closed (or reset) its end: one `poll` for all of them, then
-    /// a peek at those with something to read (a request's bytes keep a connection counted; only the end does not).
-    mutating func forgetClosedByClient() {
-        var entries = counted.map { pollfd(fd: $0.value, events: Int16(POLLIN), revents: 0) }
-        guard poll(&entries, nfds_t(entries.count), 0) > 0 else { return }
-        let closed = Set(entries.filter { entry in
-            guard entry.revents != 0 else { return false }
-            var byte: UInt8 = 0
-            let peeked = recv(entry.fd, &byte, 1, Int32(MSG_PEEK | MSG_DONTWAIT))
-            return peeked == 0 || (peeked < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
-        }.map(\.fd))
-        counted = counted.filter { !closed.contains($0.value) }
-    }
-}
-
 /// Per-request state, owned by libmicrohttpd's `con_cls` slot from the first callback until
 /// the completion callback releases it.
 final class RequestContext: Sendable {
@@ -157,13 +123,9 @@ final class RequestContext: Sendable {
     let handlerTask = Mutex<Task<Void, Never>?>(nil)
     /// Whether a response has been queued before the body was read (a 413 or a 431).
     let queuedEarly = Atomic<Bool>(false)
-    /// Whether the connection is over its address's limit: the body is dropped and the answer is a 503.
-    let refused: Bool
     /// Whether the connection was suspended for a handler and libmicrohttpd has not yet taken it back (called the
     /// access handler again after `MHD_resume_connection`, or ended the request).
     private let suspended = Atomic<Bool>(false)
-
-    init(refused: Bool) { self.refused = refused }
 
     func markSuspended() { suspended.store(true, ordering: .releasing) }
 
@@ -261,7 +223,7 @@ func batonAccessHandler(
 
     guard let slot = contextSlot.pointee else {
         // First call: the head is parsed. Refuse an oversized head, or an announced oversized body before reading it.
-        let context = RequestContext(refused: CountedConnection.isRefused(connection))
+        let context = RequestContext()
         contextSlot.pointee = Unmanaged.passRetained(context).toOpaque()
         core.requestBegan()
         let headLimit = core.configuration.maxHeaderSize
@@ -269,7 +231,7 @@ func batonAccessHandler(
             HTTPError.requestHeadTooLarge(limit: headLimit)
         } else if let length = MHD_lookup_connection_value(connection, .HEADER_KIND, "Content-Length"),
                   let announced = UInt64(String(cString: length)), announced > UInt64(limit) {
-            context.refused ? HTTPError.tooManyConnections(limit: core.configuration.connectionsPerAddress) : HTTPError.payloadTooLarge(limit: limit)
+            HTTPError.payloadTooLarge(limit: limit)
         } else {
             nil
         }
@@ -281,23 +243,29 @@ func batonAccessHandler(
     let context = Unmanaged<RequestContext>.fromOpaque(slot).takeUnretainedValue()
 
     if uploadDataSize.pointee > 0 {
-        if let uploadData, !context.queuedEarly.load(ordering: .relaxed), !context.refused {
+        if let uploadData, !context.queuedEarly.load(ordering: .relaxed) {
             context.append(UnsafeRawBufferPointer(start: uploadData, count: uploadDataSize.pointee), limit: limit)
         }
         uploadDataSize.pointee = 0
         return CMicroHTTPD_yes()
     }
     if context.queuedEarly.load(ordering: .relaxed) { return CMicroHTTPD_yes() }
-    if context.refused {
-        // Answered once the request is read (so the close does not reset it), then closed: one answer per refusal.
-        core.readingEnded(connection)
-        return queue(HTTPError.tooManyConnections(limit: core.configuration.connectionsPerAddress).response, on: connection, core: core, closing: true)
-    }
-    if let response = context.takeResponse() {
-        // The handler counts as running until libmicrohttpd has taken the resumed connection back: stopping the
-        // daemon while a resumed connection is still on its suspended list aborts the process.
-        if context.endSuspension() { core.handlerEnded() }
-        return queue(response, on: connection, core: core)
+    // A handler, or a wait for a slot, counts as running until libmicrohttpd has taken the resumed connection back:
+    // stopping the daemon while a resumed connection is still on its suspended list aborts the process.
+    if context.endSuspension() { core.handlerEnded() }
+    if let response = context.takeResponse() { return queue(response, on: connection, core: core) }
+    if let counted = CountedConnection.of(connection), counted.arrivedOverLimit {
+        switch core.requestRead(connection, from: counted.address) {
+        case .serve: break
+        case .refuse:
+            // Answered once the request is read (so the close does not reset it), then closed: one answer per refusal.
+            core.readingEnded(connection)
+            core.logger.info("connection over the per-address limit", ["address": clientHost(connection), "answer": "503 too_many_connections"])
+            return queue(HTTPError.tooManyConnections(limit: core.configuration.connectionsPerAddress).response, on: connection, core: core, closing: true)
+        case .wait(let until):
+            core.readingEnded(connection)
+            return waitForSlot(connection, of: counted.address, until: until, context, core)
+        }
     }
     guard let body = context.takeBody() else {
         return queue(HTTPError.payloadTooLarge(limit: limit).response, on: connection, core: core)
@@ -325,17 +293,10 @@ func batonAccessHandler(
     context.markSuspended()
     MHD_suspend_connection(connection)
     let suspended = SuspendedConnection(pointer: connection)
-    // The handler and its deadline race; whichever answers first resumes the connection, exactly once. An event
-    // loop's daemon is resumed on the loop's thread, which then runs libmicrohttpd in the same round (the
-    // daemon's own wake-up does not reach the loop's epoll when it comes from another thread).
+    // The handler and its deadline race; whichever answers first resumes the connection, exactly once.
     let deliver: @Sendable (HTTPResponse) -> Void = { response in
         guard context.answerOnce(response) else { return }
-        guard let loop else { return MHD_resume_connection(suspended.pointer) }
-        let resume: @Sendable () -> Void = {
-            MHD_resume_connection(suspended.pointer)
-            LoopRequests.forCurrentLoop()?.resumed = true
-        }
-        if EventLoop.current === loop { resume() } else { loop.execute(resume) }
+        resume(suspended, on: loop)
     }
     switch answer {
     case .now: break
@@ -349,6 +310,45 @@ func batonAccessHandler(
             }
         }
         start { settle($0, deliver) }
+    }
+    return CMicroHTTPD_yes()
+}
+
+/// Resumes a suspended connection. An event loop's daemon is resumed on the loop's thread, which then runs
+/// libmicrohttpd in the same round (the daemon's own wake-up does not reach the loop's epoll when it comes from
+/// another thread); libmicrohttpd's own threads are woken by the library.
+private func resume(_ connection: SuspendedConnection, on loop: EventLoop?) {
+    guard let loop else { return MHD_resume_connection(connection.pointer) }
+    let resume: @Sendable () -> Void = {
+        MHD_resume_connection(connection.pointer)
+        LoopRequests.forCurrentLoop()?.resumed = true
+    }
+    if EventLoop.current === loop { resume() } else { loop.execute(resume) }
+}
+
+/// Suspends a connection over its address's limit, its request read, until one of its address's connections closes
+/// and hands it a slot (it is then served) or its wait ends at `until` (it is then refused): ``AddressLimit``. It
+/// counts as a running handler meanwhile, so ``HTTPServer/stop()`` waits for it.
+private func waitForSlot(_ connection: OpaquePointer, of address: ClientAddress, until: ContinuousClock.Instant,
+                         _ context: RequestContext, _ core: ServerCore) -> MHD_Result {
+    core.handlerBegan()
+    if core.isStopping {
+        core.handlerEnded()
+        return queue(HTTPError.shuttingDown.response, on: connection, core: core)
+    }
+    context.markSuspended()
+    MHD_suspend_connection(connection)
+    // Only a suspended connection may be resumed, so it is handed to other threads only now; a slot freed since its
+    // verdict leaves it to be resumed here.
+    let suspended = SuspendedConnection(pointer: connection), loop = EventLoop.current
+    guard core.park(connection, from: address, resume: { resume(suspended, on: loop) }) else {
+        resume(suspended, on: loop)
+        return CMicroHTTPD_yes()
+    }
+    let id = UInt(bitPattern: connection)
+    Task {
+        try? await Task.sleep(until: until, clock: .continuous)
+        core.waitEnded(id, from: address)
     }
     return CMicroHTTPD_yes()
 }
@@ -455,65 +455,50 @@ func batonConnectionNotified(
     let core = Unmanaged<ServerCore>.fromOpaque(cls).takeUnretainedValue()
     switch code {
     case .CONNECTION_NOTIFY_STARTED:
-        if core.countsConnectionsPerAddress, let socketContext, let address = CMicroHTTPD_client_address(connection).flatMap(addressBytes) {
-            let socket = CMicroHTTPD_connection_fd(connection)
-            let admission = core.connectionOpened(connection, socket: socket, from: address)
-            if admission != .counted {
-                core.logger.info("connection over the per-address limit", [
-                    "address": CMicroHTTPD_client_address(connection).flatMap(numericHost) ?? "?",
-                    "answer": admission == .refused ? "503 too_many_connections" : "none, closed",
-                ])
-            }
-            if admission == .dropped {
+        if core.countsConnectionsPerAddress, let socketContext, let address = CMicroHTTPD_client_address(connection).flatMap(ClientAddress.init) {
+            let admission = core.connectionOpened(connection, from: address)
+            guard admission != .dropped else {
+                core.logger.info("connection over the per-address limit", ["address": clientHost(connection), "answer": "none, closed"])
                 // libmicrohttpd sees the end of the stream and closes it.
-                shutdown(socket, Int32(SHUT_RDWR))
+                shutdown(CMicroHTTPD_connection_fd(connection), Int32(SHUT_RDWR))
                 return
             }
-            // Remembered in the socket's slot, so the close forgets exactly what was counted, and the request is refused.
-            socketContext.pointee = Unmanaged.passRetained(CountedConnection(address: address, refused: admission == .refused)).toOpaque()
+            // Remembered in the socket's slot, so the close forgets exactly what was counted.
+            socketContext.pointee = Unmanaged.passRetained(CountedConnection(address: address, arrivedOverLimit: admission == .waiting)).toOpaque()
         }
         core.readingBegan(connection)
     default:
         if let socketContext, let slot = socketContext.pointee {
             let counted = Unmanaged<CountedConnection>.fromOpaque(slot).takeRetainedValue()
-            core.connectionClosed(connection, from: counted.address, refused: counted.refused)
+            core.connectionClosed(connection, from: counted.address)
             socketContext.pointee = nil
         }
         core.readingEnded(connection)
     }
 }
 
-/// A connection counted against its client address's limit, or refused by it.
-final class CountedConnection {
-    let address: [UInt8]
-    /// Over the limit: the connection's request is answered 503 `too_many_connections`, then it is closed.
-    let refused: Bool
+/// A connection counted against its client address's limit, or waiting for a slot under it.
+final class CountedConnection: Sendable {
+    let address: ClientAddress
+    /// Whether it had to wait for a slot: only then are its requests checked (``ServerCore/requestRead(_:from:)``);
+    /// a connection counted when it opened holds its slot until it closes.
+    let arrivedOverLimit: Bool
 
-    init(address: [UInt8], refused: Bool) {
+    init(address: ClientAddress, arrivedOverLimit: Bool) {
         self.address = address
-        self.refused = refused
+        self.arrivedOverLimit = arrivedOverLimit
     }
 
-    /// Whether `connection` was refused (its socket's slot says so).
-    static func isRefused(_ connection: OpaquePointer) -> Bool {
-        guard let slot = CMicroHTTPD_socket_context(connection) else { return false }
-        return Unmanaged<CountedConnection>.fromOpaque(slot).takeUnretainedValue().refused
+    /// The one in `connection`'s socket slot, if any.
+    static func of(_ connection: OpaquePointer) -> CountedConnection? {
+        guard let slot = CMicroHTTPD_socket_context(connection) else { return nil }
+        return Unmanaged<CountedConnection>.fromOpaque(slot).takeUnretainedValue()
     }
 }
 
-/// The address part of a socket address (4 bytes for IPv4, 16 for IPv6), without the port.
-private func addressBytes(_ address: UnsafePointer<sockaddr>) -> [UInt8]? {
-    switch Int32(address.pointee.sa_family) {
-    case AF_INET:
-        return address.withMemoryRebound(to: sockaddr_in.self, capacity: 1) { v4 in
-            withUnsafeBytes(of: v4.pointee.sin_addr) { Array($0) }
-        }
-    case AF_INET6:
-        return address.withMemoryRebound(to: sockaddr_in6.self, capacity: 1) { v6 in
-            withUnsafeBytes(of: v6.pointee.sin6_addr) { Array($0) }
-        }
-    default: return nil
-    }
+/// The client's numeric address for the log, `?` when unknown.
+private func clientHost(_ connection: OpaquePointer) -> String {
+    CMicroHTTPD_client_address(connection).flatMap(numericHost) ?? "?"
 }
 
 private typealias Fields = [(String, String)]

@@ -41,10 +41,18 @@ public struct HTTPServerConfiguration: Sendable {
     /// sent a complete request, head and body, however slowly it trickles bytes; past it the connection is
     /// closed. Nil (the default): only ``connectionTimeout``'s inactivity limit applies.
     public var requestHeadTimeout: Duration? = nil
-    /// Connections one client address may hold at once, counted across every daemon; one over it is answered 503
-    /// `too_many_connections` with `Retry-After: 1` and closed (as many as the limit at once; past those, closed
-    /// unanswered). A connection stops counting as soon as its client has closed it. 0 (the default): no limit.
+    /// Connections one client address may hold at once, counted across every daemon as libmicrohttpd reports them
+    /// opened and closed. One over it waits up to ``addressSlotWait`` for one of its address's connections to close
+    /// and hand it a slot; without one by then, it is answered 503 `too_many_connections` with `Retry-After: 1` once
+    /// its request is read, and closed. As many as the limit may wait or be refused at once; past those a new
+    /// connection is closed unanswered. 0 (the default): no limit.
     public var connectionsPerAddress: Int = 0
+    /// How long a connection over ``connectionsPerAddress`` waits for a slot. The server learns of a close only when
+    /// the connection's daemon reads it, a little after the client made it (a daemon accepts new connections before
+    /// it reads its old ones, and another event loop's daemon may hold them), so a client that closes connections and
+    /// opens new ones at once gets its slots back within this wait. ``HTTPServer/stop()`` waits for waiting
+    /// connections too. Default 100 ms.
+    public var addressSlotWait: Duration = .milliseconds(100)
 
     /// The defaults above.
     public init() {}

@@ -344,7 +344,11 @@ package final class PostgresPipeline: @unchecked Sendable {
     /// says it wrote nothing (``PostgresError/didNotRun``); a write's cannot: its Sync may have reached the server.
     private func failAll(_ error: PostgresError) {
         guard let connection else { return }
-        logger.info("pipeline connection dropped", ["error": error.reason])
+        if error.code == .poolClosed {
+            logger.debug("pipeline closed with its event loop")
+        } else {
+            logger.info("pipeline connection dropped", ["error": error.reason])
+        }
         loop.unwatch(descriptor)
         PQfinish(connection)
         self.connection = nil

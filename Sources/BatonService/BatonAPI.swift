@@ -13,6 +13,7 @@ import BatonLogging
 /// | --- | --- |
 /// | `POST /v1/signin` | `{"outcome", "user", "sub", "transfer_sub"?}` |
 /// | `GET /v1/credential-state?user=ID` | `{"state"}` |
+/// | `POST /v1/link/session` | `{"nonce", "expires_at", "expires_in"}` (201; service token when configured) |
 /// | `POST /v1/link` | `{"outcome", "user", "sub", "transfer_sub"?}` |
 /// | `POST /v1/notifications` | `{"type", "changed"}` |
 /// | `GET /v1/report` | the correlation report as JSON (admin token) |
@@ -40,7 +41,7 @@ public final class BatonAPI: Sendable {
     /// - Parameters:
     ///   - engine: the library engine.
     ///   - adminToken: guards admin routes (`/v1/report`); nil disables them (403).
-    ///   - serviceToken: when given, `GET /v1/credential-state` requires it as a bearer token.
+    ///   - serviceToken: when given, `GET /v1/credential-state` and `POST /v1/link/session` require it as a bearer token.
     ///   - reportRefreshSeconds: how often the `GET /report` page reloads itself; 0 for never; default 300.
     ///   - logger: receives one line per request.
     public init(engine: BatonEngine, adminToken: AdminToken?, serviceToken: AdminToken? = nil, reportRefreshSeconds: Int = 300,
@@ -134,8 +135,10 @@ public final class BatonAPI: Sendable {
         return (signInAnswer(result), result.outcome.rawValue)
     }
 
-    /// `POST /v1/link/session`: a link session's nonce, for both ceremonies of one `POST /v1/link`.
+    /// `POST /v1/link/session`: a link session's nonce, for both ceremonies of one `POST /v1/link`. Each stores a row,
+    /// so the service token guards it when one is configured, and the engine caps the live sessions.
     private func linkSession(_ request: HTTPRequest) async throws -> (HTTPResponse, String?) {
+        if let serviceToken { try requireBearer(serviceToken, request, what: "service") }
         let session = try await engine.openLinkSession()
         let answer: JSONValue = [
             "expires_at": .string(ISO8601DateFormatter().string(from: session.expiresAt)),
@@ -214,7 +217,14 @@ public final class BatonAPI: Sendable {
 
     private func renderMetrics(_ request: HTTPRequest) async throws -> (HTTPResponse, String?) {
         let pool = await engine.poolUsage().map { (open: $0.open, idle: $0.idle, waiting: $0.waiting, max: $0.max) }
-        return (HTTPResponse.text(metrics.render(pool: pool), contentType: "text/plain; version=0.0.4; charset=utf-8"), nil)
+        // /readyz's answer as a gauge, from the same background check (alerts/baton.rules.yml reads it).
+        let state = await readinessMonitor.current()
+        var text = metrics.render(pool: pool)
+        text += "# HELP baton_ready Whether /readyz answers ready: 1 yes, 0 no; by check (database, keys) and for both (all).\n# TYPE baton_ready gauge\n"
+        for (check, ok) in [("all", state.ready), ("database", state.database), ("keys", state.keys)] {
+            text += "baton_ready{check=\"\(check)\"} \(ok ? 1 : 0)\n"
+        }
+        return (HTTPResponse.text(text, contentType: "text/plain; version=0.0.4; charset=utf-8"), nil)
     }
 
     // MARK: - Plumbing
@@ -252,12 +262,14 @@ public final class BatonAPI: Sendable {
         var response: HTTPResponse
         var outcome: String?
         var rejection: String?
+        var tokenRejection: String?
         switch result {
         case .success(let value):
             (response, outcome) = value
         case .failure(let error as BatonError) where error.code == .invalidToken || error.code == .invalidNotification:
             response = error.response
             rejection = error.reason  // the rejection's own code: `expired`, `bad_signature`, …
+            tokenRejection = rejection
         case .failure(let error as any HTTPResponseError):
             response = error.response
             rejection = error.errorCode
@@ -268,7 +280,9 @@ public final class BatonAPI: Sendable {
         }
         let elapsed = ContinuousClock.now - start
         let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
-        metrics.record(route: route, status: response.status, seconds: seconds, outcome: route == "signin" ? outcome : nil, rejection: rejection)
+        // `baton_rejections_total` counts refused identity tokens and notifications only; any other refusal (a missing
+        // admin token, a malformed body) shows in `baton_http_requests_total` by its status.
+        metrics.record(route: route, status: response.status, seconds: seconds, outcome: route == "signin" ? outcome : nil, rejection: tokenRejection)
         // The line's fields are only built when the line is written: above info, a request logs nothing and costs nothing.
         if logger.level <= .info {
             var fields = ["route": route, "status": String(response.status), "duration_ms": BatonAPI.milliseconds(seconds)]
@@ -303,12 +317,14 @@ public final class BatonAPI: Sendable {
         return text
     }
 
-    /// The JSON answer of a sign-in or a link: `{"outcome", "user": {"key", "sub", "email"?} | null, "sub", "transfer_sub"?}`.
+    /// The JSON answer of a sign-in or a link: `{"outcome", "user": {"key", "sub", "email"?, "account_key"?} | null, "sub",
+    /// "transfer_sub"?, "merged_from"?}`.
     private func signInAnswer(_ result: SignInResult) -> HTTPResponse {
         var object: JSONObject = ["outcome": .string(result.outcome.rawValue)]
         if let user = result.user {
             var userObject: JSONObject = ["key": .string(user.key), "sub": .string(user.subject)]
             if let email = user.email { userObject["email"] = .string(email) }
+            if let accountKey = user.accountKey { userObject["account_key"] = .string(accountKey) }
             object["user"] = .object(userObject)
         } else {
             object["user"] = .null

@@ -53,7 +53,7 @@ public final class BatonServer: Sendable {
     /// Serves `engine` on `host:port`; the engine is shut down with the server.
     /// - Parameters:
     ///   - adminToken: guards `/v1/report` and `/report`; nil disables them.
-    ///   - serviceToken: when given, `/v1/credential-state` requires it.
+    ///   - serviceToken: when given, `/v1/credential-state` and `/v1/link/session` require it.
     ///   - reportRefreshSeconds: how often `GET /report` reloads itself (0: never; default 300).
     ///   - limits: the handler deadline, the request-head deadline and the per-address connection limit.
     /// - Throws: `HTTPServerError` when the address cannot be bound.

@@ -1,9 +1,11 @@
+import BatonBuildInfo
 import Foundation
 import Synchronization
 
 /// The service's counters, rendered in Prometheus' text format by ``render(pool:)``.
 ///
-/// Requests by route and status, sign-in outcomes, rejections by reason, and a request latency histogram.
+/// The build (`baton_build_info`: version and commit, always 1), requests by route and status, sign-in outcomes,
+/// refused identity tokens and notifications by reason, and a request latency histogram.
 /// A `Mutex` guards a few dictionaries; each request takes it once.
 public final class ServiceMetrics: Sendable {
     /// Upper bounds of the latency histogram's buckets, in seconds.
@@ -23,7 +25,7 @@ public final class ServiceMetrics: Sendable {
     /// Creates empty counters.
     public init() {}
 
-    /// Counts one request: its route, status, duration, and (for sign-ins) outcome or (for rejections) reason.
+    /// Counts one request: its route, status, duration, and (for sign-ins) outcome or (for a refused token or notification) reason.
     public func record(route: String, status: Int, seconds: Double, outcome: String?, rejection: String?) {
         state.withLock { state in
             state.requests[route + "\u{0}" + String(status), default: 0] += 1
@@ -43,7 +45,9 @@ public final class ServiceMetrics: Sendable {
     /// The Prometheus text exposition (format 0.0.4), with the pool's gauges when given.
     public func render(pool: (open: Int, idle: Int, waiting: Int, max: Int)?) -> String {
         let snapshot = state.withLock { $0 }
-        var out = "# HELP baton_http_requests_total HTTP requests by route and status.\n# TYPE baton_http_requests_total counter\n"
+        var out = "# HELP baton_build_info The version and the commit baton was built from.\n# TYPE baton_build_info gauge\n"
+        out += "baton_build_info{version=\"\(BuildInfo.version)\",commit=\"\(BuildInfo.commit)\"} 1\n"
+        out += "# HELP baton_http_requests_total HTTP requests by route and status.\n# TYPE baton_http_requests_total counter\n"
         for (key, count) in snapshot.requests.sorted(by: { $0.key < $1.key }) {
             let parts = key.split(separator: "\u{0}", omittingEmptySubsequences: false)
             out += "baton_http_requests_total{route=\"\(parts[0])\",status=\"\(parts[1])\"} \(count)\n"
@@ -52,7 +56,7 @@ public final class ServiceMetrics: Sendable {
         for outcome in ["current", "migrated", "new", "unmatched"] {
             out += "baton_signin_outcomes_total{outcome=\"\(outcome)\"} \(snapshot.outcomes[outcome] ?? 0)\n"
         }
-        out += "# HELP baton_rejections_total Rejected requests by reason.\n# TYPE baton_rejections_total counter\n"
+        out += "# HELP baton_rejections_total Refused identity tokens and notifications by reason.\n# TYPE baton_rejections_total counter\n"
         for (reason, count) in snapshot.rejections.sorted(by: { $0.key < $1.key }) {
             out += "baton_rejections_total{reason=\"\(reason)\"} \(count)\n"
         }

@@ -1,3 +1,4 @@
+import BatonBuildInfo
 import BatonTools
 import Foundation
 
@@ -10,7 +11,7 @@ func topLevelUsage() -> String {
     for command in commands {
         text += "  \(command.name.padding(toLength: width, withPad: " ", startingAt: 0))  \(command.summary)\n"
     }
-    text += "\nRun 'baton <command> --help' for a command's options."
+    text += "\nRun 'baton <command> --help' for a command's options, 'baton --version' for the version and commit."
     return text
 }
 
@@ -21,6 +22,10 @@ guard let name = arguments.first else {
 }
 if name == "--help" || name == "-h" || name == "help" {
     print(topLevelUsage())
+    exit(0)
+}
+if name == "--version" {
+    print("baton \(BuildInfo.version) (commit \(BuildInfo.commit))")
     exit(0)
 }
 guard var command = commands.first(where: { $0.name == name }) else {

@@ -113,7 +113,11 @@ struct ControlTests {
             let after = scenario.emulator.now.timeIntervalSince1970
             #expect(accepted.status == 200)
             #expect(accepted.json["state"] == "accepted")
-            let acceptedAt = Double(accepted.json["accepted_at"]?.intValue ?? 0)
+            // accepted_at in the form Baton's apple.transfer.accepted_at takes, the same second as accepted_at_unix.
+            let iso = try #require(accepted.json["accepted_at"]?.stringValue, "\(accepted.text)")
+            #expect(iso.wholeMatch(of: /\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ/) != nil, "\(iso)")
+            let acceptedAt = try Date(iso, strategy: .iso8601).timeIntervalSince1970
+            #expect(accepted.json["accepted_at_unix"]?.intValue == Int64(acceptedAt))
             #expect(acceptedAt >= before && acceptedAt <= after)
             // The recipient now owns the app: a device's token carries its identifier.
             let claims = try await scenario.verifiedClaims(try scenario.emulator.authorize(clientID: scenario.clientID, user: scenario.users[0].id).idToken)

@@ -350,15 +350,19 @@ struct HTTPServerTests {
         }
     }
 
-    @Test("one address may hold only connections_per_address connections, however many event loops share the port; the next is answered 503 too_many_connections and closed",
+    @Test("one address may hold only connections_per_address connections, however many event loops share the port; the next is answered 503 too_many_connections after the wait for a slot, and closed; another address is served",
           arguments: [0, 2])
     func perAddressLimit(loops: Int) async throws {
-        try await withServer(echoRouter(), configuration: serving(loops: loops, connectionsPerAddress: 2)) { _, port in
+        var configuration = serving(loops: loops, connectionsPerAddress: 2)
+        configuration.addressSlotWait = .milliseconds(300)
+        try await withServer(echoRouter(), configuration: configuration) { _, port in
             let held = try await offPool { try OpenConnections(port: port, count: 2) }
             #expect(held.bodies == ["hello nobody from 127.0.0.1", "hello nobody from 127.0.0.1"])
             let refusal = #"{"error":"too_many_connections","reason":"this address already holds 2 connections; reuse one or retry later"}"#
+            let began = ContinuousClock.now
             let (status, response, body) = try await fetch(port, "/hello")
             #expect(status == 503)
+            #expect(ContinuousClock.now - began >= .milliseconds(300))
             #expect(response.value(forHTTPHeaderField: "Retry-After") == "1")
             #expect(body == refusal)
             // With a body too: one answer, then the server closes.
@@ -368,6 +372,8 @@ struct HTTPServerTests {
                 return socket.response().map { ($0.status, $0.body, socket.isClosedByServer()) }
             }
             #expect(refusedPost?.0 == 503 && refusedPost?.1 == refusal && refusedPost?.2 == true)
+            // Another address has slots of its own.
+            #expect(await offPool { request(from: "127.0.0.2", port: port) } == "200 hello nobody from 127.0.0.2")
             // One of the address's connections closes: the next one is served.
             held.sockets[0].shutdown()
             #expect(try await fetch(port, "/hello?name=next").2 == "hello next from 127.0.0.1")
@@ -387,6 +393,47 @@ struct HTTPServerTests {
             }
             #expect(served == Array(repeating: 8, count: 10))
         }
+    }
+
+    @Test("a connection over the limit waits for a slot: it is served as soon as one of its address's connections closes",
+          arguments: [0, 2])
+    func waitsForSlot(loops: Int) async throws {
+        var configuration = serving(loops: loops, connectionsPerAddress: 2)
+        configuration.addressSlotWait = .seconds(60)
+        try await withServer(echoRouter(), configuration: configuration) { _, port in
+            let (answeredEarly, body, waited) = try await offPool { () -> (Bool, String?, Duration) in
+                let held = try OpenConnections(port: port, count: 2)
+                let third = try RawHTTPConnection.open(port: port, timeoutMilliseconds: 10_000)
+                try third.send("GET /hello?name=third HTTP/1.1\r\nHost: x\r\n\r\n")
+                let answeredEarly = third.isReadable(within: 300)
+                let closed = ContinuousClock.now
+                held.sockets[1].shutdown()
+                return (answeredEarly, third.response()?.body, ContinuousClock.now - closed)
+            }
+            #expect(!answeredEarly)
+            #expect(body == "hello third from 127.0.0.1")
+            #expect(waited < .seconds(5), "answered \(waited) after the close")
+        }
+    }
+
+    @Test("stop answers a connection waiting for a slot once its wait ends, then stops", arguments: [0, 2])
+    func stopWhileWaitingForSlot(loops: Int) async throws {
+        var configuration = serving(loops: loops, connectionsPerAddress: 1)
+        configuration.addressSlotWait = .seconds(2)
+        let server = HTTPServer(router: echoRouter(), configuration: configuration)
+        let port = try await server.start(port: 0)
+        let held = try await offPool { try OpenConnections(port: port, count: 1) }
+        #expect(held.bodies == ["hello nobody from 127.0.0.1"])
+        async let answer = offPool { () -> (status: Int, body: String)? in
+            guard let waiting = try? RawHTTPConnection.open(port: port, timeoutMilliseconds: 10_000),
+                  (try? waiting.send("GET /hello HTTP/1.1\r\nHost: x\r\n\r\n")) != nil else { return nil }
+            return waiting.response()
+        }
+        // Time for the server to read the request and suspend the connection, well within its wait.
+        try await Task.sleep(for: .milliseconds(300))
+        await server.stop()
+        #expect(await answer?.status == 503)
+        #expect(await answer?.body.contains("too_many_connections") == true)
     }
 
     @Test("64 clients of one address at a limit of 64, each with a new connection per request, are all answered",
@@ -481,41 +528,6 @@ struct HTTPServerTests {
     }
 }
 
-@Suite("Connections per address")
-struct ConnectionsPerAddressTests {
-    @Test("within the limit counted; over it refused, as many at once as the limit; past those dropped; a connection whose client closed stops counting")
-    func admissions() throws {
-        var configuration = HTTPServerConfiguration()
-        configuration.connectionsPerAddress = 2
-        let core = ServerCore(router: Router(), configuration: configuration, logger: .disabled())
-        let address: [UInt8] = [127, 0, 0, 1], other: [UInt8] = [127, 0, 0, 2]
-        // Each connection a socket pair: the server's end is counted, closing the client's end is the client closing.
-        var pairs: [[Int32]] = []
-        defer { for pair in pairs { pair.forEach { close($0) } } }
-        func open(_ number: Int, from address: [UInt8]) -> Admission {
-            var pair: [Int32] = [-1, -1]
-            _ = socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0, &pair)
-            pairs.append(pair)
-            return core.connectionOpened(OpaquePointer(bitPattern: number)!, socket: pair[0], from: address)
-        }
-        #expect([open(1, from: address), open(2, from: address)] == [.counted, .counted])
-        #expect([open(3, from: address), open(4, from: address), open(5, from: address)] == [.refused, .refused, .dropped])
-        #expect(open(6, from: other) == .counted)
-        // A refusal answered and closed frees its place among the refusals, not among the connections.
-        core.connectionClosed(OpaquePointer(bitPattern: 3)!, from: address, refused: true)
-        #expect(open(7, from: address) == .refused)
-        // The client of connection 1 closes its end; the server has not noticed yet, but the next connection counts.
-        close(pairs[0][1])
-        pairs[0][1] = -1
-        #expect(open(8, from: address) == .counted)
-        #expect(open(9, from: address) == .dropped)
-        // Closed connections are forgotten, the one already forgotten too.
-        for number in [1, 2] { core.connectionClosed(OpaquePointer(bitPattern: number)!, from: address, refused: false) }
-        #expect(open(10, from: address) == .counted)
-        #expect(open(11, from: address) == .dropped)
-    }
-}
-
 @Suite("Request parsing")
 struct RequestParsingTests {
     @Test("form decoding", arguments: [
@@ -595,6 +607,31 @@ struct OpenConnections: @unchecked Sendable {
             (try? socket.send("GET /hello HTTP/1.1\r\nHost: x\r\n\r\n")).flatMap { socket.response()?.body }
         }
     }
+}
+
+/// One `GET /hello` with `Connection: close` from `source` (a 127.x.x.x address) to `127.0.0.1:port`: the status and
+/// body as `"200 hello…"`, nil when the server closed without an answer.
+func request(from source: String, port: Int) -> String? {
+    let descriptor = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+    defer { close(descriptor) }
+    var timeout = timeval(tv_sec: 10, tv_usec: 0)
+    setsockopt(descriptor, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+    var local = sockaddr_in(), remote = sockaddr_in()
+    local.sin_family = sa_family_t(AF_INET)
+    remote.sin_family = sa_family_t(AF_INET)
+    remote.sin_port = UInt16(port).bigEndian
+    guard inet_pton(AF_INET, source, &local.sin_addr) == 1, inet_pton(AF_INET, "127.0.0.1", &remote.sin_addr) == 1 else { return nil }
+    func connected(_ call: (Int32, UnsafePointer<sockaddr>, socklen_t) -> Int32, _ address: sockaddr_in) -> Bool {
+        withUnsafePointer(to: address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { call(descriptor, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) == 0 } }
+    }
+    guard connected(bind, local), connected(connect, remote) else { return nil }
+    let bytes = Array("GET /hello HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".utf8)
+    guard send(descriptor, bytes, bytes.count, Int32(MSG_NOSIGNAL)) == bytes.count else { return nil }
+    var received: [UInt8] = [], chunk = [UInt8](repeating: 0, count: 4096)
+    while case let count = recv(descriptor, &chunk, chunk.count, 0), count > 0 { received.append(contentsOf: chunk[0..<count]) }
+    let text = String(decoding: received, as: UTF8.self)
+    guard text.hasPrefix("HTTP/1.1 "), let bodyStart = text.range(of: "\r\n\r\n") else { return nil }
+    return "\(text.dropFirst(9).prefix(3)) \(text[bodyStart.upperBound...])"
 }
 
 /// Runs `body` on `count` threads of its own at once (blocking clients stay off Swift's cooperative pool, and a

@@ -70,6 +70,21 @@ struct LostAnswerTests {
         }
     }
 
+    @Test("a link session recorded, its answer lost: the retry finds its own session and answers it; one row, and it links")
+    func linkSessionCreated() async throws {
+        try await ServiceFixture.run(.inProcess, people: 2) { f in
+            let (store, engine) = try Self.losing(.createLinkSession, in: f)
+            let session = try await engine.openLinkSession()
+            #expect(store.lost.load(ordering: .relaxed) == 1)
+            #expect(try f.count("SELECT count(*) FROM baton.link_sessions") == 1)
+            let claim = Digest.sha256Hex(Array(session.nonce.utf8))
+            let person = f.people[0]
+            let result = try await engine.link(legacyIDToken: try f.legacyToken(person, nonce: claim), idToken: try f.token(person, nonce: claim),
+                                               nonce: .native(raw: session.nonce))
+            #expect(result.outcome == .migrated)
+        }
+    }
+
     @Test("a migration committed, its answer lost: performed again it finds the record already rewritten and answers it, migrated once")
     func migration() async throws {
         try await ServiceFixture.run(.inProcess, people: 2) { f in
@@ -108,10 +123,10 @@ struct LostAnswerTests {
     }
 }
 
-/// The fixture's ``LegacyStore``, except that the first nonce consumption, link session use, migration or merge (on the
-/// pipeline or the async way) runs and commits, and then its answer is lost as with a connection that broke.
+/// The fixture's ``LegacyStore``, except that the first nonce consumption, link session record or use, migration or merge
+/// (on the pipeline or the async way) runs and commits, and then its answer is lost as with a connection that broke.
 final class LosingStore: PipelinedSignInStore {
-    enum Kind: Sendable { case nonce, linkSession, migration, merge }
+    enum Kind: Sendable { case nonce, createLinkSession, linkSession, migration, merge }
     let base: LegacyStore
     let kind: Kind
     /// How many answers were lost (at most one).
@@ -136,6 +151,12 @@ final class LosingStore: PipelinedSignInStore {
 
     func consumeNonce(_ use: NonceUse, now: Date) async throws -> Bool {
         try await losingFirst(.nonce) { try await base.consumeNonce(use, now: now) }
+    }
+
+    func createLinkSession(nonceHash: String, expiresAt: Date, attempt: String, now: Date, maxLive: Int) async throws -> Bool {
+        try await losingFirst(.createLinkSession) {
+            try await base.createLinkSession(nonceHash: nonceHash, expiresAt: expiresAt, attempt: attempt, now: now, maxLive: maxLive)
+        }
     }
 
     func consumeLinkSession(nonceHash: String, attempt: String, now: Date) async throws -> Bool {
@@ -178,7 +199,6 @@ final class LosingStore: PipelinedSignInStore {
     func recordUnmatched(transferSub: String, sub: String) async throws { try await base.recordUnmatched(transferSub: transferSub, sub: sub) }
     func restoreAuthorization(subject sub: String) async throws { try await base.restoreAuthorization(subject: sub) }
     func releaseNonce(_ use: NonceUse) async throws { try await base.releaseNonce(use) }
-    func createLinkSession(nonceHash: String, expiresAt: Date) async throws { try await base.createLinkSession(nonceHash: nonceHash, expiresAt: expiresAt) }
     func credentialFacts(of sub: String) async throws -> CredentialFacts { try await base.credentialFacts(of: sub) }
     func applyNotification(_ kind: NotificationKind, subject sub: String, eventTime: Date) async throws -> Bool {
         try await base.applyNotification(kind, subject: sub, eventTime: eventTime)

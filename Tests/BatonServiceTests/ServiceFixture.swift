@@ -87,7 +87,7 @@ final class ServiceFixture: @unchecked Sendable {
         let pool = self.pool
         engine = BatonEngine(store: store, keys: keys, clientIDs: [ServiceFixture.clientID], legacyClientIDs: [ServiceFixture.legacyClientID],
                              requireNonce: requireNonce, pool: pool,
-                             reportBuilder: { now in ReportBuilder(pool: pool, legacy: legacyTable, acceptedAt: nil, now: now) },
+                             reportBuilder: { now, _ in ReportBuilder(pool: pool, legacy: legacyTable, acceptedAt: nil, now: now) },
                              transferAcceptedAt: acceptedAt)
         switch mode {
         case .inProcess:

@@ -1,4 +1,5 @@
 import BatonAppleSignIn
+import BatonBuildInfo
 import BatonEmulator
 import Baton
 import BatonConcurrency
@@ -580,17 +581,23 @@ struct SignInServiceTests {
         try await ServiceFixture.run(mode, people: 1) { f in
             _ = try await f.signIn(try f.token(f.people[0]))
             _ = try await f.signIn("a.b.c")
+            // A report asked without the admin token is refused, but is no token rejection.
+            #expect(try await f.send("GET", "/v1/report").status == 401)
             #expect(try await f.send("GET", "/healthz").json["status"]?.stringValue == "ok")
             let ready = try await f.send("GET", "/readyz")
             #expect(ready.status == 200)
             #expect(ready.json["ready"]?.boolValue == true)
             let metrics = try await f.send("GET", "/metrics")
             #expect(metrics.status == 200)
+            #expect(metrics.text.contains("baton_build_info{version=\"\(BuildInfo.version)\",commit=\"\(BuildInfo.commit)\"} 1\n"))
             #expect(metrics.text.contains("baton_http_requests_total{route=\"signin\",status=\"200\"} 1"))
             #expect(metrics.text.contains("baton_signin_outcomes_total{outcome=\"migrated\"} 1"))
             #expect(metrics.text.contains("baton_rejections_total{reason=\"malformed\"} 1"))
+            #expect(!metrics.text.contains("baton_rejections_total{reason=\"unauthorized\"}"), "\(metrics.text)")
+            #expect(metrics.text.contains("baton_http_requests_total{route=\"report\",status=\"401\"} 1"), "\(metrics.text)")
             #expect(metrics.text.contains("baton_http_request_duration_seconds_count"))
             #expect(metrics.text.contains("baton_db_pool_connections{state=\"max\"} 4"))
+            for check in ["all", "database", "keys"] { #expect(metrics.text.contains("baton_ready{check=\"\(check)\"} 1")) }
         }
     }
 }

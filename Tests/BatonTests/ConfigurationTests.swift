@@ -232,6 +232,25 @@ struct ConfigurationTests {
         }
     }
 
+    @Test("an unknown key close to a declared one is answered with it: did you mean …?")
+    func didYouMean() throws {
+        let cases: [(String, Any, String?)] = [
+            ("databse", ["url": "x"], "database"), ("apple.transfer.sendr", ["team_id": "AAAAAAAAAA"], "apple.transfer.sender"),
+            ("legacy.email_colum", "email", "legacy.email_column"), ("legacy.onduplicate", "merge", "legacy.on_duplicate"),
+            ("legacy.zzzzzzzzzz", "x", nil),
+        ]
+        for (path, value, meant) in cases {
+            let json = try configJSON { set(&$0, path, value) }
+            let error = #expect(throws: ConfigurationError.self) { try load(json) }
+            #expect(error?.code == .unknownKey)
+            if let meant {
+                #expect(error?.reason == "unknown key; did you mean \(meant)?", "\(String(describing: error))")
+            } else {
+                #expect(error?.reason == "unknown key (a typo?)", "\(String(describing: error))")
+            }
+        }
+    }
+
     @Test("legacy.email_copies from the environment: a JSON array of objects, its members checked as in the file")
     func emailCopiesFromEnvironment() throws {
         let variable = BatonConfiguration.environmentVariable(for: "legacy.email_copies")

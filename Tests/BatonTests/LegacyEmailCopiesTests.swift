@@ -82,10 +82,10 @@ struct LegacyEmailCopiesTests {
 
         let outcome = try await f.store.applyMigration(oldSub: "old.1", newSub: "new.1", newEmail: Self.new1, isPrivateEmail: true,
                                                        transferSub: nil, method: .exchange)
-        #expect(outcome == .migrated(LegacyUser(key: "1", subject: "new.1", email: Self.new1)))
+        #expect(outcome == .migrated(LegacyUser(key: "1", subject: "new.1", email: Self.new1, accountKey: "1")))
         try await f.pool.execute("INSERT INTO baton.transfers (old_sub, transfer_sub) VALUES ('old.3', 't.3')")
         let third = try await f.store.applyMigration(transferSub: "t.3", newSub: "new.3", newEmail: "b3@privaterelay.appleid.com", isPrivateEmail: true, method: .signin)
-        #expect(third == .migrated(LegacyUser(key: "3", subject: "new.3", email: "b3@privaterelay.appleid.com")))
+        #expect(third == .migrated(LegacyUser(key: "3", subject: "new.3", email: "b3@privaterelay.appleid.com", accountKey: "3")))
 
         #expect(try f.address(1) == "\(Self.new1) true true")
         #expect(try f.address(5) == "b3@privaterelay.appleid.com true true")
@@ -102,7 +102,7 @@ struct LegacyEmailCopiesTests {
         let before = try f.digest(except: [])
         let outcome = try await f.store.applyMigration(oldSub: "old.1", newSub: "new.1", newEmail: Self.new1, isPrivateEmail: true,
                                                        transferSub: "t.1", method: .signin)
-        #expect(outcome == .migrated(LegacyUser(key: "1", subject: "new.1", email: Self.new1)))
+        #expect(outcome == .migrated(LegacyUser(key: "1", subject: "new.1", email: Self.new1, accountKey: "1")))
         #expect(try f.digest(except: []) == before)
         #expect(try f.value("SELECT kind || ' ' || old_email || ' ' || new_email || ' ' || method || ' ' || transfer_sub || ' ' || (detail->>'copy') FROM baton.events WHERE kind = 'email_conflict'")
                 == "email_conflict \(Self.old1) \(Self.new1) signin t.1 public.emailaddress")
@@ -255,9 +255,9 @@ struct LegacyUsersJSONCopyTests {
         let inspection = try await store.validateLegacyTable()
         #expect(inspection.findings.first { $0.name == "json copy" }?.detail.contains("(and in public.users.meta, where they hold the old values)") == true)
         #expect(try await store.applyMigration(oldSub: "old.1", newSub: "new.1", newEmail: Self.new1, isPrivateEmail: true, transferSub: nil, method: .exchange)
-                == .migrated(LegacyUser(key: "i1", subject: "new.1", email: Self.new1)))
+                == .migrated(LegacyUser(key: "i1", subject: "new.1", email: Self.new1, accountKey: "u1")))
         #expect(try await store.applyMigration(oldSub: "old.2", newSub: "new.2", newEmail: "b2@privaterelay.appleid.com", isPrivateEmail: true, transferSub: nil, method: .exchange)
-                == .migrated(LegacyUser(key: "i2", subject: "new.2", email: "b2@privaterelay.appleid.com")))
+                == .migrated(LegacyUser(key: "i2", subject: "new.2", email: "b2@privaterelay.appleid.com", accountKey: "u2")))
         #expect(try TestDatabase.psql(url, "SELECT string_agg(id || ' ' || email || ' ' || meta::text, ';' ORDER BY id) FROM public.users") == """
             u1 \(Self.new1) {"sub": "new.1", "name": "n", "email": "\(Self.new1)", "provider_id": "new.1", "custom_claims": {"sub": "old.1"}};\
             u2 b2@privaterelay.appleid.com {"sub": "g.2", "email": "me@gmail.com", "provider_id": "g.2"}

@@ -59,10 +59,10 @@ struct LegacyShapesTests {
         #expect(try await f.store.lookupBySubject("old.1") == nil)
         #expect(CredentialState(try await f.store.credentialFacts(of: "old.1"), transferAccepted: true) == .notFound)
         try await f.add("a1", sub: "old.1", email: "a1@privaterelay.appleid.com", claims: #"{"sub": "old.1", "email": "a1@privaterelay.appleid.com", "iss": "x"}"#)
-        #expect(try await f.store.lookupBySubject("old.1") == LegacyUser(key: "a1", subject: "old.1", email: "a1@privaterelay.appleid.com"))
+        #expect(try await f.store.lookupBySubject("old.1") == LegacyUser(key: "a1", subject: "old.1", email: "a1@privaterelay.appleid.com", accountKey: "a1"))
         let outcome = try await f.store.applyMigration(oldSub: "old.1", newSub: "new.1", newEmail: "n1@privaterelay.appleid.com",
                                                       isPrivateEmail: true, transferSub: nil, method: .link)
-        #expect(outcome == .migrated(LegacyUser(key: "a1", subject: "new.1", email: "n1@privaterelay.appleid.com")))
+        #expect(outcome == .migrated(LegacyUser(key: "a1", subject: "new.1", email: "n1@privaterelay.appleid.com", accountKey: "a1")))
         #expect(try f.value(#"SELECT "claims"::text FROM "Identity" WHERE id = 'a1'"#) == #"{"iss": "x", "sub": "new.1", "email": "n1@privaterelay.appleid.com"}"#)
         #expect(try f.value(#"SELECT string_agg("providerSub" || ' ' || coalesce("claims"::text, '-') || ' ' || u.email, ';' ORDER BY i.id) FROM "Identity" i JOIN "user" u ON u.id = i."userId" WHERE provider = 'google'"#)
                 == #"old.1 {"sub": "old.1"} g1@example.org;new.1 - g2@example.org"#)
@@ -78,7 +78,7 @@ struct LegacyShapesTests {
         for index in 1...3 {
             let outcome = try await f.store.applyMigration(oldSub: "old.\(index)", newSub: "new.\(index)", newEmail: "x\(index)@privaterelay.appleid.com",
                                                           isPrivateEmail: true, transferSub: nil, method: .exchange)
-            #expect(outcome == .migrated(LegacyUser(key: "a\(index)", subject: "new.\(index)", email: nil)))
+            #expect(outcome == .migrated(LegacyUser(key: "a\(index)", subject: "new.\(index)", email: nil, accountKey: "a\(index)")))
         }
         #expect(try f.value(#"SELECT string_agg(coalesce("claims"::text, 'NULL'), ';' ORDER BY id) FROM "Identity""#) == #"{"name": "n"};["sub"];NULL"#)
         await f.pool.close()
@@ -126,10 +126,10 @@ struct LegacyShapesTests {
         try await f.add("a1", sub: "old.1", email: "a1@privaterelay.appleid.com", claims: #"{"email": "a1@privaterelay.appleid.com"}"#)
         try await f.add("g1", provider: "google", sub: "x", email: "taken@example.org")
         let outcome = try await f.store.applyMigration(oldSub: "old.1", newSub: "new.1", newEmail: "taken@example.org", isPrivateEmail: false, transferSub: "t.1", method: .signin)
-        #expect(outcome == .migrated(LegacyUser(key: "a1", subject: "new.1", email: "a1@privaterelay.appleid.com")))
+        #expect(outcome == .migrated(LegacyUser(key: "a1", subject: "new.1", email: "a1@privaterelay.appleid.com", accountKey: "a1")))
         #expect(try f.value(#"SELECT "providerSub" || ' ' || (claims->>'email') FROM "Identity" WHERE id = 'a1'"#) == "new.1 a1@privaterelay.appleid.com")
         #expect(try f.count("SELECT count(*) FROM baton.events WHERE kind = 'email_conflict' AND old_email = 'a1@privaterelay.appleid.com' AND new_email = 'taken@example.org'") == 1)
-        let user = LegacyUser(key: "a1", subject: "new.1", email: "a1@privaterelay.appleid.com")
+        let user = LegacyUser(key: "a1", subject: "new.1", email: "a1@privaterelay.appleid.com", accountKey: "a1")
         #expect(try await f.store.updateEmail(of: user, to: "taken@example.org") == user)
         #expect(try f.count("SELECT count(*) FROM baton.events WHERE kind = 'email_conflict'") == 2)
         #expect(try f.count("SELECT count(*) FROM baton.events WHERE kind = 'email_changed'") == 0)
@@ -214,7 +214,7 @@ struct LegacyShapesTests {
             #expect(!text.contains("transfers_legacy_key_idx") && !text.contains("Seq Scan on transfers"), "\(text)")
         }
         #expect(try await f.store.applyMigration(transferSub: "bt.5", newSub: "new.5", newEmail: nil, isPrivateEmail: nil, method: .signin)
-                == .migrated(LegacyUser(key: "i5", subject: "new.5", email: "u5@example.org")))
+                == .migrated(LegacyUser(key: "i5", subject: "new.5", email: "u5@example.org", accountKey: "u5")))
         await f.pool.close()
     }
 

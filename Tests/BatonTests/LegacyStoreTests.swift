@@ -215,12 +215,13 @@ struct LegacyStoreTests {
             #expect(try await f.store.consumeNonce(attempt, now: now))  // the replay did not take the nonce over
             #expect(try f.count("SELECT count(*) FROM baton.nonces WHERE sub = 'a' AND nonce = 'n-1' AND attempt = 'attempt-1'") == 1)
 
-            try await f.store.createLinkSession(nonceHash: "h-1", expiresAt: now.addingTimeInterval(600))
+            let opened = try await f.store.createLinkSession(nonceHash: "h-1", expiresAt: now.addingTimeInterval(600), attempt: "open-1", now: now, maxLive: 10)
+            #expect(opened)
             #expect(try await f.store.consumeLinkSession(nonceHash: "h-1", attempt: "link-1", now: now))
             #expect(try await f.store.consumeLinkSession(nonceHash: "h-1", attempt: "link-1", now: now.addingTimeInterval(1)))
             #expect(try await f.store.consumeLinkSession(nonceHash: "h-1", attempt: "link-2", now: now) == false)
             #expect(try await f.store.consumeLinkSession(nonceHash: "h-unknown", attempt: "link-1", now: now) == false)
-            try await f.store.createLinkSession(nonceHash: "h-2", expiresAt: now.addingTimeInterval(-1))
+            #expect(try await f.store.createLinkSession(nonceHash: "h-2", expiresAt: now.addingTimeInterval(-1), attempt: "open-2", now: now, maxLive: 10))
             #expect(try await f.store.consumeLinkSession(nonceHash: "h-2", attempt: "link-3", now: now) == false)
         }
     }

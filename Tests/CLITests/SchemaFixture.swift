@@ -99,8 +99,9 @@ struct SchemaWorld {
         directory.remove()
     }
 
-    /// Writes the configuration (the framework's `legacy` section, `edit` applied) and returns its path.
-    func configuration(port: Int = 0, _ edit: (inout [String: Any]) -> Void = { _ in }) throws -> String {
+    /// Writes the configuration (the framework's `legacy` section, `edit` applied) and returns its path; without
+    /// `recipientKey` the recipient is named by its team ID alone, as on the sender's machine.
+    func configuration(port: Int = 0, recipientKey: Bool = true, _ edit: (inout [String: Any]) -> Void = { _ in }) throws -> String {
         var legacy = framework.legacy
         edit(&legacy)
         let tree: [String: Any] = [
@@ -111,7 +112,8 @@ struct SchemaWorld {
                 "transfer": [
                     "client_id": SchemaWorld.clientID, "accepted_at": ISO8601DateFormatter().string(from: acceptedAt),
                     "sender": ["team_id": sender.teamID, "key_id": sender.keyID, "private_key_path": "sender.p8"],
-                    "recipient": ["team_id": recipient.teamID, "key_id": recipient.keyID, "private_key_path": "recipient.p8"],
+                    "recipient": recipientKey ? ["team_id": recipient.teamID, "key_id": recipient.keyID, "private_key_path": "recipient.p8"]
+                        : ["team_id": recipient.teamID],
                 ],
             ],
             "legacy": legacy,
@@ -225,6 +227,15 @@ enum SchemaScenario {
                 try expectCopy(0, newEmail0)
                 let json0 = try JSON.parseObject(Array(row0[2].utf8))
                 for key in framework.jsonSubjectKeys { #expect(json0[key]?.stringValue == people[0].newSub, "\(key) in \(row0[2])") }
+                // With an identity table, the answer names the account too: the users row holding the person's email.
+                if let mail = framework.legacy["email"] as? [String: Any] {
+                    let accountKey = try #require(first.accountKey, "\(first)")
+                    let usersTable = (mail["table"] as! String).split(separator: ".").map { "\"\($0)\"" }.joined(separator: ".")
+                    #expect(try world.psql("SELECT \"\(mail["column"] as! String)\" FROM \(usersTable) WHERE \"\(mail["key_column"] as! String)\"::text = '\(accountKey)'")
+                            == newEmail0)
+                } else {
+                    #expect(first.accountKey == nil && first.key != nil, "\(first)")
+                }
 
                 // Concurrent first sign-ins of one user: one migrates, the others see the current record.
                 let token1 = try world.token(people[1].id)
@@ -308,6 +319,9 @@ enum SchemaHTTP {
         var status: Int
         var error: String?
         var outcome: String?
+        /// `user.key` and `user.account_key`.
+        var key: String? = nil
+        var accountKey: String? = nil
     }
 
     static let session: URLSession = {
@@ -325,7 +339,9 @@ enum SchemaHTTP {
         do {
             let (data, response) = try await session.data(for: request)
             let body = (try? JSONSerialization.jsonObject(with: data)) as? [String: Any]
-            return Answer(status: (response as? HTTPURLResponse)?.statusCode ?? -1, error: body?["error"] as? String, outcome: body?["outcome"] as? String)
+            let user = body?["user"] as? [String: Any]
+            return Answer(status: (response as? HTTPURLResponse)?.statusCode ?? -1, error: body?["error"] as? String, outcome: body?["outcome"] as? String,
+                          key: user?["key"] as? String, accountKey: user?["account_key"] as? String)
         } catch {
             return Answer(status: -1, error: "transport: \(type(of: error))")
         }

@@ -37,6 +37,9 @@ public struct BatonConfiguration: Sendable, Equatable, Codable, ConfigurationSec
     public var serviceToken: AdminToken?
     /// Whether `POST /v1/signin` refuses a request without a nonce (`require_nonce`); default false.
     public var requireNonce: Bool
+    /// Link sessions (`POST /v1/link/session`) live at once beyond which the route answers 503; default
+    /// ``LinkSession/defaultMaxLive`` (`max_link_sessions`).
+    public var maxLinkSessions: Int
     /// Limits of `baton serve`'s HTTP server (`server.*`).
     public var server: Server
 
@@ -52,6 +55,7 @@ public struct BatonConfiguration: Sendable, Equatable, Codable, ConfigurationSec
         serviceTokenFile: String? = nil,
         serviceToken: AdminToken? = nil,
         requireNonce: Bool = false,
+        maxLinkSessions: Int = LinkSession.defaultMaxLive,
         server: Server = Server()
     ) {
         self.listen = listen
@@ -64,6 +68,7 @@ public struct BatonConfiguration: Sendable, Equatable, Codable, ConfigurationSec
         self.serviceTokenFile = serviceTokenFile
         self.serviceToken = serviceToken
         self.requireNonce = requireNonce
+        self.maxLinkSessions = maxLinkSessions
         self.server = server
     }
 
@@ -262,13 +267,17 @@ public struct BatonConfiguration: Sendable, Equatable, Codable, ConfigurationSec
     public struct TeamCredentials: Sendable, Equatable, Codable, ConfigurationSection {
         /// The team ID: 10 upper-case letters or digits.
         public var teamID: String
-        /// The key ID of the `.p8` key: 10 letters or digits.
-        public var keyID: String
-        /// Path of the `.p8` file (PKCS#8 PEM, EC P-256).
-        public var privateKeyPath: String
+        /// The key ID of the `.p8` key: 10 letters or digits; nil where only the team is named (the recipient, on
+        /// the sender's machine).
+        public var keyID: String?
+        /// Path of the `.p8` file (PKCS#8 PEM, EC P-256); nil with `keyID`.
+        public var privateKeyPath: String?
+
+        /// Whether this side's key is configured (both the key ID and the file).
+        public var hasKey: Bool { keyID != nil && privateKeyPath != nil }
 
         /// Creates the section.
-        public init(teamID: String, keyID: String, privateKeyPath: String) {
+        public init(teamID: String, keyID: String? = nil, privateKeyPath: String? = nil) {
             self.teamID = teamID
             self.keyID = keyID
             self.privateKeyPath = privateKeyPath

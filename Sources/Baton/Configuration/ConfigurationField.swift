@@ -46,9 +46,62 @@ struct MemberName: CodingKey {
     init?(intValue: Int) { nil }
 }
 
-/// A value a key may hold; its type says how the key's environment variable is read.
+/// A value a key may hold; its type says how the key's environment variable is read and how the key is decoded.
 protocol ConfigurationValue: Codable, Sendable {
     static var kind: BatonConfiguration.KeyKind { get }
+    /// The names the key accepts, for an ``EnumeratedValue``; nil for any other value.
+    static var allowedValues: [String]? { get }
+    /// Decodes member `key`, which must be present.
+    static func decode(_ container: KeyedDecodingContainer<MemberName>, _ key: MemberName) throws -> Self
+    /// Decodes member `key`; nil when absent or `null`.
+    static func decodeIfPresent(_ container: KeyedDecodingContainer<MemberName>, _ key: MemberName) throws -> Self?
+}
+
+extension ConfigurationValue {
+    static var allowedValues: [String]? { nil }
+
+    static func decode(_ container: KeyedDecodingContainer<MemberName>, _ key: MemberName) throws -> Self {
+        try container.decode(Self.self, forKey: key)
+    }
+
+    static func decodeIfPresent(_ container: KeyedDecodingContainer<MemberName>, _ key: MemberName) throws -> Self? {
+        try container.decodeIfPresent(Self.self, forKey: key)
+    }
+}
+
+/// A value that is one of a few names (`database.pooler`, `legacy.email_policy`, `legacy.on_duplicate`): anything
+/// else is refused with an error naming the key and listing the names, never with Swift's decoder text (which
+/// quotes the value).
+protocol EnumeratedValue: ConfigurationValue, CaseIterable, RawRepresentable<String> {}
+
+extension EnumeratedValue {
+    static var kind: BatonConfiguration.KeyKind { .string }
+
+    static var allowedValues: [String]? { allCases.map(\.rawValue) }
+
+    static func decode(_ container: KeyedDecodingContainer<MemberName>, _ key: MemberName) throws -> Self {
+        try container.decode(Named<Self>.self, forKey: key).value
+    }
+
+    static func decodeIfPresent(_ container: KeyedDecodingContainer<MemberName>, _ key: MemberName) throws -> Self? {
+        try container.decodeIfPresent(Named<Self>.self, forKey: key)?.value
+    }
+}
+
+/// An ``EnumeratedValue`` read from its name; any other JSON value is `dataCorrupted` with a reason listing the names
+/// (`must be none, session or transaction`), which ``ConfigurationError`` reports under the key.
+private struct Named<Value: EnumeratedValue>: Decodable {
+    let value: Value
+
+    init(from decoder: any Decoder) throws {
+        let container = try decoder.singleValueContainer()
+        guard let name = try? container.decode(String.self), let value = Value(rawValue: name) else {
+            let names = Value.allCases.map(\.rawValue)
+            let list = names.count > 1 ? names.dropLast().joined(separator: ", ") + " or " + names.last! : names.joined()
+            throw DecodingError.dataCorruptedError(in: container, debugDescription: "must be \(list)")
+        }
+        self.value = value
+    }
 }
 
 extension String: ConfigurationValue { static var kind: BatonConfiguration.KeyKind { .string } }
@@ -61,9 +114,9 @@ extension Dictionary: ConfigurationValue where Key == String, Value == String {
     static var kind: BatonConfiguration.KeyKind { .filters }
 }
 extension BatonConfiguration.ListenAddress: ConfigurationValue { static var kind: BatonConfiguration.KeyKind { .string } }
-extension PostgresPooler: ConfigurationValue { static var kind: BatonConfiguration.KeyKind { .string } }
-extension EmailPolicy: ConfigurationValue { static var kind: BatonConfiguration.KeyKind { .string } }
-extension DuplicatePolicy: ConfigurationValue { static var kind: BatonConfiguration.KeyKind { .string } }
+extension PostgresPooler: EnumeratedValue {}
+extension EmailPolicy: EnumeratedValue {}
+extension DuplicatePolicy: EnumeratedValue {}
 
 /// A rule a key's value must follow, checked by ``BatonConfiguration/validate()``.
 struct ValueCheck<Value>: Sendable {
@@ -99,8 +152,9 @@ struct ConfigurationField<Section: ConfigurationSection>: Sendable {
         _ name: String, _ property: any WritableKeyPath<Section, Value> & Sendable, kind: BatonConfiguration.KeyKind = Value.kind,
         check: ValueCheck<Value>? = nil, _ summary: String
     ) -> Self {
-        present(name, property, isRequired: true, keys: [.init(name, kind, .required, summary, check?.documented)],
-                read: { container, key, _ in try container.decode(Value.self, forKey: key) }, check: { try check?.run($0, $1) })
+        present(name, property, isRequired: true,
+                keys: [.init(name, kind, .required, summary, check?.documented, allowedValues: Value.allowedValues)],
+                read: { container, key, _ in try Value.decode(container, key) }, check: { try check?.run($0, $1) })
     }
 
     /// A key that keeps its value in ``ConfigurationSection/defaults`` when absent or `null`.
@@ -117,8 +171,9 @@ struct ConfigurationField<Section: ConfigurationSection>: Sendable {
         _ name: String, _ property: any WritableKeyPath<Section, Value> & Sendable, documented: String,
         from fallback: @escaping @Sendable (Section) -> Value, check: ValueCheck<Value>? = nil, _ summary: String
     ) -> Self {
-        present(name, property, isRequired: false, keys: [.init(name, Value.kind, .value(documented), summary, check?.documented)],
-                read: { container, key, section in try container.decodeIfPresent(Value.self, forKey: key) ?? fallback(section) },
+        present(name, property, isRequired: false,
+                keys: [.init(name, Value.kind, .value(documented), summary, check?.documented, allowedValues: Value.allowedValues)],
+                read: { container, key, section in try Value.decodeIfPresent(container, key) ?? fallback(section) },
                 check: { try check?.run($0, $1) })
     }
 
@@ -127,7 +182,8 @@ struct ConfigurationField<Section: ConfigurationSection>: Sendable {
         _ name: String, _ property: any WritableKeyPath<Section, Value?> & Sendable, kind: BatonConfiguration.KeyKind = Value.kind,
         absent: String, check: ValueCheck<Value>? = nil, _ summary: String
     ) -> Self {
-        mayBeAbsent(name, property, keys: [.init(name, kind, .absent(absent), summary, check?.documented)], check: { try check?.run($0, $1) })
+        mayBeAbsent(name, property, keys: [.init(name, kind, .absent(absent), summary, check?.documented, allowedValues: Value.allowedValues)],
+                    read: Value.decodeIfPresent, check: { try check?.run($0, $1) })
     }
 
     /// A nested section, required when one of its members is, else created from its defaults when absent.
@@ -143,7 +199,8 @@ struct ConfigurationField<Section: ConfigurationSection>: Sendable {
 
     /// A nested section that may be absent (`apple.transfer`, `legacy.email`).
     static func optionalSection<Value: ConfigurationSection>(_ name: String, _ property: any WritableKeyPath<Section, Value?> & Sendable) -> Self {
-        mayBeAbsent(name, property, keys: Value.declaredKeys(under: name), check: { try $0.checkFields(at: $1) })
+        mayBeAbsent(name, property, keys: Value.declaredKeys(under: name), read: { try $0.decodeIfPresent(Value.self, forKey: $1) },
+                    check: { try $0.checkFields(at: $1) })
     }
 
     /// A key holding a list of objects, each a section whose members are keys `name[].member`.
@@ -151,6 +208,7 @@ struct ConfigurationField<Section: ConfigurationSection>: Sendable {
         _ name: String, _ property: any WritableKeyPath<Section, [Element]?> & Sendable, absent: String, _ summary: String
     ) -> Self {
         mayBeAbsent(name, property, keys: [.init(name, .records, .absent(absent), summary, nil)] + Element.declaredKeys(under: name + "[]"),
+                    read: { try $0.decodeIfPresent([Element].self, forKey: $1) },
                     check: { list, path in
                         for (index, element) in list.enumerated() { try element.checkFields(at: "\(path)[\(index)]") }
                     })
@@ -169,13 +227,15 @@ struct ConfigurationField<Section: ConfigurationSection>: Sendable {
                            check: { section, path in try check(section[keyPath: property], path) })
     }
 
-    /// A member that may be absent: nil when absent or `null`, left out when encoded, checked only when present.
+    /// A member that may be absent: nil when absent or `null` (`read` decodes it), left out when encoded, checked only
+    /// when present.
     private static func mayBeAbsent<Value: Codable & Sendable>(
         _ name: String, _ property: any WritableKeyPath<Section, Value?> & Sendable, keys: [BatonConfiguration.Key],
+        read: @escaping @Sendable (KeyedDecodingContainer<MemberName>, MemberName) throws -> Value?,
         check: @escaping @Sendable (Value, String) throws -> Void
     ) -> Self {
         ConfigurationField(name: name, property: property, isRequired: false, keys: keys,
-                           decode: { container, section in section[keyPath: property] = try container.decodeIfPresent(Value.self, forKey: MemberName(name)) },
+                           decode: { container, section in section[keyPath: property] = try read(container, MemberName(name)) },
                            encode: { section, container in try container.encodeIfPresent(section[keyPath: property], forKey: MemberName(name)) },
                            check: { section, path in
                                if let value = section[keyPath: property] { try check(value, path) }

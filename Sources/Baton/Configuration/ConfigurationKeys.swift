@@ -47,17 +47,22 @@ extension BatonConfiguration {
         /// One line saying what the key is for, ending with its rule when it has a range, as the documentation's
         /// table shows it.
         public let summary: String
+        /// The values the key accepts when they are a fixed list (`database.pooler`: `none`, `session`,
+        /// `transaction`), in declaration order; nil for any other key. A value outside it is refused with the list.
+        public let allowedValues: [String]?
 
-        init(_ path: String, _ kind: KeyKind, _ defaultValue: KeyDefault, _ summary: String, _ rule: String?) {
+        init(_ path: String, _ kind: KeyKind, _ defaultValue: KeyDefault, _ summary: String, _ rule: String?,
+             allowedValues: [String]? = nil) {
             self.path = path
             self.kind = kind
             self.defaultValue = defaultValue
             self.summary = rule.map { "\(summary); \($0)" } ?? summary
+            self.allowedValues = allowedValues
         }
 
         /// The same key inside the section at `prefix`.
         func moved(under prefix: String) -> Key {
-            Key(prefix.isEmpty ? path : "\(prefix).\(path)", kind, defaultValue, summary, nil)
+            Key(prefix.isEmpty ? path : "\(prefix).\(path)", kind, defaultValue, summary, nil, allowedValues: allowedValues)
         }
 
         /// The environment variable that overrides it.
@@ -148,9 +153,11 @@ extension BatonConfiguration {
                   "a file holding the admin token for `GET /v1/report`"),
         .optional("service_token_file", \.serviceTokenFile, kind: .path, absent: "absent",
                   check: .nonEmpty(.invalidValue, "must be a path (remove the key to serve credential states without a token)"),
-                  "a file holding a token `GET /v1/credential-state` then requires (`Authorization: Bearer …`); without it the route is open"),
+                  "a file holding a token `GET /v1/credential-state` and `POST /v1/link/session` then require (`Authorization: Bearer …`); without it the routes are open"),
         .defaulted("require_nonce", \.requireNonce,
                    "`baton serve`: `POST /v1/signin` without a `nonce` is refused (400 `invalid_request`)"),
+        .defaulted("max_link_sessions", \.maxLinkSessions, check: .within(1...1_000_000),
+                   "`baton serve`: link sessions (`POST /v1/link/session`) live at once, each for 600 s; one more is answered 503 `too_many_link_sessions` and stored nowhere, so requests cannot grow `baton.link_sessions` without bound (each new session also deletes up to 100 expired ones)"),
         .section("server", \.server),
         .defaulted("report_refresh_seconds", \.reportRefreshSeconds, check: .within(10...86_400, unit: "seconds", zero: "no reload"),
                    "how often the `GET /report` page reloads itself (a meta refresh, no script)"),
@@ -212,13 +219,13 @@ extension BatonConfiguration.TeamCredentials {
     static let fields: [ConfigurationField<Self>] = [
         .required("team_id", \.teamID, check: .teamID,
                   "the team's ID: 10 upper-case letters or digits; the recipient's must differ from the sender's"),
-        .required("key_id", \.keyID, check: .keyID,
-                  "the ID of the team's Sign in with Apple key (10 letters or digits)"),
-        .required("private_key_path", \.privateKeyPath, kind: .path, check: .nonEmpty(.missing, "the path of the team's .p8 key is empty"),
+        .optional("key_id", \.keyID, absent: "absent: the team is only named", check: .keyID,
+                  "the ID of the team's Sign in with Apple key (10 letters or digits); only the side that signs needs it: the sender's machine names the recipient by `team_id` alone"),
+        .optional("private_key_path", \.privateKeyPath, kind: .path, absent: "absent, with `key_id`", check: .nonEmpty(.missing, "the path of the team's .p8 key is empty"),
                   "that key's `.p8` file (PKCS#8 PEM, EC P-256): the sender's creates transfer identifiers (`baton transfer-ids`), the recipient's exchanges them (`baton exchange`)"),
     ]
 
-    static var defaults: Self { Self(teamID: "", keyID: "", privateKeyPath: "") }
+    static var defaults: Self { Self(teamID: "") }
 }
 
 extension BatonConfiguration.Legacy {

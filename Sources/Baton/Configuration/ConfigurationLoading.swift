@@ -96,6 +96,34 @@ extension BatonConfiguration {
 
     // MARK: - The JSON tree
 
+    /// The declared key (or section) nearest to the unknown `path` under the same parent, when it is close enough to be
+    /// the key meant (an edit distance of at most a third of its length: `email_colum`, `onduplicate`).
+    static func closestKey(to path: String) -> String? {
+        let parent = path.split(separator: ".").dropLast().joined(separator: ".")
+        let prefix = parent.isEmpty ? "" : parent + "."
+        let name = String(path.dropFirst(prefix.count))
+        let siblings = Set(keys.compactMap { key -> String? in
+            guard key.path.hasPrefix(prefix) else { return nil }
+            return key.path.dropFirst(prefix.count).split(separator: ".").first.map(String.init)
+        })
+        let ranked = siblings.map { ($0, editDistance(Array(name.lowercased()), Array($0))) }.sorted { ($0.1, $0.0) < ($1.1, $1.0) }
+        guard let best = ranked.first, best.1 <= max(1, best.0.count / 3) else { return nil }
+        return prefix + best.0
+    }
+
+    /// The Levenshtein distance between `a` and `b`.
+    private static func editDistance(_ a: [Character], _ b: [Character]) -> Int {
+        var previous = Array(0...b.count)
+        for (i, x) in a.enumerated() {
+            var current = [i + 1]
+            for (j, y) in b.enumerated() {
+                current.append(min(previous[j + 1] + 1, current[j] + 1, previous[j] + (x == y ? 0 : 1)))
+            }
+            previous = current
+        }
+        return previous[b.count]
+    }
+
     /// Refuses keys the configuration does not know, and the admin token in the file.
     private static func checkKnownKeys(_ object: JSONObject, prefix: String) throws {
         for member in object {
@@ -110,7 +138,8 @@ extension BatonConfiguration {
                 continue
             }
             guard keys.contains(where: { $0.path.hasPrefix(path + ".") }) else {
-                throw ConfigurationError(.unknownKey, key: path, reason: "unknown key (a typo?)")
+                let suggestion = closestKey(to: path).map { "; did you mean \($0)?" } ?? " (a typo?)"
+                throw ConfigurationError(.unknownKey, key: path, reason: "unknown key\(suggestion)")
             }
             if case .object(let child) = member.value {
                 try checkKnownKeys(child, prefix: path)

@@ -280,7 +280,7 @@ extension LegacyStore {
         let l = legacy
         let rows = try await connection.query("""
             SELECT u.\(l.keyColumn)::text, \(unsafeRaw: l.emailSQL), u.\(l.subjectColumn)::text, e.detail->>'released_subject',
-                   coalesce((e.detail->>'same_account')::boolean, false)
+                   coalesce((e.detail->>'same_account')::boolean, false), \(unsafeRaw: l.accountKeySQL)
             FROM \(l.table) AS u\(unsafeRaw: l.emailJoinSQL),
                  LATERAL (SELECT detail FROM baton.events WHERE kind = 'duplicate_merged' AND legacy_key = \(pair.legacyKey)
                           AND detail->>'fresh_key' = \(pair.freshKey) ORDER BY id DESC LIMIT 1) AS e
@@ -288,7 +288,7 @@ extension LegacyStore {
             """ + l.filterSQL())
         guard let row = rows.first else { throw StaleDuplicate() }
         return MergedDuplicate(user: LegacyUser(key: try row.decode(String.self, at: 0), subject: try row.decode(String.self, at: 2),
-                                                email: try row.decode(String?.self, at: 1)),
+                                                email: try row.decode(String?.self, at: 1), accountKey: try row.decode(String?.self, at: 5)),
                                freshKey: pair.freshKey, releasedSubject: try row.decode(String?.self, at: 3), sameAccount: try row.decode(Bool.self, at: 4))
     }
 }

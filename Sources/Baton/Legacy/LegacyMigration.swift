@@ -132,7 +132,8 @@ extension LegacyStore {
         let row = rows[0]
         if let key = try row.decode(String?.self, at: 2) {
             // The subject as the row now holds it: the sign-in decision checks that it is the one asked for.
-            return .settled(.migrated(LegacyUser(key: key, subject: try row.decode(String.self, at: 4), email: try row.decode(String?.self, at: 3))))
+            return .settled(.migrated(LegacyUser(key: key, subject: try row.decode(String.self, at: 4), email: try row.decode(String?.self, at: 3),
+                                                 accountKey: try row.decode(String?.self, at: 5))))
         }
         let oldExists = try row.decode(String?.self, at: 0) != nil
         let newExists = try row.decode(String?.self, at: 1) != nil
@@ -272,6 +273,7 @@ extension LegacyStore {
         }
         let returnedEmail = l.emailColumn.map { "u.\($0.quoted)::text" } ?? "NULL::text"
         let returnedReference = l.emailTable.map { ", u.\($0.referenceColumn.quoted) AS r" } ?? ""
+        let accountKey = l.emailTable == nil ? "NULL::text" : "moved.r::text"
         // The key may be unique only among the Apple rows (`legacy.where`): the filter is part of the write too.
         query = query + ", moved AS (UPDATE \(l.table) AS u SET " + set + " FROM old WHERE u.\(l.keyColumn) = old.k" + l.filterSQL() + """
              AND u.\(l.subjectColumn) IS DISTINCT FROM \(newSub) AND NOT EXISTS (SELECT 1 FROM taken)
@@ -356,7 +358,7 @@ extension LegacyStore {
                        jsonb_build_object('holder_key', taken.k)
                 FROM old, taken WHERE EXISTS (SELECT 1 FROM taken_once)
             )
-            SELECT (SELECT k::text FROM old), (SELECT k FROM taken), moved.k, \(unsafeRaw: finalEmail), moved.s
+            SELECT (SELECT k::text FROM old), (SELECT k FROM taken), moved.k, \(unsafeRaw: finalEmail), moved.s, \(unsafeRaw: accountKey)
             FROM (SELECT 1) AS one LEFT JOIN moved ON true
             """
         return query + rest

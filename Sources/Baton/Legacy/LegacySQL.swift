@@ -68,6 +68,12 @@ extension BatonConfiguration.LegacyIdentifiers {
         "CASE WHEN \(unsafeRaw: write ? "true" : "false") THEN \(value) ELSE \(unsafeRaw: current) END"
     }
 
+    /// The account's key as text (`u."user_id"::text`: the users row the record references), or `NULL::text` when
+    /// the configuration names no users table.
+    var accountKeySQL: String {
+        emailTable.map { "u.\($0.referenceColumn.quoted)::text" } ?? "NULL::text"
+    }
+
     /// The stored email as text: `u."email"::text`, `m."email"::text`, or `NULL::text`.
     var emailSQL: String {
         if let emailColumn { return "u.\(emailColumn.quoted)::text" }

@@ -95,7 +95,7 @@ public struct LegacyStore: BatonStore {
         guard let row = rows.first else { return nil }
         let state = try row.decode(String?.self, at: 2).flatMap(SubjectState.init(rawValue:))
         return SubjectMatch(user: LegacyUser(key: try row.decode(String.self, at: 0), subject: try row.decode(String.self, at: 3),
-                                             email: try row.decode(String?.self, at: 1)), state: state,
+                                             email: try row.decode(String?.self, at: 1), accountKey: try row.decode(String?.self, at: 5)), state: state,
                             legacyWaiting: try row.decode(Bool.self, at: 4))
     }
 
@@ -127,7 +127,7 @@ public struct LegacyStore: BatonStore {
                 + l.filterSQL(alias: "x") + ")"
         }
         return "SELECT u.\(l.keyColumn)::text, \(unsafeRaw: l.emailSQL), s.state, u.\(l.subjectColumn)::text, " + waiting + """
-            ))
+            )), \(unsafeRaw: l.accountKeySQL)
             FROM \(l.table) AS u\(unsafeRaw: l.emailJoinSQL) LEFT JOIN baton.subjects AS s ON s.sub = \(sub)
             WHERE u.\(l.subjectColumn) = \(sub)
             """ + l.filterSQL() + " LIMIT 1"
@@ -225,7 +225,8 @@ public struct LegacyStore: BatonStore {
             rows = try await pool.query(updateEmailQuery(user, email, write: false))
         }
         guard let row = rows.first else { return nil }
-        return LegacyUser(key: try row.decode(String.self, at: 0), subject: try row.decode(String.self, at: 2), email: try row.decode(String?.self, at: 1))
+        return LegacyUser(key: try row.decode(String.self, at: 0), subject: try row.decode(String.self, at: 2), email: try row.decode(String?.self, at: 1),
+                          accountKey: try row.decode(String?.self, at: 3))
     }
 
     private func updateEmailQuery(_ user: LegacyUser, _ email: String, write: Bool) -> PostgresQuery {
@@ -272,7 +273,8 @@ public struct LegacyStore: BatonStore {
                 SELECT 'email_conflict', old.k::text, \(user.subject)::text, \(user.subject)::text, old.e, \(email)::text
                 FROM old WHERE NOT \(write)
             )
-            SELECT old.k::text, COALESCE(changed.e, old.e), old.s FROM old LEFT JOIN changed ON true
+            SELECT old.k::text, COALESCE(changed.e, old.e), old.s, \(unsafeRaw: l.emailTable == nil ? "NULL::text" : "old.r::text")
+            FROM old LEFT JOIN changed ON true
             """
     }
 
@@ -316,8 +318,7 @@ public struct LegacyStore: BatonStore {
     /// Records `use.nonce` as used by `use.subject` until `use.expiresAt`; false when another attempt of that subject
     /// already used it and it has not expired by `now` (the same attempt repeating the statement gets true again).
     /// Expiry is set and compared on the application's clock (`now` is bound, not PostgreSQL's `now()`), so a
-    /// database clock ahead of it cannot reopen a replay window. Every 1,000th call also deletes expired nonces and
-    /// link sessions.
+    /// database clock ahead of it cannot reopen a replay window. Every 1,000th call also deletes expired nonces.
     /// - Throws: ``PostgresError``.
     public func consumeNonce(_ use: NonceUse, now: Date) async throws -> Bool {
         try Self.nonceConsumed(try await pool.query(nonceInsertQuery(use, now: now)), use)
@@ -331,8 +332,6 @@ public struct LegacyStore: BatonStore {
             query = """
                 WITH purge AS (
                     DELETE FROM baton.nonces WHERE expires_at < \(now) AND NOT (sub = \(use.subject) AND nonce = \(use.nonce))
-                ), purge_sessions AS (
-                    DELETE FROM baton.link_sessions WHERE expires_at < \(now)
                 )
 
                 """
@@ -365,25 +364,6 @@ public struct LegacyStore: BatonStore {
     /// The statement of ``releaseNonce(_:)``.
     func releaseNonceQuery(_ use: NonceUse) -> PostgresQuery {
         "DELETE FROM baton.nonces WHERE sub = \(use.subject) AND nonce = \(use.nonce) AND attempt = \(use.attempt)"
-    }
-
-    // MARK: - Link sessions
-
-    /// Records a link session: its nonce's SHA-256 (the nonce itself is never stored), live until `expiresAt`.
-    /// - Throws: ``PostgresError``.
-    public func createLinkSession(nonceHash: String, expiresAt: Date) async throws {
-        try await pool.execute("INSERT INTO baton.link_sessions (nonce_hash, expires_at) VALUES (\(nonceHash), \(expiresAt))")
-    }
-
-    /// Uses up the link session of `nonceHash` for `attempt`: true when it was live at `now` (and is used from now on)
-    /// or was used by this same attempt, false when unknown, used by another or expired.
-    /// - Throws: ``PostgresError``.
-    public func consumeLinkSession(nonceHash: String, attempt: String, now: Date) async throws -> Bool {
-        try await pool.query("""
-            UPDATE baton.link_sessions SET used_at = \(now), used_by = \(attempt)
-            WHERE nonce_hash = \(nonceHash) AND ((used_at IS NULL AND expires_at > \(now)) OR used_by = \(attempt))
-            RETURNING 1
-            """).count == 1
     }
 
     // MARK: - Credential state and notifications

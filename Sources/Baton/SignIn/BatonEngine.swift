@@ -1,6 +1,7 @@
 import BatonAppleSignIn
 import BatonConcurrency
 import Foundation
+import Synchronization
 import BatonJOSE
 import BatonJSON
 import BatonLogging
@@ -32,6 +33,8 @@ public final class BatonEngine: Sendable {
     public let legacyVerifier: IdentityTokenVerifier?
     /// The longest a re-link token may have been issued before the request, in seconds (default 600).
     public let linkMaxAge: TimeInterval
+    /// Link sessions live at once beyond which ``openLinkSession()`` refuses (default ``LinkSession/defaultMaxLive``).
+    public let maxLinkSessions: Int
     /// Whether ``signIn(idToken:nonce:)`` refuses a call without a nonce (default false).
     public let requireNonce: Bool
     /// The oldest server-to-server notification accepted, by its `iat`, in seconds (default 86,400).
@@ -42,9 +45,13 @@ public final class BatonEngine: Sendable {
     private let keys: any VerificationKeyProvider
     private let keysReady: @Sendable () -> Bool
     private let pool: PostgresPool?
-    private let reportBuilder: (@Sendable (Date) -> ReportBuilder)?
+    private let reportBuilder: (@Sendable (_ now: Date, _ acceptedAt: Date?) -> ReportBuilder)?
     private let now: @Sendable () -> Date
-    private let transferAcceptedAt: Date?
+    /// `apple.transfer.accepted_at`, which a running service rereads (``updateTransferAcceptedAt(_:)``).
+    private let acceptance: Mutex<Date?>
+    /// Until when ``openLinkSession()`` refuses without a statement: a second after the store found
+    /// ``maxLinkSessions`` live, so a flood at the limit costs the database no count per request.
+    private let linkSessionsFullUntil = Mutex(Date.distantPast)
 
     /// Creates an engine from its parts (tests and embedders with their own pool and keys).
     /// - Parameters:
@@ -54,18 +61,20 @@ public final class BatonEngine: Sendable {
     ///   - legacyClientIDs: accepted `aud` of the sending team's tokens for re-linking; empty disables `link`.
     ///   - issuer: the required `iss` (default Apple's).
     ///   - linkMaxAge: freshness of re-link tokens in seconds (default 600).
+    ///   - maxLinkSessions: link sessions live at once (default ``LinkSession/defaultMaxLive``).
     ///   - requireNonce: refuse sign-ins without a nonce (default false).
     ///   - notificationMaxAge: the oldest notification accepted, in seconds (default 86,400).
     ///   - keysReady: whether a usable key set is held (readiness); default always true.
     ///   - pool: a pool the engine owns and closes at ``shutdown()``.
-    ///   - reportBuilder: makes the report's builder for an instant; nil disables ``migrationReport()``.
+    ///   - reportBuilder: makes the report's builder for an instant and the transfer's acceptance time; nil disables
+    ///     ``migrationReport()``.
     ///   - transferAcceptedAt: `apple.transfer.accepted_at`; sending-team identifiers are `transferred` from then on.
     ///   - now: the clock.
     public init(store: any BatonStore, keys: any VerificationKeyProvider, clientIDs: [String], legacyClientIDs: [String] = [],
                 issuer: String = IdentityTokenVerifier.appleIssuer, linkMaxAge: TimeInterval = 600,
-                requireNonce: Bool = false, notificationMaxAge: TimeInterval = 86_400,
+                maxLinkSessions: Int = LinkSession.defaultMaxLive, requireNonce: Bool = false, notificationMaxAge: TimeInterval = 86_400,
                 keysReady: @escaping @Sendable () -> Bool = { true }, pool: PostgresPool? = nil,
-                reportBuilder: (@Sendable (Date) -> ReportBuilder)? = nil, transferAcceptedAt: Date? = nil,
+                reportBuilder: (@Sendable (_ now: Date, _ acceptedAt: Date?) -> ReportBuilder)? = nil, transferAcceptedAt: Date? = nil,
                 now: @escaping @Sendable () -> Date = { Date() }) {
         // A token is told to be the sending team's only by its `aud` (see `BatonConfiguration.validate()`).
         precondition(Set(clientIDs).isDisjoint(with: legacyClientIDs), "a client ID is both current and legacy")
@@ -75,13 +84,14 @@ public final class BatonEngine: Sendable {
         self.legacyVerifier = legacyClientIDs.isEmpty ? nil
             : IdentityTokenVerifier(clientIDs: legacyClientIDs, keys: keys, issuer: issuer, now: now)
         self.linkMaxAge = linkMaxAge
+        self.maxLinkSessions = maxLinkSessions
         self.requireNonce = requireNonce
         self.notificationMaxAge = notificationMaxAge
         self.driver = SignInDriver(store: store, now: now)
         self.keysReady = keysReady
         self.pool = pool
         self.reportBuilder = reportBuilder
-        self.transferAcceptedAt = transferAcceptedAt
+        self.acceptance = Mutex(transferAcceptedAt)
         self.now = now
     }
 
@@ -108,10 +118,10 @@ public final class BatonEngine: Sendable {
             }
             return BatonEngine(store: store, keys: cache, clientIDs: configuration.apple.clientIDs,
                                legacyClientIDs: configuration.apple.legacyClientIDs, issuer: configuration.apple.issuer,
-                               requireNonce: configuration.requireNonce,
+                               maxLinkSessions: configuration.maxLinkSessions, requireNonce: configuration.requireNonce,
                                notificationMaxAge: TimeInterval(configuration.apple.notificationMaxAgeSeconds),
                                keysReady: { cache.isReady }, pool: pool,
-                               reportBuilder: { now in ReportBuilder(pool: pool, configuration: configuration, now: now) },
+                               reportBuilder: { now, acceptedAt in ReportBuilder(pool: pool, legacy: configuration.legacy, acceptedAt: acceptedAt, now: now) },
                                transferAcceptedAt: configuration.apple.transfer?.acceptedAt)
         } catch {
             await pool.close()
@@ -208,12 +218,25 @@ public final class BatonEngine: Sendable {
     // MARK: - Re-linking
 
     /// Opens a link session for ``link(legacyIDToken:idToken:nonce:)``: a random nonce, good for one link until
-    /// ``linkMaxAge`` from now. Baton stores only its hash.
-    /// - Throws: ``BatonError`` `not_configured` (linking not configured), `database_unavailable`.
+    /// ``linkMaxAge`` from now, unless ``maxLinkSessions`` are live (then for a second every call is refused at once).
+    /// Baton stores only its hash, with the request's attempt, so a repeat after a lost answer finds its own session.
+    /// - Throws: ``BatonError`` `not_configured` (linking not configured), `too_many_link_sessions`,
+    ///   `database_unavailable`, `inconsistent_database_answer`.
     public func openLinkSession() async throws -> LinkSession {
         guard legacyVerifier != nil else { throw BatonError(.notConfigured, "re-linking needs apple.legacy_client_ids") }
-        let session = LinkSession.make(now: now(), lifetime: linkMaxAge)
-        try await database { try await store.createLinkSession(nonceHash: LinkSession.hash(of: session.nonce), expiresAt: session.expiresAt) }
+        let instant = now()
+        let full = BatonError(.tooManyLinkSessions, "\(maxLinkSessions) link sessions are live; try again later")
+        guard linkSessionsFullUntil.withLock({ instant >= $0 }) else { throw full }
+        let session = LinkSession.make(now: instant, lifetime: linkMaxAge)
+        let attempt = UUID().uuidString
+        let created = try await database {
+            try await store.createLinkSession(nonceHash: LinkSession.hash(of: session.nonce), expiresAt: session.expiresAt, attempt: attempt,
+                                              now: instant, maxLive: maxLinkSessions)
+        }
+        guard created else {
+            linkSessionsFullUntil.withLock { $0 = instant.addingTimeInterval(1) }
+            throw full
+        }
         return session
     }
 
@@ -352,7 +375,16 @@ public final class BatonEngine: Sendable {
     ///   `database_unavailable`.
     public func migrationReport() async throws -> MigrationReport {
         guard let reportBuilder else { throw BatonError(.notConfigured, "no report source is configured") }
-        return try await database { try await reportBuilder(now()).build() }
+        return try await database { try await reportBuilder(now(), transferAcceptedAt).build() }
+    }
+
+    /// When the recipient accepted the transfer (`apple.transfer.accepted_at`), as the engine holds it now.
+    public var transferAcceptedAt: Date? { acceptance.withLock { $0 } }
+
+    /// Replaces the transfer's acceptance time, as `baton serve` does when SIGHUP rereads its configuration: from
+    /// the next request on, sending-team identifiers are `transferred` and the report counts the window from it.
+    public func updateTransferAcceptedAt(_ date: Date?) {
+        acceptance.withLock { $0 = date }
     }
 
     // MARK: - Helpers

@@ -11,6 +11,14 @@ public struct LinkSession: Sendable, Equatable {
     /// When the session stops being accepted.
     public var expiresAt: Date
 
+    /// Live sessions `baton serve` allows at once unless `max_link_sessions` says otherwise: 10,000 (about 17 new
+    /// sessions a second, each live for 600 s).
+    public static let defaultMaxLive = 10_000
+
+    /// Expired sessions each new session deletes at most: more than one, so the backlog shrinks as sessions are
+    /// opened, and few enough that the deletion stays short whatever the backlog.
+    static let purgeBatch = 100
+
     /// A new session, live for `lifetime` seconds from `now`.
     static func make(now: Date, lifetime: TimeInterval) -> LinkSession {
         var generator = SystemRandomNumberGenerator()

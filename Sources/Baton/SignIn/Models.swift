@@ -9,12 +9,17 @@ public struct LegacyUser: Sendable, Equatable, Hashable, Codable {
     public var subject: String
     /// The stored email, if any.
     public var email: String?
+    /// The key of the application's account the record belongs to, as text, when the configuration knows it: the
+    /// users row an identity row references (`legacy.email.reference_column`). Nil for a users table, whose `key` is
+    /// the account's own.
+    public var accountKey: String?
 
     /// Creates a record.
-    public init(key: String, subject: String, email: String?) {
+    public init(key: String, subject: String, email: String?, accountKey: String? = nil) {
         self.key = key
         self.subject = subject
         self.email = email
+        self.accountKey = accountKey
     }
 }
 

@@ -83,11 +83,14 @@ public protocol BatonStore: Sendable {
     /// writing anything, so the caller may retry with it; another attempt's use of the nonce stays.
     func releaseNonce(_ use: NonceUse) async throws
 
-    /// Records a link session by its nonce's SHA-256 (hex), live until `expiresAt`.
-    func createLinkSession(nonceHash: String, expiresAt: Date) async throws
+    /// Records a link session by its nonce's SHA-256 (hex), live until `expiresAt`, for the request `attempt`, unless
+    /// about `maxLive` sessions are live at `now`; deletes a few expired sessions on the way. True when recorded (also
+    /// when `attempt` repeats the call, its first answer lost), false at the limit.
+    func createLinkSession(nonceHash: String, expiresAt: Date, attempt: String, now: Date, maxLive: Int) async throws -> Bool
 
     /// Uses up the link session of `nonceHash` for `attempt`: true when it was live at `now` or already used by this
-    /// attempt, false when unknown, used by another attempt or expired.
+    /// attempt, false when unknown, used by another attempt or expired; the row answered must be that session's, used
+    /// by `attempt`.
     func consumeLinkSession(nonceHash: String, attempt: String, now: Date) async throws -> Bool
 
     /// What Baton's tables know of `sub`, for the credential-state rules (``CredentialState/init(_:transferAccepted:)``).

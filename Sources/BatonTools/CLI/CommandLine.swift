@@ -44,6 +44,8 @@ package struct OptionSpec: Sendable {
     package let help: String
     /// Absent or empty is a usage error ("missing --name").
     package var isRequired = false
+    /// May be given more than once, every value kept (shell completion offers it again).
+    package var isRepeatable = false
 
     /// The default as `--help` shows it, or nil.
     package var defaultText: String? {
@@ -134,7 +136,9 @@ extension Option where Value == String {
 extension Option where Value == [String] {
     /// `--name VALUE`, repeatable; every value is kept, in order.
     package static func repeatable(_ name: String, _ placeholder: String, _ help: String) -> Option {
-        Option(name, placeholder, .text(default: nil), help) { $0 }
+        var option = Option(name, placeholder, .text(default: nil), help) { $0 }
+        option.spec.isRepeatable = true
+        return option
     }
 
     /// The same option, required: at least one non-empty value.

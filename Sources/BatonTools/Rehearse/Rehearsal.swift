@@ -77,26 +77,59 @@ struct Rehearsal {
         }
     }
 
-    /// Copies the configured tables with pg_dump (a read-only session) and restores them into the copy.
+    /// What the copy holds, said after a restore error.
+    static let copyScope = "(the copy holds the configured tables with the extensions, types, domains and sequences they use; not other tables, nor the application's functions)"
+
+    /// Copies the configured tables with pg_dump (a read-only session) and restores them into the copy: first what
+    /// they need from the source (``SourceCatalog``: extensions, types, domains, sequences), then the tables with
+    /// `pg_restore --exit-on-error`, leaving out their foreign keys to tables not copied (listed on standard error).
+    /// The first failing statement stops the copy, and its error is reported as PostgreSQL gave it.
     private func copyTables(cluster: ThrowawayCluster, pool: PostgresPool, legacy: BatonConfiguration.LegacyIdentifiers) async throws {
         let tables = [legacy.table] + (legacy.emailTable.map { [$0.table] } ?? []) + legacy.emailCopies.map(\.table)
-        for schema in Set(tables.compactMap(\.schema)) {
-            try await pool.execute(PostgresQuery(unsafeSQL: "CREATE SCHEMA IF NOT EXISTS \(try PostgresIdentifier(schema).quoted)"))
-        }
-        let dump = cluster.directory + "/source.sql"
+        let dump = cluster.directory + "/source.dump"
+        let list = cluster.directory + "/restore.list"
         let bin = ThrowawayCluster.serverBinaries() ?? "/usr/bin"
         let (source, credentials) = try dumpSource(serviceFile: cluster.directory + "/source.service")
         let environment = ProcessInfo.processInfo.environment.merging(["PGOPTIONS": "-c default_transaction_read_only=on"].merging(credentials) { $1 }) { $1 }
         do {
             try await offPool {
-                try ThrowawayCluster.run("\(bin)/pg_dump", ["--dbname=\(source)", "--no-owner", "--no-privileges", "--no-comments"] + tables.map { "--table=\($0.quoted)" },
+                try ThrowawayCluster.run("\(bin)/pg_dump", ["--dbname=\(source)", "--format=custom", "--compress=0"] + tables.map { "--table=\($0.quoted)" },
                                          log: cluster.directory + "/pg_dump.log", environment: environment, standardOutput: dump)
-                try ThrowawayCluster.run(FileManager.default.fileExists(atPath: "\(bin)/psql") ? "\(bin)/psql" : "/usr/bin/psql", ["-X", "-q", "--dbname=\(cluster.url)", "-f", dump], log: cluster.directory + "/psql.log")
+                try ThrowawayCluster.run("\(bin)/pg_restore", ["--list", dump], log: cluster.directory + "/pg_restore.log", standardOutput: list)
             }
         } catch let failure as ToolFailure where failure.output.contains("no matching tables") {
             throw CommandFailure.usage("the source database has no table \(tables.map(\.description).joined(separator: " or ")) (legacy.table, legacy.email.table, legacy.email_copies)")
         } catch let failure as ToolFailure {
             throw CommandFailure.failed("baton rehearse: copying the tables failed: \(failure)")
+        }
+        let catalog: SourceCatalog
+        do {
+            catalog = try await SourceCatalog.read(url: options.source, tables: tables)
+        } catch let error as PostgresError {
+            throw CommandFailure.failed("baton rehearse: reading what the tables need from the source failed: \(error.debugDescription)")
+        }
+        for foreignKey in catalog.foreignKeysLeftOut {
+            printError("baton rehearse: not copied: foreign key \(foreignKey.description), a table the rehearsal does not copy")
+        }
+        for statement in catalog.statements {
+            do {
+                try await pool.execute(PostgresQuery(unsafeSQL: statement))
+            } catch let error as PostgresError {
+                throw CommandFailure.failed("baton rehearse: copying the tables stopped at the first error: \(error.debugDescription)\nCommand was: \(statement)\n\(Self.copyScope)")
+            }
+        }
+        do {
+            try await offPool {
+                let listing = try String(contentsOfFile: list, encoding: .utf8)
+                try catalog.restoreList(listing).write(toFile: list, atomically: false, encoding: .utf8)
+                try ThrowawayCluster.run("\(bin)/pg_restore", ["--dbname=\(cluster.url)", "--use-list=\(list)", "--exit-on-error", "--no-owner", "--no-privileges",
+                                                                "--no-comments", "--no-tablespaces", "--no-publications", "--no-subscriptions", "--no-security-labels", dump],
+                                         log: cluster.directory + "/pg_restore.log")
+            }
+        } catch let failure as ToolFailure {
+            // pg_restore's own words from its error on: the error, where in the statement, and the statement.
+            let words = failure.output.firstRange(of: "error: ").map { String(failure.output[$0.upperBound...]) } ?? failure.output
+            throw CommandFailure.failed("baton rehearse: copying the tables stopped at the first error: \(words)\n\(Self.copyScope)")
         }
     }
 

@@ -62,11 +62,25 @@ struct RehearsalResult: Sendable, Equatable, Encodable {
         return try encoder.encode(self) + Data("\n".utf8)
     }
 
+    /// What a rehearsal cannot predict, printed after every summary: the emulator knows every subject of the copy and
+    /// answers every call at once, and the copy is the data of one moment.
+    static let limits = """
+        What a rehearsal cannot predict (the emulator knows every subject of the copy and answers every call at once):
+          - subjects Apple no longer knows (accounts deleted, Sign in with Apple revoked): Apple gives them no transfer
+            identifier or no new identifier, and they stay unresolved; only the real run tells how many
+          - Apple's real rate limits, errors and outages: the projection assumes --rate for the whole exchange
+          - users who sign in with a second account during the cutover (a sign-in that reaches the application without
+            Baton), and users who sign up after the copy was made
+          - how many users sign in during the 60 days: --signin-share is an assumption
+
+        """
+
     /// The lines printed to standard output.
     func renderText() -> String {
-        var text = "\n" + reportTable + "\n\nRehearsal (\(String(format: "%.1f", seconds)) s)\n"
+        var text = "\nThe transfer rehearsed on the copy, against the Apple emulator:\n\n" + reportTable
+        text += "\n\nRehearsal (\(String(format: "%.1f", seconds)) s)\n"
         text += "  selected by the configuration: \(selected)\n"
-        text += "  would migrate by sign-in: \(bySignIn), by exchange: \(byExchange)\n"
+        text += "  migrated in the rehearsal by sign-in: \(bySignIn), by exchange: \(byExchange)\n"
         if !failedDevices.isEmpty {
             let reasons = failedDevices.sorted { $0.value > $1.value || ($0.value == $1.value && $0.key < $1.key) }.map { "\($0.key): \($0.value)" }
             text += "  devices whose sign-in failed: \(failedDevices.values.reduce(0, +)) (\(reasons.joined(separator: ", "))); a user no device migrated was exchanged\n"
@@ -75,13 +89,13 @@ struct RehearsalResult: Sendable, Equatable, Encodable {
         let verdict = p.days <= 60 ? "within" : "BEYOND"
         text += "  exchange of \(byExchange) users at \(p.ratePerSecond)/s × \(p.processes) process(es): \(p.days) days, \(verdict) the 60-day window\n"
         if problems.isEmpty {
-            text += "  no problem found\n"
+            text += "  no problem found in the copy\n"
         } else {
             text += "  problems:\n"
             for problem in problems {
                 text += "    \(problem.kind): \(problem.count) (e.g. \(problem.examples.joined(separator: ", ")))\n"
             }
         }
-        return text
+        return text + "\n" + Self.limits
     }
 }

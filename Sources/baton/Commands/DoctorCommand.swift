@@ -114,7 +114,11 @@ struct Doctor {
         var signers: [String: ClientSecret] = [:]
         for (side, credentials) in sides {
             guard let credentials else { continue }
-            signers[side] = await checkKey(side: side, credentials: credentials, clientID: transfer.clientID)
+            guard let keyID = credentials.keyID, let keyFile = credentials.privateKeyPath else {
+                report(.ok, "\(side) key", "none: team \(credentials.teamID) is named only (its own machine holds its key)")
+                continue
+            }
+            signers[side] = await checkKey(side: side, teamID: credentials.teamID, keyID: keyID, keyFile: keyFile, clientID: transfer.clientID)
         }
         if let sender = signers["sender"], let recipient = signers["recipient"],
            sender.keyID == recipient.keyID || sender.publicKey == recipient.publicKey {
@@ -122,9 +126,9 @@ struct Doctor {
                    fix: "set apple.transfer.recipient to the receiving team's key ID and .p8 file, and .sender to the sending team's")
         }
         for (side, credentials) in sides {
-            guard let signer = signers[side], let credentials else { continue }
+            guard let signer = signers[side], let keyFile = credentials?.privateKeyPath else { continue }
             let other = side == "sender" ? transfer.recipient : transfer.sender
-            await checkToken(side: side, signer: signer, keyFile: credentials.privateKeyPath, otherTeamID: other?.teamID,
+            await checkToken(side: side, signer: signer, keyFile: keyFile, otherTeamID: other?.teamID,
                              transfer: transfer, baseURL: configuration.apple.baseURL, now: now)
         }
         checkWindow(transfer, now: now)
@@ -149,12 +153,11 @@ struct Doctor {
     }
 
     /// Checks the key file; returns a signer when it is usable.
-    private mutating func checkKey(side: String, credentials: BatonConfiguration.TeamCredentials, clientID: String) async -> ClientSecret? {
+    private mutating func checkKey(side: String, teamID: String, keyID: String, keyFile path: String, clientID: String) async -> ClientSecret? {
         let name = "\(side) key"
-        let path = credentials.privateKeyPath
         do {
-            let signer = try await ClientSecret.load(teamID: credentials.teamID, keyID: credentials.keyID, clientID: clientID, keyFile: path)
-            report(.ok, name, "\(path): EC P-256, key \(credentials.keyID) of team \(credentials.teamID)")
+            let signer = try await ClientSecret.load(teamID: teamID, keyID: keyID, clientID: clientID, keyFile: path)
+            report(.ok, name, "\(path): EC P-256, key \(keyID) of team \(teamID)")
             return signer
         } catch let error as AppleClientError {
             let fix: String

@@ -9,12 +9,16 @@ let emulatorCommand = Command(
     name: "emulator",
     summary: "run the appleid.apple.com emulator",
     abstract: """
-    Serves Apple's endpoints (/auth/keys, /auth/token, /auth/usermigrationinfo), simulated devices
-    (/emulator/authorize, /emulator/credential-state) and scenario control (/emulator/teams, apps,
-    users, transfers, transfers/accept, revoke, clock, rotate-keys, faults, stats).
+    Serves Apple's endpoints, a simulated device and scenario control on loopback. docs/emulator.md
+    runs a whole transfer by hand with curl, every request and answer shown.
     """,
     options: EmulatorOptions.self,
-    discussion: "Prints 'emulator listening on http://HOST:PORT' once ready; stops gracefully on SIGINT/SIGTERM.",
+    discussion: """
+    Routes (JSON bodies unless marked form; errors {"error", "reason"}, Apple's endpoints {"error"}):
+    \(routeList())
+
+    Prints 'emulator listening on http://HOST:PORT' once ready; stops gracefully on SIGINT/SIGTERM.
+    """,
     run: { parsed in
         let port = parsed.port
         let host = parsed.host
@@ -39,4 +43,12 @@ private struct EmulatorOptions: CommandOptions {
     let port = Option.integer("port", "P", default: 8090, in: 0...65535, "port, 0 for a free one")
     let state = Option.text("state", "FILE", "load state from FILE if it exists; save it after every change and on exit")
     let logLevel = Option.logLevel()
+}
+
+/// One line per route of the emulator: method, path, what it does.
+private func routeList() -> String {
+    let width = AppleEmulator.routes.map(\.path.count).max() ?? 0
+    return AppleEmulator.routes.map { route in
+        "  \(route.method.padding(toLength: 4, withPad: " ", startingAt: 0)) \(route.path.padding(toLength: width, withPad: " ", startingAt: 0))  \(route.summary)"
+    }.joined(separator: "\n")
 }

@@ -18,4 +18,5 @@ let commands: [Command] = [
     demoCommand,
     rehearseCommand,
     fuzzCommand,
+    completionsCommand,
 ]

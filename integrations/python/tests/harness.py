@@ -170,7 +170,7 @@ class Transfer:
         self.emulator.call("/emulator/transfers", {"client_id": CLIENT_ID, "to_team_id": self.recipient["team_id"]})
 
     def accept(self) -> None:
-        self.accepted_at = int(self.emulator.call("/emulator/transfers/accept", {"client_id": CLIENT_ID})["accepted_at"])
+        self.accepted_at = int(self.emulator.call("/emulator/transfers/accept", {"client_id": CLIENT_ID})["accepted_at_unix"])
 
     def configuration(self, port: int = 0, **legacy) -> str:
         """Writes Baton's configuration (`legacy` entries added or replaced) and returns its path."""
