@@ -65,10 +65,12 @@ struct ReportBuilderTests {
             #expect(report.totals == MigrationReport.Totals(migrated: 5, pending: 2, failed: 2, unresolvable: 2))
             #expect(report.totals.total == 11)
             #expect(report.methods == [
-                MigrationReport.MethodOutcome(method: .signin, migrated: 2, failed: 0, unresolvable: 0),
-                MigrationReport.MethodOutcome(method: .exchange, migrated: 2, failed: 2, unresolvable: 1),
-                MigrationReport.MethodOutcome(method: .link, migrated: 1, failed: 0, unresolvable: 0),
+                MigrationReport.MethodOutcome(method: .signin, migrated: 2),
+                MigrationReport.MethodOutcome(method: .exchange, migrated: 2),
+                MigrationReport.MethodOutcome(method: .link, migrated: 1),
             ])
+            // sub-u2 has no transfer identifier (refused at transfer-ids), sub-u1 one (refused at the exchange).
+            #expect(report.refused == MigrationReport.Refused(transferIdentifiers: 1, exchange: 1, signin: 0))
 
             #expect(report.perDay.count == 11)
             #expect(report.perDay.first?.day == "2026-11-01")
@@ -91,10 +93,11 @@ struct ReportBuilderTests {
             #expect(report.projection.migratedInPeriod == 4)
             #expect(report.projection.periodDays == 7)
             #expect(abs(report.projection.perDay - 4.0 / 7) < 1e-9)
-            #expect(report.projection.remaining == 6)
+            // Pending and failed users; the two refused for good are left out.
+            #expect(report.projection.remaining == 4)
             #expect(report.projection.status == .onTrack)
-            #expect(report.projection.finishAt == reportDate("2026-11-22T00:00:00Z"))  // 6 / (4/7) = 10.5 days
-            #expect(abs((report.projection.requiredPerDay ?? 0) - 6 / 49.5) < 1e-9)
+            #expect(report.projection.finishAt == reportDate("2026-11-18T12:00:00Z"))  // 4 / (4/7) = 7 days
+            #expect(abs((report.projection.requiredPerDay ?? 0) - 4 / 49.5) < 1e-9)
 
             #expect(report.failures == MigrationReport.Failures(reasons: [
                 MigrationReport.ReasonCount(state: "failed", reason: "Apple rejected the exchange: invalid_client", count: 2),
@@ -113,12 +116,12 @@ struct ReportBuilderTests {
             #expect(report.unresolved.total == 6)
             #expect(report.unresolved.nextAfter == nil)
             #expect(report.unresolved.users == [
-                MigrationReport.UnresolvedUser(legacyKey: "12", oldSub: "sub-f1", state: "failed", attempts: 3, lastError: "Apple rejected the exchange: invalid_client", email: "b***@example.com", privateRelay: false),
-                MigrationReport.UnresolvedUser(legacyKey: nil, oldSub: "sub-f2", state: "failed", attempts: 3, lastError: "Apple rejected the exchange: invalid_client", email: nil, privateRelay: false),
-                MigrationReport.UnresolvedUser(legacyKey: "10", oldSub: "sub-p1", state: "pending", attempts: 0, lastError: nil, email: "a***@example.com", privateRelay: false),
-                MigrationReport.UnresolvedUser(legacyKey: "11", oldSub: "sub-p2", state: "pending", attempts: 1, lastError: "Apple rate-limited the exchange", email: "x***@privaterelay.appleid.com", privateRelay: true),
-                MigrationReport.UnresolvedUser(legacyKey: "14", oldSub: "sub-u1", state: "unresolvable", attempts: 1, lastError: "no user for the transfer identifier", email: nil, privateRelay: false),
-                MigrationReport.UnresolvedUser(legacyKey: "15", oldSub: "sub-u2", state: "unresolvable", attempts: 0, lastError: nil, email: "c***@example.org", privateRelay: false),
+                MigrationReport.UnresolvedUser(legacyKey: "12", oldSub: "sub-f1", state: "failed", step: .exchange, attempts: 3, lastError: "Apple rejected the exchange: invalid_client", email: "b***@example.com", privateRelay: false),
+                MigrationReport.UnresolvedUser(legacyKey: nil, oldSub: "sub-f2", state: "failed", step: .exchange, attempts: 3, lastError: "Apple rejected the exchange: invalid_client", email: nil, privateRelay: false),
+                MigrationReport.UnresolvedUser(legacyKey: "10", oldSub: "sub-p1", state: "pending", step: .exchange, attempts: 0, lastError: nil, email: "a***@example.com", privateRelay: false),
+                MigrationReport.UnresolvedUser(legacyKey: "11", oldSub: "sub-p2", state: "pending", step: .exchange, attempts: 1, lastError: "Apple rate-limited the exchange", email: "x***@privaterelay.appleid.com", privateRelay: true),
+                MigrationReport.UnresolvedUser(legacyKey: "14", oldSub: "sub-u1", state: "unresolvable", step: .exchange, attempts: 1, lastError: "no user for the transfer identifier", email: nil, privateRelay: false),
+                MigrationReport.UnresolvedUser(legacyKey: "15", oldSub: "sub-u2", state: "unresolvable", step: .transferIdentifiers, attempts: 0, lastError: nil, email: "c***@example.org", privateRelay: false),
             ])
         }
     }

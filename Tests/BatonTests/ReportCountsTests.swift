@@ -16,6 +16,8 @@ struct ReportCountsTests {
         var days: [MigrationReport.DayCount]
         var pace: Int
         var reasons: [MigrationReport.ReasonCount]
+        /// The refused users by step: without a transfer identifier, with one.
+        var refused: [Int]
 
         init(_ pool: PostgresPool, now: Date, paceStart: Date) async throws {
             var counts: [String: Int] = [:]
@@ -31,8 +33,7 @@ struct ReportCountsTests {
             totals = MigrationReport.Totals(migrated: byState("migrated"), pending: byState("pending"), failed: byState("failed"),
                                             unresolvable: byState("unresolvable"), unmatchedSignins: unmatched)
             methods = MigrationReport.Method.allCases.map { method in
-                MigrationReport.MethodOutcome(method: method, migrated: counts["migrated/\(method.rawValue)"] ?? 0,
-                                              failed: counts["failed/\(method.rawValue)"] ?? 0, unresolvable: counts["unresolvable/\(method.rawValue)"] ?? 0)
+                MigrationReport.MethodOutcome(method: method, migrated: counts["migrated/\(method.rawValue)"] ?? 0)
             }
             days = try await pool.query("""
                 SELECT to_char(migrated_at AT TIME ZONE 'UTC', 'YYYY-MM-DD'),
@@ -53,6 +54,8 @@ struct ReportCountsTests {
                 """).map { row in
                 MigrationReport.ReasonCount(state: try row.decode(String.self, at: 0), reason: try row.decode(String.self, at: 1), count: try row.decode(Int.self, at: 2))
             }
+            refused = try await pool.query("SELECT transfer_sub IS NULL, count(*) FROM baton.transfers WHERE state = 'unresolvable' GROUP BY 1 ORDER BY 1 DESC")
+                .reduce(into: [0, 0]) { counts, row in counts[try row.decode(Bool.self, at: 0) ? 0 : 1] = try row.decode(Int.self, at: 1) }
         }
 
         init(_ report: MigrationReport) {
@@ -61,6 +64,7 @@ struct ReportCountsTests {
             days = report.perDay.filter { $0.total > 0 }
             pace = report.projection.migratedInPeriod
             reasons = report.failures.reasons
+            refused = [report.refused.transferIdentifiers, report.refused.exchange]
         }
     }
 

@@ -9,21 +9,22 @@ func sampleReport(users: [MigrationReport.UnresolvedUser]? = nil, total: Int? = 
     let totals = MigrationReport.Totals(migrated: 1_234, pending: 500, failed: 166, unresolvable: 100)
     let window = MigrationReport.Window(acceptedAt: accepted, now: now)
     let listed = users ?? [
-        MigrationReport.UnresolvedUser(legacyKey: "42", oldSub: "001234.aaaa.0001", state: "failed", attempts: 3,
+        MigrationReport.UnresolvedUser(legacyKey: "42", oldSub: "001234.aaaa.0001", state: "failed", step: .exchange, attempts: 3,
                                        lastError: "Apple rejected the exchange: invalid_client", email: "alice@example.com", privateRelay: false),
-        MigrationReport.UnresolvedUser(legacyKey: "43", oldSub: "001234.bbbb.0002", state: "pending", attempts: 0,
+        MigrationReport.UnresolvedUser(legacyKey: "43", oldSub: "001234.bbbb.0002", state: "pending", step: .exchange, attempts: 0,
                                        lastError: nil, email: "zz9@privaterelay.appleid.com", privateRelay: true),
-        MigrationReport.UnresolvedUser(legacyKey: "<b>44</b>", oldSub: "001234.cccc.0003", state: "unresolvable", attempts: 1,
+        MigrationReport.UnresolvedUser(legacyKey: "<b>44</b>", oldSub: "001234.cccc.0003", state: "unresolvable", step: .exchange, attempts: 1,
                                        lastError: "bad \"quote\", comma & <tag>", email: nil, privateRelay: false),
     ]
     return MigrationReport(
         generatedAt: now,
         window: window,
         totals: totals,
+        refused: MigrationReport.Refused(transferIdentifiers: 0, exchange: 100, signin: 0),
         methods: [
-            MigrationReport.MethodOutcome(method: .signin, migrated: 800, failed: 0, unresolvable: 0),
-            MigrationReport.MethodOutcome(method: .exchange, migrated: 400, failed: 166, unresolvable: 100),
-            MigrationReport.MethodOutcome(method: .link, migrated: 34, failed: 0, unresolvable: 0),
+            MigrationReport.MethodOutcome(method: .signin, migrated: 800),
+            MigrationReport.MethodOutcome(method: .exchange, migrated: 400),
+            MigrationReport.MethodOutcome(method: .link, migrated: 34),
         ],
         perDay: (1...21).map { day in
             MigrationReport.DayCount(day: String(format: "2026-11-%02d", day), signin: day == 21 ? 0 : 40, exchange: day == 21 ? 0 : 20, link: day <= 17 ? 2 : 0)
@@ -59,7 +60,8 @@ struct ReportRenderingTests {
         #expect((projection.finishAt != nil) == (status == .onTrack || status == .behind))
         #expect((projection.requiredPerDay != nil) == (day < 60))
         let summary = MigrationReport(
-            generatedAt: now, window: window, totals: totals, methods: [], perDay: [], projection: projection,
+            generatedAt: now, window: window, totals: totals, refused: MigrationReport.Refused(transferIdentifiers: 0, exchange: 0, signin: 0),
+            methods: [], perDay: [], projection: projection,
             failures: MigrationReport.Failures(reasons: [], omittedReasons: 0),
             unresolved: MigrationReport.UnresolvedList(total: remaining, users: [], nextAfter: nil)
         ).projectionSummary
@@ -70,6 +72,29 @@ struct ReportRenderingTests {
         case .complete: #expect(summary == "Every user is migrated.")
         case .stalled: #expect(summary.hasPrefix("No migration in the last 7 days"))
         }
+    }
+
+    @Test("users refused for good are left out of the projection and named apart")
+    func projectionLeavesRefusedOut() {
+        let accepted = Date(timeIntervalSince1970: 1_793_491_200)
+        let now = accepted.addingTimeInterval(10 * 86_400)
+        let window = MigrationReport.Window(acceptedAt: accepted, now: now)
+        func summary(pending: Int) -> (MigrationReport.Projection, String) {
+            let totals = MigrationReport.Totals(migrated: 50, pending: pending, failed: 0, unresolvable: 2)
+            let projection = ReportBuilder.projection(totals: totals, window: window, migratedInPeriod: 7, periodDays: 7, now: now)
+            let report = MigrationReport(
+                generatedAt: now, window: window, totals: totals, refused: MigrationReport.Refused(transferIdentifiers: 2, exchange: 0, signin: 0),
+                methods: [], perDay: [], projection: projection, failures: MigrationReport.Failures(reasons: [], omittedReasons: 0),
+                unresolved: MigrationReport.UnresolvedList(total: pending + 2, users: [], nextAfter: nil))
+            return (projection, report.projectionSummary)
+        }
+        let (complete, done) = summary(pending: 0)
+        #expect(complete.status == .complete && complete.remaining == 0 && complete.finishAt == nil)
+        #expect(done == "Every user who can still migrate is migrated; 2 users were refused for good (see Refused, by step).")
+        let (onTrack, text) = summary(pending: 3)
+        #expect(onTrack.status == .onTrack && onTrack.remaining == 3)
+        #expect(onTrack.finishAt == now.addingTimeInterval(3 * 86_400))
+        #expect(text.contains("the last 3 users migrate by 2026-11-14 00:00 UTC") && text.hasSuffix("2 users refused for good are left out (see Refused, by step)."), "\(text)")
     }
 
     @Test("the window: days left and elapsed rounded down; closed at day 60")
@@ -92,12 +117,14 @@ struct ReportRenderingTests {
             "60/day (420 in the last 7 days)",
             "  migrated      1,234   61.7%",
             "  total         2,000  100.0%",
-            "  exchange       400     166           100",
+            "  exchange       400\n",
+            "  exchange        100  Apple refused the exchange",
             "a***@example.com",
             "z***@privaterelay.appleid.com",
             "Unresolved users (766;",
             "  and 764 more",
-            "On track: at 60 migrations/day over the last 7 days, the last 766 users migrate by 2026-12-04",
+            "On track: at 60 migrations/day over the last 7 days, the last 666 users migrate by 2026-12-02",
+            "100 users refused for good are left out (see Refused, by step).",
         ] {
             #expect(text.contains(expected), "missing: \(expected)")
         }
@@ -110,10 +137,10 @@ struct ReportRenderingTests {
     func csv() {
         let csv = sampleReport().renderCSV()
         #expect(csv == """
-            legacy_key,old_sub,state,attempts,last_error,email,private_relay\r
-            42,001234.aaaa.0001,failed,3,Apple rejected the exchange: invalid_client,alice@example.com,false\r
-            43,001234.bbbb.0002,pending,0,,zz9@privaterelay.appleid.com,true\r
-            <b>44</b>,001234.cccc.0003,unresolvable,1,"bad ""quote"", comma & <tag>",,false\r
+            legacy_key,old_sub,state,attempts,last_error,email,private_relay,step\r
+            42,001234.aaaa.0001,failed,3,Apple rejected the exchange: invalid_client,alice@example.com,false,exchange\r
+            43,001234.bbbb.0002,pending,0,,zz9@privaterelay.appleid.com,true,exchange\r
+            <b>44</b>,001234.cccc.0003,unresolvable,1,"bad ""quote"", comma & <tag>",,false,exchange\r
 
             """)
     }
@@ -148,7 +175,7 @@ struct ReportRenderingTests {
         }
         for expected in [
             "61.7%", "1,234 of 2,000", ">39<", "60/day", "not at the current pace", "deadline (day 60)",
-            "800 migrated", "400 migrated", "166 failed, 100 unresolvable", "34 migrated",
+            "800 migrated", "400 migrated", "34 migrated", "<td>exchange</td><td class=\"num\">100</td>",
             "Apple rejected the exchange: invalid_client", "a***@example.com", "z***@privaterelay.appleid.com",
             "and 248 more", "<svg", "Unresolved users (250)",
         ] where expected != "not at the current pace" {
@@ -171,8 +198,8 @@ struct ReportRenderingTests {
         let totals = MigrationReport.Totals(migrated: 0, pending: 0, failed: 0, unresolvable: 0)
         let window = MigrationReport.Window(acceptedAt: nil, now: now)
         let report = MigrationReport(
-            generatedAt: now, window: window, totals: totals,
-            methods: MigrationReport.Method.allCases.map { MigrationReport.MethodOutcome(method: $0, migrated: 0, failed: 0, unresolvable: 0) },
+            generatedAt: now, window: window, totals: totals, refused: MigrationReport.Refused(transferIdentifiers: 0, exchange: 0, signin: 0),
+            methods: MigrationReport.Method.allCases.map { MigrationReport.MethodOutcome(method: $0, migrated: 0) },
             perDay: [], projection: ReportBuilder.projection(totals: totals, window: window, migratedInPeriod: 0, periodDays: 7, now: now),
             failures: MigrationReport.Failures(reasons: [], omittedReasons: 0),
             unresolved: MigrationReport.UnresolvedList(total: 0, users: [], nextAfter: nil)
@@ -181,6 +208,7 @@ struct ReportRenderingTests {
         try checkWellFormed(page)
         #expect(page.contains("No acceptance date is configured"))
         #expect(page.contains("Everybody is migrated."))
+        #expect(page.contains("No user was refused."))
         #expect(report.renderTable().contains("no acceptance date configured"))
     }
 

@@ -72,7 +72,7 @@ struct DoctorCommandTests {
             #expect(first.stdout.contains("likely cause: key \(fixture.recipient.keyID) is registered to team \(fixture.recipient.teamID) (the recipient's), not to team \(fixture.sender.teamID)"), "\(first.stdout)")
             #expect(first.stdout.contains("transfer identifiers need the sender team's key"))
 
-            // An app team A has not transferred: the recipient's right key is refused, and the window says why.
+            // An app team A has not transferred: the recipient's right key is refused until the acceptance, which it waits for.
             try fixture.emulator.createApp(clientID: "com.example.other", teamID: fixture.sender.teamID)
             let early = try fixture.configuration("early.json") { tree, transfer in
                 tree["apple"] = ["base_url": fixture.emulator.baseURL.absoluteString, "client_ids": ["com.example.other"]]
@@ -81,8 +81,8 @@ struct DoctorCommandTests {
             }
             let second = try await runBatonOffPool(["doctor", "--config", early])
             #expect(second.stdout.contains("ok    sender secret"), "\(second.stdout)")
-            #expect(second.stdout.contains("FAIL  recipient secret: Apple rejected"), "\(second.stdout)")
-            #expect(second.stdout.contains("likely cause: the app is not transferred to this team yet"), "\(second.stdout)")
+            #expect(second.stdout.contains("WAIT  recipient secret: Apple rejected"), "\(second.stdout)")
+            #expect(second.stdout.contains("the app is not transferred to this team yet"), "\(second.stdout)")
 
             // Day 61 (on the emulator's clock and in accepted_at): the sender's right key is refused, the app is no longer team A's.
             try fixture.emulator.advanceClock(by: 61 * 86_400)

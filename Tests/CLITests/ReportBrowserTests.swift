@@ -107,7 +107,7 @@ struct ReportBrowserTests {
             let periodDays = projection["period_days"] as? Double ?? 0
             #expect(cards[2][1] == "\(rate(projection["per_day"] as? Double ?? 0))/day", "pace on the \(context)")
             #expect(cards[2][2] == "\(grouped(projection["migrated_in_period"] as? Int ?? -1)) in the last \(Int(periodDays)) days", "\(context)")
-            #expect(cards[4][1] == grouped(unresolvedCount), "still to reach on the \(context)")
+            #expect(cards[4][0] == "Still to migrate" && cards[4][1] == grouped(projection["remaining"] as? Int ?? -1), "still to migrate on the \(context)")
         }
         #expect(measured["today"] as? [String] == ["today: \(percent(migrated, of: total))"], "progress chart on the \(context)")
 
@@ -119,11 +119,13 @@ struct ReportBrowserTests {
         var methods: [String] = []
         let labels = ["signin": "sign-in", "exchange": "exchange", "link": "link"]
         for method in expected["methods"] as? [[String: Any]] ?? [] {
-            let (failed, unresolvable) = (method["failed"] as? Int ?? 0, method["unresolvable"] as? Int ?? 0)
             methods += [labels[method["method"] as? String ?? ""] ?? "?", "\(grouped(method["migrated"] as? Int ?? -1)) migrated"]
-            if failed + unresolvable > 0 { methods.append("\(grouped(failed)) failed, \(grouped(unresolvable)) unresolvable") }
         }
-        #expect(measured["methods"] as? [String] == methods, "outcomes by method on the \(context)")
+        #expect(measured["methods"] as? [String] == methods, "migrated by method on the \(context)")
+
+        let refused = expected["refused"] as? [String: Int] ?? [:]
+        let refusedRows = [("transfer-ids", "transfer_identifiers"), ("exchange", "exchange"), ("sign-in", "signin")].map { [$0.0, grouped(refused[$0.1] ?? -1)] }
+        #expect(measured["refused"] as? [[String]] == (refused.values.allSatisfy { $0 == 0 } ? [] : refusedRows), "refused by step on the \(context)")
 
         // Bars carry a title per method and day: their sums per day are the JSON's days with migrations.
         var bars: [String: Int] = [:]
@@ -147,7 +149,7 @@ struct ReportBrowserTests {
         let unresolved = expected["unresolved"] as? [String: Any] ?? [:]
         let users = (unresolved["users"] as? [[String: Any]] ?? []).prefix(100).map { user in
             let email = (user["email"] as? String).map { $0 + ((user["private_relay"] as? Bool ?? false) ? " relay" : "") } ?? "-"
-            return [user["legacy_key"] as? String ?? "-", user["old_sub"] as? String ?? "", user["state"] as? String ?? "",
+            return [user["legacy_key"] as? String ?? "-", user["old_sub"] as? String ?? "", user["state"] as? String ?? "", user["step"] as? String ?? "",
                     String(user["attempts"] as? Int ?? -1), email, user["last_error"] as? String ?? ""]
         }
         #expect(measured["unresolvedHeading"] as? String == "Unresolved users (\(grouped(unresolved["total"] as? Int ?? -1)))", "\(context)")
@@ -213,6 +215,7 @@ struct ReportBrowserTests {
             methods: shown("#methods svg").flatMap((s) => all("text", s)).map(text),
             perDay: shown("#per-day svg").flatMap((s) => all("rect title", s)).map(text),
             failures: all("#failures tbody tr").map((r) => all("td", r).map(text)),
+            refused: all("#refused tbody tr").map((r) => all("td", r).slice(0, 2).map(text)),
             unresolvedHeading: text(document.querySelector("#unresolved h2")),
             unresolved: all("#unresolved tbody tr").map((r) => all("td", r).map(text)),
             more: text(document.querySelector("#unresolved .more")),

@@ -71,9 +71,9 @@ struct ReportCommandTests {
         #expect(masked.status == 0, "\(masked.stderr)")
         let lines = masked.stdout.components(separatedBy: "\r\n").filter { !$0.isEmpty }
         #expect(lines.count == 19)
-        #expect(lines.first == "legacy_key,old_sub,state,attempts,last_error,email,private_relay")
-        #expect(lines[1] == "2,old-002,pending,0,,u***@example.com,false")
-        #expect(lines[2] == "3,old-003,failed,3,\"Apple rejected the exchange, \"\"invalid_client\"\"\",u***@example.com,false")
+        #expect(lines.first == "legacy_key,old_sub,state,attempts,last_error,email,private_relay,step")
+        #expect(lines[1] == "2,old-002,pending,0,,u***@example.com,false,transfer-ids")
+        #expect(lines[2] == "3,old-003,failed,3,\"Apple rejected the exchange, \"\"invalid_client\"\"\",u***@example.com,false,transfer-ids")
         #expect(!masked.stdout.contains("user002@"))
 
         let out = fixture.directory.path("unresolved.csv")
@@ -82,9 +82,9 @@ struct ReportCommandTests {
         #expect(unmasked.stdout == "report: wrote \(out) (csv)\n")
         let written = try String(contentsOfFile: out, encoding: .utf8)
         #expect(written == [
-            "legacy_key,old_sub,state,attempts,last_error,email,private_relay",
-            "2,old-002,pending,0,,user002@example.com,false",
-            #"3,old-003,failed,3,"Apple rejected the exchange, ""invalid_client""",user003@example.com,false"#,
+            "legacy_key,old_sub,state,attempts,last_error,email,private_relay,step",
+            "2,old-002,pending,0,,user002@example.com,false,transfer-ids",
+            #"3,old-003,failed,3,"Apple rejected the exchange, ""invalid_client""",user003@example.com,false,transfer-ids"#,
         ].map { $0 + "\r\n" }.joined())
         let mode = try FileManager.default.attributesOfItem(atPath: out)[.posixPermissions] as? Int
         #expect(mode == 0o600)

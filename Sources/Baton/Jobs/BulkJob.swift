@@ -502,7 +502,7 @@ public final class BulkJob: Sendable {
             return
         }
         counters.update { $0.unresolvable += 1 }
-        logger.info("user unresolvable", ["reason": reason])
+        logger.info("user unresolvable", ["reason": reason, "row": String(item.id), "old_sub": item.oldSub ?? "-", "transfer_sub": item.transferSub ?? "-"])
     }
 
     /// Defers the row (or fails it after its last attempt) and counts a failure; `sharedCause` says whether it

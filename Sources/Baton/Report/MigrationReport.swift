@@ -13,7 +13,9 @@ public struct MigrationReport: Sendable, Equatable, Codable {
     public var window: Window
     /// Users by state.
     public var totals: Totals
-    /// Users by how they were carried over (and, for those not migrated, the method last tried).
+    /// Users refused for good, by the step that refused them; the projection leaves them out.
+    public var refused: Refused
+    /// Migrated users by how they were carried over.
     public var methods: [MethodOutcome]
     /// Migrations per UTC day, by method, from the first day with a migration (or the acceptance day) to today.
     public var perDay: [DayCount]
@@ -87,6 +89,10 @@ public struct MigrationReport: Sendable, Equatable, Codable {
         /// Users not migrated: pending, failed and unresolvable.
         public var unresolved: Int { pending + failed + unresolvable }
 
+        /// Users who can still migrate: pending and failed (a sign-in, or a rerun with `--retry-failed`, may
+        /// still carry them over); unresolvable users were refused for good.
+        public var migratable: Int { pending + failed }
+
         /// The migrated share, 0...1 (0 for an empty table).
         public var migratedFraction: Double { total == 0 ? 0 : Double(migrated) / Double(total) }
     }
@@ -110,16 +116,45 @@ public struct MigrationReport: Sendable, Equatable, Codable {
         }
     }
 
-    /// The outcome of one method: migrated by it, and failed or unresolvable after it was tried.
+    /// The users one method migrated.
     public struct MethodOutcome: Sendable, Equatable, Codable {
         /// The method.
         public var method: Method
         /// Users it migrated.
         public var migrated: Int
-        /// Users whose last attempt by this method failed.
-        public var failed: Int
-        /// Users this method found unresolvable.
-        public var unresolvable: Int
+    }
+
+    /// The bulk step a user not migrated waits for, or was refused at: told by whether the user's
+    /// `baton.transfers` row holds a transfer identifier.
+    public enum Step: String, Sendable, Equatable, Codable, CaseIterable {
+        /// `baton transfer-ids` (the sending team): no transfer identifier yet.
+        case transferIdentifiers = "transfer-ids"
+        /// `baton exchange` (the receiving team): a transfer identifier to exchange.
+        case exchange
+    }
+
+    /// Users refused for good, by the step that refused them. ``transferIdentifiers`` and ``exchange`` add up to
+    /// ``Totals/unresolvable``; ``signin`` counts sign-ins, not users of ``Totals/total``.
+    public struct Refused: Sendable, Equatable, Codable {
+        /// Refused at `baton transfer-ids`: Apple made no transfer identifier (`last_error` says why;
+        /// `invalid_request` when the user revoked the app or is not the team's user of it), so the exchange has
+        /// nothing to exchange and the user's sign-ins carry a `transfer_sub` that leads to no record.
+        public var transferIdentifiers: Int
+        /// Refused at `baton exchange`: Apple would not exchange the transfer identifier, no record carries the
+        /// old identifier, or the new one belongs to another record (`last_error` says which).
+        public var exchange: Int
+        /// Sign-ins answered `unmatched`: their `transfer_sub` leads to no record (``Totals/unmatchedSignins``).
+        public var signin: Int
+
+        /// Creates the counts.
+        public init(transferIdentifiers: Int, exchange: Int, signin: Int) {
+            self.transferIdentifiers = transferIdentifiers
+            self.exchange = exchange
+            self.signin = signin
+        }
+
+        /// Whether anything was refused.
+        public var isEmpty: Bool { transferIdentifiers + exchange + signin == 0 }
     }
 
     /// Migrations on one UTC day.
@@ -160,7 +195,7 @@ public struct MigrationReport: Sendable, Equatable, Codable {
         /// Length of the pace period in days: the last 7 days, or the time since acceptance when shorter
         /// (counted as at least one day).
         public var periodDays: Double
-        /// Users still to migrate (pending, failed and unresolvable).
+        /// Users who can still migrate (pending and failed; refused users are left out).
         public var remaining: Int
         /// When the last of them would migrate at the current pace; nil when complete or stalled.
         public var finishAt: Date?
@@ -206,6 +241,8 @@ public struct MigrationReport: Sendable, Equatable, Codable {
         public var oldSub: String
         /// `pending`, `failed` or `unresolvable`.
         public var state: String
+        /// The step the user waits for or, when `unresolvable`, was refused at.
+        public var step: Step
         /// Exchange attempts so far.
         public var attempts: Int
         /// The last error recorded, if any.

@@ -82,12 +82,13 @@ public struct ReportBuilder: Sendable {
         let identifiers = try legacy?.identifiers()
         // One more unresolved user than asked, to know whether another page follows.
         let pageLimit = limit == 0 || limit == .max ? limit : limit + 1
-        let (counts, days, pace, reasons, listed, unqueued) = try await pool.withConnection { connection in
+        let (counts, refused, days, pace, reasons, listed, unqueued) = try await pool.withConnection { connection in
             try await ReportCounts.fold(connection)
             // One snapshot for every figure and the list, so they agree even while workers write.
             return try await connection.withTransaction(isolation: .repeatableRead) { connection in
                 (
                     try await stateMethodCounts(connection),
+                    try await ReportCounts.refused(connection),
                     try await dayCounts(connection),
                     try await paceCount(connection),
                     try await reasonCounts(connection),
@@ -116,18 +117,15 @@ public struct ReportBuilder: Sendable {
                 """)[0].decode(Int.self, at: 0)
         )
         let methods = MigrationReport.Method.allCases.map { method in
-            MigrationReport.MethodOutcome(
-                method: method,
-                migrated: counts[StateMethod(state: "migrated", method: method.rawValue)] ?? 0,
-                failed: counts[StateMethod(state: "failed", method: method.rawValue)] ?? 0,
-                unresolvable: counts[StateMethod(state: "unresolvable", method: method.rawValue)] ?? 0
-            )
+            MigrationReport.MethodOutcome(method: method, migrated: counts[StateMethod(state: "migrated", method: method.rawValue)] ?? 0)
         }
         let window = MigrationReport.Window(acceptedAt: acceptedAt, now: now)
         return MigrationReport(
             generatedAt: now,
             window: window,
             totals: totals,
+            refused: MigrationReport.Refused(transferIdentifiers: refused.transferIdentifiers, exchange: refused.exchange,
+                                             signin: totals.unmatchedSignins),
             methods: methods,
             perDay: fillDays(days),
             projection: ReportBuilder.projection(totals: totals, window: window, migratedInPeriod: pace.count, periodDays: pace.days, now: now),
@@ -236,6 +234,7 @@ public struct ReportBuilder: Sendable {
                 legacyKey: try row.decode(String?.self, at: 4),
                 oldSub: try row.decode(String.self, at: 0),
                 state: try row.decode(String.self, at: 1),
+                step: try row.decode(Bool.self, at: 6) ? .transferIdentifiers : .exchange,
                 attempts: try row.decode(Int.self, at: 2),
                 lastError: try row.decode(String?.self, at: 3),
                 email: email.map { emails == .masked ? ReportFormat.maskEmail($0) : $0 },
@@ -245,14 +244,15 @@ public struct ReportBuilder: Sendable {
     }
 
     /// One page of users not migrated, in `old_sub` order (the transfer identifier standing in for a row known
-    /// only by it), each with its legacy row's key and email (the Apple row carrying `old_sub`, or between
-    /// companies the row the transfer identifier leads to): an index scan of `transfers_unresolved_idx`. Between
+    /// only by it), each with whether it lacks a transfer identifier (its ``MigrationReport/Step``) and its legacy
+    /// row's key and email (the Apple row carrying `old_sub`, or between companies the row the transfer
+    /// identifier leads to): an index scan of `transfers_unresolved_idx`. Between
     /// companies, rows of the legacy table whose transfer identifier the exchange has not queued yet are merged in
     /// as pending, by their transfer identifier.
     static func unresolvedQuery(after: String?, limit: Int, identifiers: BatonConfiguration.LegacyIdentifiers?) -> PostgresQuery {
         guard let identifiers else {
             return """
-                SELECT COALESCE(t.old_sub, t.transfer_sub), t.state, t.attempts, t.last_error, NULL::text, NULL::text
+                SELECT COALESCE(t.old_sub, t.transfer_sub), t.state, t.attempts, t.last_error, NULL::text, NULL::text, t.transfer_sub IS NULL
                 FROM baton.transfers AS t
                 WHERE t.state <> 'migrated' AND (\(after)::text IS NULL OR COALESCE(t.old_sub, t.transfer_sub) > \(after))
                 ORDER BY COALESCE(t.old_sub, t.transfer_sub)
@@ -265,7 +265,7 @@ public struct ReportBuilder: Sendable {
         let byTransfer: PostgresQuery = l.transferColumn.map { "u.\($0) = t.transfer_sub" } ?? "u.\(l.keyColumn)::text = t.legacy_key"
         let select = "SELECT u.\(l.keyColumn.quoted)::text AS key, \(l.emailSQL) AS email FROM \(l.table.quoted) AS u\(l.emailJoinSQL) WHERE "
         let legacyRow: PostgresQuery = """
-            SELECT COALESCE(t.old_sub, t.transfer_sub), t.state, t.attempts, t.last_error, legacy.key, legacy.email
+            SELECT COALESCE(t.old_sub, t.transfer_sub), t.state, t.attempts, t.last_error, legacy.key, legacy.email, t.transfer_sub IS NULL
             FROM baton.transfers AS t
             LEFT JOIN LATERAL (
                 (\(unsafeRaw: select)u.\(l.subjectColumn) = t.old_sub
@@ -278,7 +278,7 @@ public struct ReportBuilder: Sendable {
             """
         guard let unqueued = LegacySeeder.unqueuedTransferColumnRows(l), let column = l.transferColumn else { return queued }
         let awaiting: PostgresQuery = """
-            SELECT u.\(column)::text, 'pending'::text, 0, NULL::text, u.\(l.keyColumn)::text, \(unsafeRaw: l.emailSQL)
+            SELECT u.\(column)::text, 'pending'::text, 0, NULL::text, u.\(l.keyColumn)::text, \(unsafeRaw: l.emailSQL), false
             FROM \(l.table) AS u\(unsafeRaw: l.emailJoinSQL) WHERE (\(after)::text IS NULL OR u.\(column)::text > \(after))
             """
         return "SELECT * FROM ((" + queued + ") UNION ALL (" + awaiting + " AND " + unqueued + " ORDER BY 1 LIMIT \(limit))) AS unresolved ORDER BY 1 LIMIT \(limit)"
@@ -302,10 +302,11 @@ public struct ReportBuilder: Sendable {
         return filled
     }
 
-    /// The pace over the period and the finish it leads to, against the window's end.
+    /// The pace over the period and the finish it leads to for the users who can still migrate, against the
+    /// window's end.
     static func projection(totals: MigrationReport.Totals, window: MigrationReport.Window, migratedInPeriod: Int, periodDays: Double, now: Date) -> MigrationReport.Projection {
         let perDay = Double(migratedInPeriod) / periodDays
-        let remaining = totals.unresolved
+        let remaining = totals.migratable
         var required: Double?
         if let end = window.endsAt, end > now {
             required = Double(remaining) / (end.timeIntervalSince(now) / 86_400)

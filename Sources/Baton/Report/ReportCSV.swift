@@ -1,8 +1,8 @@
 import Foundation
 
 extension MigrationReport {
-    /// The CSV header: `legacy_key,old_sub,state,attempts,last_error,email,private_relay`.
-    public static let csvHeader = "legacy_key,old_sub,state,attempts,last_error,email,private_relay"
+    /// The CSV header: `legacy_key,old_sub,state,attempts,last_error,email,private_relay,step`.
+    public static let csvHeader = "legacy_key,old_sub,state,attempts,last_error,email,private_relay,step"
 
     /// One CSV line (RFC 4180 quoting, no line break) for `user`, in the order of ``csvHeader``.
     public static func csvLine(_ user: UnresolvedUser) -> String {
@@ -14,6 +14,7 @@ extension MigrationReport {
             user.lastError ?? "",
             user.email ?? "",
             user.privateRelay ? "true" : "false",
+            user.step.rawValue,
         ].map(csvField).joined(separator: ",")
     }
 

@@ -18,8 +18,28 @@ enum ReportCharts {
         "<svg class=\"\(frame.rawValue)\" viewBox=\"0 0 \(Int(width)) \(Int(height))\" role=\"img\" aria-label=\"\(label)\">\n"
     }
 
+    /// The width a character of the charts' 12-unit text is taken to need: 0.7 em, as wide as the bold lower-case
+    /// letters and digits of DejaVu Sans (the sans-serif of a Debian browser, and among the widest), so a label placed
+    /// by it ends inside its estimate.
+    static let characterWidth = 8.4
+
+    /// A `<text>` element of `content` anchored at `x` as `anchor` (`start`, `middle`, `end`), moved along x as
+    /// little as needed to keep its estimated extent (``characterWidth`` per character) inside `lower...width`
+    /// (the drawing, or the plot for a label within it), 2 units from each end: a label near an edge of the chart
+    /// is never cut off.
+    static func text(_ content: String, x: Double, y: Double, anchor: String = "start", within width: Double, from lower: Double = 0,
+                     class name: String? = nil) -> String {
+        let extent = Double(content.count) * characterWidth
+        let before = anchor == "middle" ? extent / 2 : anchor == "end" ? extent : 0
+        let start = min(max(x - before, lower + 2), width - 2 - extent)
+        let placed = max(2, start) + before
+        let attribute = name.map { " class=\"\($0)\"" } ?? ""
+        return "<text x=\"\(f(placed))\" y=\"\(f(y))\" text-anchor=\"\(anchor)\"\(attribute)>\(content)</text>"
+    }
+
     /// Cumulative share migrated against the days of the window: the actual line, the deadline, today, the
-    /// projection at the current pace (dashed) and the pace needed to finish in time (dotted).
+    /// projection at the current pace (dashed) and the pace needed to finish in time (dotted), both up to the share
+    /// that can still migrate (users refused for good left out).
     static func progress(_ report: MigrationReport) -> String {
         guard report.window.acceptedAt != nil else { return "" }
         var html = Frame.allCases.map { progress(report, $0) }.joined()
@@ -41,16 +61,20 @@ enum ReportCharts {
         let total = Double(max(1, report.totals.total))
         func x(_ day: Double) -> Double { left + (day - minX) / (maxX - minX) * plotWidth }
         func y(_ share: Double) -> Double { top + (1 - min(1, max(0, share))) * plotHeight }
+        // Labels of the axes within the drawing, the others within the plot.
+        func label(_ content: String, _ x: Double, _ y: Double, _ anchor: String = "start", _ name: String? = nil, inPlot: Bool = true) -> String {
+            text(content, x: x, y: y, anchor: anchor, within: width, from: inPlot ? left : 0, class: name)
+        }
 
         var svg = open(frame, width, height, label: "share of users migrated over the 60-day window")
         for step in 0...4 {
             let share = Double(step) / 4
             svg += "<line x1=\"\(f(left))\" y1=\"\(f(y(share)))\" x2=\"\(f(width - right))\" y2=\"\(f(y(share)))\" stroke=\"#e4e7ec\"/>"
-            svg += "<text x=\"\(f(left - 8))\" y=\"\(f(y(share) + 4))\" text-anchor=\"end\">\(step * 25)%</text>\n"
+            svg += label("\(step * 25)%", left - 8, y(share) + 4, "end", inPlot: false) + "\n"
         }
         var tick = (minX / 10).rounded(.up) * 10
         while tick <= maxX {
-            svg += "<text x=\"\(f(x(tick)))\" y=\"\(f(height - bottom + 18))\" text-anchor=\"middle\">day \(Int(tick))</text>\n"
+            svg += label("day \(Int(tick))", x(tick), height - bottom + 18, "middle", inPlot: false) + "\n"
             tick += 10
         }
 
@@ -69,46 +93,52 @@ enum ReportCharts {
         }
         svg += "<polyline points=\"\(line)\" fill=\"none\" stroke=\"#2e9d57\" stroke-width=\"2.5\"/>\n"
 
-        // Needed pace: from today's share to 100% at day 60.
-        if !report.window.closed, report.totals.unresolved > 0 {
-            svg += "<line x1=\"\(f(x(nowDay)))\" y1=\"\(f(y(current)))\" x2=\"\(f(x(60)))\" y2=\"\(f(y(1)))\" stroke=\"#667085\" stroke-width=\"1.5\" stroke-dasharray=\"2 4\"/>\n"
+        // The share that can still be reached: everyone but the users refused for good.
+        let reachable = Double(report.totals.total - report.totals.unresolvable) / total
+        if report.totals.unresolvable > 0 {
+            svg += "<line x1=\"\(f(left))\" y1=\"\(f(y(reachable)))\" x2=\"\(f(width - right))\" y2=\"\(f(y(reachable)))\" stroke=\"#c4413b\" stroke-opacity=\"0.5\"/>"
+            svg += label("\(ReportFormat.count(report.totals.unresolvable)) refused for good", x(60) - 6, y(reachable) + 14, "end", "bad") + "\n"
+        }
+        // Needed pace: from today's share to the reachable share at day 60.
+        if !report.window.closed, report.projection.remaining > 0 {
+            svg += "<line x1=\"\(f(x(nowDay)))\" y1=\"\(f(y(current)))\" x2=\"\(f(x(60)))\" y2=\"\(f(y(reachable)))\" stroke=\"#667085\" stroke-width=\"1.5\" stroke-dasharray=\"2 4\"/>\n"
         }
         // Projection at the current pace, clipped to the chart.
-        if report.projection.perDay > 0, report.totals.unresolved > 0 {
+        if report.projection.perDay > 0, report.projection.remaining > 0 {
             let perDayShare = report.projection.perDay / total
-            let daysToFinish = (1 - current) / perDayShare
+            let daysToFinish = max(0, reachable - current) / perDayShare
             let endDay = min(maxX, nowDay + daysToFinish)
             let endShare = current + (endDay - nowDay) * perDayShare
             let color = report.projection.status == .behind ? "#c4413b" : "#2e9d57"
             svg += "<line x1=\"\(f(x(nowDay)))\" y1=\"\(f(y(current)))\" x2=\"\(f(x(endDay)))\" y2=\"\(f(y(endShare)))\" stroke=\"\(color)\" stroke-width=\"2\" stroke-dasharray=\"7 5\"/>\n"
             if let finish = report.projection.finishAt, endDay < maxX {
-                svg += "<circle cx=\"\(f(x(endDay)))\" cy=\"\(f(y(1)))\" r=\"4\" fill=\"\(color)\"/>"
+                svg += "<circle cx=\"\(f(x(endDay)))\" cy=\"\(f(y(reachable)))\" r=\"4\" fill=\"\(color)\"/>"
                 let nearDeadline = endDay > 60 - (maxX - minX) * 0.2
-                svg += "<text x=\"\(f(x(endDay) + (nearDeadline ? -8 : 0)))\" y=\"\(f(y(1) + (nearDeadline ? 18 : -8)))\" text-anchor=\"\(nearDeadline ? "end" : "middle")\" class=\"strong\">projected finish \(ReportFormat.day(finish).dropFirst(5))</text>\n"
+                let finishText = "projected finish \(ReportFormat.day(finish).dropFirst(5))"
+                svg += label(finishText, x(endDay) + (nearDeadline ? -8 : 0), y(reachable) + (nearDeadline ? 18 : -8), nearDeadline ? "end" : "middle", "strong") + "\n"
             } else if report.projection.status == .behind {
-                svg += "<text x=\"\(f(x(endDay) - 6))\" y=\"\(f(y(endShare) + 16))\" text-anchor=\"end\" class=\"bad\">\(ReportFormat.percent(endShare)) by day \(Int(maxX)) at this pace</text>\n"
+                svg += label("\(ReportFormat.percent(endShare)) by day \(Int(maxX)) at this pace", x(endDay) - 6, y(endShare) + 16, "end", "bad") + "\n"
             }
         }
 
         // Deadline and today.
         svg += "<line x1=\"\(f(x(60)))\" y1=\"\(f(top))\" x2=\"\(f(x(60)))\" y2=\"\(f(y(0)))\" stroke=\"#c4413b\" stroke-width=\"2\"/>"
-        svg += "<text x=\"\(f(x(60) - 6))\" y=\"\(f(top + 12))\" text-anchor=\"end\" class=\"strong\">deadline (day 60)</text>\n"
+        svg += label("deadline (day 60)", x(60) - 6, top + 12, "end", "strong") + "\n"
         if nowDay < maxX - 0.5 || nowDay <= 60 {
             svg += "<line x1=\"\(f(x(nowDay)))\" y1=\"\(f(top))\" x2=\"\(f(x(nowDay)))\" y2=\"\(f(y(0)))\" stroke=\"#1d2330\" stroke-dasharray=\"3 3\"/>"
         }
         let anchor = nowDay > (maxX - minX) * 0.8 + minX ? "end" : "start"
         let dx = anchor == "end" ? -6.0 : 6.0
-        svg += "<text x=\"\(f(x(nowDay) + dx))\" y=\"\(f(max(top + 28, y(current) - 10)))\" text-anchor=\"\(anchor)\" class=\"strong\">today: \(ReportFormat.percent(current))</text>\n"
+        svg += label("today: \(ReportFormat.percent(current))", x(nowDay) + dx, max(top + 28, y(current) - 10), anchor, "strong") + "\n"
         svg += "</svg>\n"
         return svg
     }
 
-    /// One stacked bar per method: migrated, failed and unresolvable, with the counts.
+    /// One bar per method: the users it migrated, with the count.
     static func methods(_ report: MigrationReport) -> String {
         var html = Frame.allCases.map { methods(report, $0) }.joined()
-        html += "<p class=\"legend\"><span><i class=\"migrated\"></i>migrated</span> <span><i class=\"failed\"></i>failed</span> <span><i class=\"unresolvable\"></i>unresolvable</span></p>\n"
-        if report.totals.pending > 0 {
-            html += "<p class=\"muted\">\(ReportFormat.count(report.totals.pending)) users are pending: no method has carried them over yet.</p>\n"
+        if report.totals.pending + report.totals.failed > 0 {
+            html += "<p class=\"muted\">\(ReportFormat.count(report.totals.pending + report.totals.failed)) users are pending or failed: no method has carried them over yet.</p>\n"
         }
         return html
     }
@@ -117,26 +147,17 @@ enum ReportCharts {
         let (width, left, right) = frame == .wide ? (560.0, 80.0, 200.0) : (360.0, 76.0, 176.0)
         let rowHeight = 46.0, top = 8.0
         let height = top * 2 + rowHeight * Double(report.methods.count) + 24
-        let peak = Double(max(1, report.methods.map { $0.migrated + $0.failed + $0.unresolvable }.max() ?? 1))
+        let peak = Double(max(1, report.methods.map(\.migrated).max() ?? 1))
         let plotWidth = width - left - right
-        var svg = open(frame, width, height, label: "outcomes by method")
+        var svg = open(frame, width, height, label: "users migrated by method")
         for (index, outcome) in report.methods.enumerated() {
             let rowY = top + Double(index) * rowHeight
-            svg += "<text x=\"\(f(left - 10))\" y=\"\(f(rowY + 21))\" text-anchor=\"end\" class=\"strong\">\(outcome.method.label)</text>"
+            svg += text(outcome.method.label, x: left - 10, y: rowY + 21, anchor: "end", within: width, class: "strong")
             svg += "<rect x=\"\(f(left))\" y=\"\(f(rowY + 6))\" width=\"\(f(plotWidth))\" height=\"22\" rx=\"4\" fill=\"#f0f2f5\"/>"
-            var offset = left
-            for (count, color) in [(outcome.migrated, "#2e9d57"), (outcome.failed, "#e07b24"), (outcome.unresolvable, "#c4413b")] where count > 0 {
-                let barWidth = max(1.5, Double(count) / peak * plotWidth)
-                svg += "<rect x=\"\(f(offset))\" y=\"\(f(rowY + 6))\" width=\"\(f(barWidth))\" height=\"22\" fill=\"\(color)\"/>"
-                offset += barWidth
+            if outcome.migrated > 0 {
+                svg += "<rect x=\"\(f(left))\" y=\"\(f(rowY + 6))\" width=\"\(f(max(1.5, Double(outcome.migrated) / peak * plotWidth)))\" height=\"22\" fill=\"#2e9d57\"/>"
             }
-            let notMigrated = outcome.failed + outcome.unresolvable
-            let labelY = notMigrated > 0 ? rowY + 15 : rowY + 21
-            svg += "<text x=\"\(f(width - right + 10))\" y=\"\(f(labelY))\" class=\"strong\">\(ReportFormat.count(outcome.migrated)) migrated</text>"
-            if notMigrated > 0 {
-                svg += "<text x=\"\(f(width - right + 10))\" y=\"\(f(labelY + 15))\">\(ReportFormat.count(outcome.failed)) failed, \(ReportFormat.count(outcome.unresolvable)) unresolvable</text>"
-            }
-            svg += "\n"
+            svg += text("\(ReportFormat.count(outcome.migrated)) migrated", x: width - right + 10, y: rowY + 21, within: width, class: "strong") + "\n"
         }
         svg += "</svg>\n"
         return svg
@@ -165,7 +186,7 @@ enum ReportCharts {
         for step in 0...4 {
             let value = peak * Double(step) / 4
             svg += "<line x1=\"\(f(left))\" y1=\"\(f(y(value)))\" x2=\"\(f(width - right))\" y2=\"\(f(y(value)))\" stroke=\"#e4e7ec\"/>"
-            svg += "<text x=\"\(f(left - 8))\" y=\"\(f(y(value) + 4))\" text-anchor=\"end\">\(ReportFormat.count(Int(value.rounded())))</text>\n"
+            svg += text(ReportFormat.count(Int(value.rounded())), x: left - 8, y: y(value) + 4, anchor: "end", within: width) + "\n"
         }
         // At most ten day labels, each about 44 units wide.
         let labelEvery = max(1, Int((Double(days.count) / 10).rounded(.up)), Int((Double(days.count) * 44 / plotWidth).rounded(.up)))
@@ -178,7 +199,7 @@ enum ReportCharts {
                 base += Double(count)
             }
             if index % labelEvery == 0 {
-                svg += "<text x=\"\(f(barX + barWidth / 2))\" y=\"\(f(height - bottom + 18))\" text-anchor=\"middle\">\(day.day.dropFirst(5))</text>"
+                svg += text(String(day.day.dropFirst(5)), x: barX + barWidth / 2, y: height - bottom + 18, anchor: "middle", within: width)
             }
             svg += "\n"
         }

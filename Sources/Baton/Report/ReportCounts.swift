@@ -51,6 +51,17 @@ enum ReportCounts {
         try await connection.query("SELECT state, method, sum(count)::bigint FROM baton.transfer_count_totals GROUP BY state, method")
     }
 
+    /// The `unresolvable` users by the step that refused them: without a transfer identifier `baton transfer-ids`,
+    /// with one `baton exchange`. Counted from the table through the index of 0012 (whose first column is the
+    /// state), so the work grows with the refused users only.
+    static func refused(_ connection: PostgresConnection) async throws -> (transferIdentifiers: Int, exchange: Int) {
+        let row = try await connection.query("""
+            SELECT count(*) FILTER (WHERE transfer_sub IS NULL), count(*) FILTER (WHERE transfer_sub IS NOT NULL)
+            FROM baton.transfers WHERE state = 'unresolvable'
+            """)[0]
+        return (try row.decode(Int.self, at: 0), try row.decode(Int.self, at: 1))
+    }
+
     /// Migrations up to `now` by UTC day (`YYYY-MM-DD`) and method; a day may come in several rows. The counts
     /// through `now`'s hour, less the migrations of that hour after `now` (none, unless `now` is in the past or the
     /// clocks disagree).

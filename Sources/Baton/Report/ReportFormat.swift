@@ -89,32 +89,34 @@ package enum ReportFormat {
 }
 
 extension MigrationReport {
-    /// One or two sentences on the pace and where it leads, e.g. `Not at the current pace: …`.
+    /// One or two sentences on the pace and where it leads for the users who can still migrate, e.g.
+    /// `Not at the current pace: …`; the users refused for good are named apart.
     public var projectionSummary: String {
         let p = projection
         let pace = "\(ReportFormat.rate(p.perDay)) migrations/day over the last \(ReportFormat.days(p.periodDays)) days"
         let required = p.requiredPerDay.map { " Finishing by the deadline takes \(ReportFormat.rate($0))/day." } ?? ""
+        let refusedNote = totals.unresolvable == 0 ? "" : " \(ReportFormat.count(totals.unresolvable)) users refused for good are left out (see Refused, by step)."
+        let closed = window.endsAt.map { "The window closed on \(ReportFormat.timestamp($0)) with \(ReportFormat.count(totals.unresolved)) users not migrated: reach them with a re-sign-in campaign (CSV)." }
         switch p.status {
         case .complete:
+            if totals.unresolvable > 0 {
+                return "Every user who can still migrate is migrated; \(ReportFormat.count(totals.unresolvable)) users were refused for good (see Refused, by step)."
+            }
             return "Every user is migrated."
         case .stalled:
-            if window.closed, let end = window.endsAt {
-                return "The window closed on \(ReportFormat.timestamp(end)) with \(ReportFormat.count(p.remaining)) users not migrated: reach them with a re-sign-in campaign (CSV)."
-            }
-            return "No migration in the last \(ReportFormat.days(p.periodDays)) days: no finish at the current pace; \(ReportFormat.count(p.remaining)) users remain.\(required)"
+            if window.closed, let closed { return closed }
+            return "No migration in the last \(ReportFormat.days(p.periodDays)) days: no finish at the current pace; \(ReportFormat.count(p.remaining)) users can still migrate.\(required)\(refusedNote)"
         case .onTrack:
             let finish = p.finishAt.map(ReportFormat.timestamp) ?? "-"
             if let end = window.endsAt {
-                return "On track: at \(pace), the last \(ReportFormat.count(p.remaining)) users migrate by \(finish), before the window closes on \(ReportFormat.timestamp(end))."
+                return "On track: at \(pace), the last \(ReportFormat.count(p.remaining)) users migrate by \(finish), before the window closes on \(ReportFormat.timestamp(end)).\(refusedNote)"
             }
-            return "At \(pace), the last \(ReportFormat.count(p.remaining)) users migrate by \(finish) (no acceptance date configured, so no deadline)."
+            return "At \(pace), the last \(ReportFormat.count(p.remaining)) users migrate by \(finish) (no acceptance date configured, so no deadline).\(refusedNote)"
         case .behind:
+            if window.closed, let closed { return closed }
             let end = window.endsAt.map(ReportFormat.timestamp) ?? "-"
-            if window.closed {
-                return "The window closed on \(end) with \(ReportFormat.count(p.remaining)) users not migrated: reach them with a re-sign-in campaign (CSV)."
-            }
             let finish = p.finishAt.map(ReportFormat.timestamp) ?? "-"
-            return "Not at the current pace: at \(pace), the last \(ReportFormat.count(p.remaining)) users would migrate by \(finish), after the window closes on \(end).\(required)"
+            return "Not at the current pace: at \(pace), the last \(ReportFormat.count(p.remaining)) users would migrate by \(finish), after the window closes on \(end).\(required)\(refusedNote)"
         }
     }
 }

@@ -5,8 +5,8 @@ extension MigrationReport {
     public static let htmlListLimit = 100
 
     /// The report as one self-contained HTML page (the body of `GET /report`): inline CSS and inline SVG
-    /// charts (progress against the deadline, outcomes by method, migrations per day), no script, no
-    /// link to anything outside the page, emails masked. A Content-Security-Policy in the page forbids
+    /// charts (progress against the deadline, migrated by method, migrations per day), the users refused by
+    /// step, no script, no link to anything outside the page, emails masked. A Content-Security-Policy in the page forbids
     /// every fetch, so a browser refuses (and reports) anything that would leave it.
     /// - Parameters:
     ///   - listLimit: unresolved users listed at most; default ``htmlListLimit``.
@@ -45,11 +45,12 @@ extension MigrationReport {
         }
         page.raw("</section>\n")
 
-        page.raw("<div class=\"columns\">\n<section id=\"methods\">\n<h2>Outcomes by method</h2>\n")
+        page.raw("<div class=\"columns\">\n<section id=\"methods\">\n<h2>Migrated by method</h2>\n")
         page.raw(ReportCharts.methods(self))
         page.raw("</section>\n<section id=\"states\">\n<h2>Users by state</h2>\n")
         stateTable(&page)
         page.raw("</section>\n</div>\n")
+        refusedTable(&page)
 
         page.raw("<section id=\"per-day\">\n<h2>Migrations per day</h2>\n")
         if perDay.isEmpty {
@@ -65,7 +66,8 @@ extension MigrationReport {
 
         page.raw("""
             <footer class="muted">Counts come from <code>baton.transfers</code>; days are UTC. The full list of \
-            unresolved users, for a mailer: <code>baton report --format csv --unmasked --out unresolved.csv</code>.</footer>
+            unresolved users: <code>baton report --format csv --out unresolved.csv</code> (emails masked); for a mailer \
+            <code>--unmasked</code> writes the addresses (personal data).</footer>
             </body>
             </html>
 
@@ -109,7 +111,8 @@ extension MigrationReport {
             ("Days left", days, daysNote, window.closed ? "bad" : ""),
             ("Pace", "\(ReportFormat.rate(projection.perDay))/day", "\(ReportFormat.count(projection.migratedInPeriod)) in the last \(ReportFormat.days(projection.periodDays)) days", ""),
             ("Projected finish", finish, finishNote, statusClass),
-            ("Still to reach", ReportFormat.count(totals.unresolved), "pending, failed or unresolvable", ""),
+            ("Still to migrate", ReportFormat.count(projection.remaining),
+             totals.unresolvable == 0 ? "pending or failed" : "pending or failed; \(ReportFormat.count(totals.unresolvable)) refused for good", ""),
         ]
         page.raw("<section class=\"cards\">\n")
         for (label, value, note, tone) in items {
@@ -139,6 +142,20 @@ extension MigrationReport {
             page.raw("<tr><\(tag)>\(name == "total" ? "Total" : "<i class=\"\(name)\"></i>\(name)")</\(tag)><td class=\"num\">\(ReportFormat.count(count))</td><td class=\"num\">\(ReportFormat.percent(share))</td></tr>\n")
         }
         page.raw("</tbody>\n</table>\n")
+    }
+
+    private func refusedTable(_ page: inout HTMLPage) {
+        page.raw("<section id=\"refused\">\n<h2>Refused for good, by step</h2>\n")
+        guard !refused.isEmpty else {
+            page.raw("<p class=\"muted\">No user was refused.</p>\n</section>\n")
+            return
+        }
+        page.raw("<p class=\"muted\">Left out of the projection: Apple or Baton refused them for good at this step.</p>\n")
+        page.raw("<table>\n<thead><tr><th>Step</th><th class=\"num\">Users</th><th>Means, and the way out</th></tr></thead>\n<tbody>\n")
+        for row in refusedRows {
+            page.raw("<tr><td>\(htmlEscape(row.step))</td><td class=\"num\">\(ReportFormat.count(row.count))</td><td>\(htmlEscape(row.means))</td></tr>\n")
+        }
+        page.raw("</tbody>\n</table>\n</section>\n")
     }
 
     private func failuresTable(_ page: inout HTMLPage) {
@@ -180,12 +197,14 @@ extension MigrationReport {
             page.raw("<p class=\"muted\">Everybody is migrated.</p>\n</section>\n")
             return
         }
-        page.raw("<p class=\"muted\">The users a re-sign-in campaign has to reach. Emails are masked here; the CSV carries the addresses.</p>\n")
+        page.raw("<p class=\"muted\">The users a re-sign-in campaign has to reach. Emails are masked here, and the CSV is masked by default: "
+                 + "<code>baton report --format csv --unmasked --out unresolved.csv</code> writes the addresses, personal data "
+                 + "(the file is readable by its owner only; delete it once the mailing is sent).</p>\n")
         if !listed.isEmpty {
-            page.raw("<div class=\"scroll\">\n<table class=\"users\">\n<thead><tr><th>Legacy key</th><th>Old identifier</th><th>State</th><th class=\"num\">Attempts</th><th>Email</th><th>Last error</th></tr></thead>\n<tbody>\n")
+            page.raw("<div class=\"scroll\">\n<table class=\"users\">\n<thead><tr><th>Legacy key</th><th>Old identifier</th><th>State</th><th>Step</th><th class=\"num\">Attempts</th><th>Email</th><th>Last error</th></tr></thead>\n<tbody>\n")
             for user in listed {
                 let email = user.email.map(ReportFormat.maskEmail) ?? "-"
-                page.raw("<tr><td>\(htmlEscape(user.legacyKey ?? "-"))</td><td class=\"mono\">\(htmlEscape(user.oldSub))</td><td class=\"nowrap\"><i class=\"\(htmlEscape(user.state))\"></i>\(htmlEscape(user.state))</td><td class=\"num\">\(user.attempts)</td><td class=\"nowrap\">\(htmlEscape(email))\(user.privateRelay ? " <span class=\"tag\">relay</span>" : "")</td><td>\(htmlEscape(user.lastError ?? ""))</td></tr>\n")
+                page.raw("<tr><td>\(htmlEscape(user.legacyKey ?? "-"))</td><td class=\"mono\">\(htmlEscape(user.oldSub))</td><td class=\"nowrap\"><i class=\"\(htmlEscape(user.state))\"></i>\(htmlEscape(user.state))</td><td class=\"nowrap\">\(user.step.rawValue)</td><td class=\"num\">\(user.attempts)</td><td class=\"nowrap\">\(htmlEscape(email))\(user.privateRelay ? " <span class=\"tag\">relay</span>" : "")</td><td>\(htmlEscape(user.lastError ?? ""))</td></tr>\n")
             }
             page.raw("</tbody>\n</table>\n</div>\n")
         }

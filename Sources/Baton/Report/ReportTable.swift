@@ -5,8 +5,9 @@ extension MigrationReport {
     /// terminal; ``renderHTML(listLimit:)`` lists 100.
     public static let tableListLimit = 20
 
-    /// The report as plain text for a terminal: the window, progress, pace, the states, the methods, every
-    /// day with migrations, failures by reason, and the first unresolved users with emails masked.
+    /// The report as plain text for a terminal: the window, progress, pace, the states, the methods, the users
+    /// refused by step, every day with migrations, failures by reason, and the first unresolved users with emails
+    /// masked.
     /// - Parameter listLimit: unresolved users listed at most; default ``tableListLimit``.
     public func renderTable(listLimit: Int = MigrationReport.tableListLimit) -> String {
         var out: [String] = []
@@ -40,10 +41,18 @@ extension MigrationReport {
         out.append("")
 
         out.append(contentsOf: grid(
-            ["Method", "Migrated", "Failed", "Unresolvable"],
-            methods.map { [$0.method.label, ReportFormat.count($0.migrated), ReportFormat.count($0.failed), ReportFormat.count($0.unresolvable)] },
-            rightAligned: [1, 2, 3]
+            ["Method", "Migrated"],
+            methods.map { [$0.method.label, ReportFormat.count($0.migrated)] },
+            rightAligned: [1]
         ))
+        out.append("")
+
+        out.append("Refused for good, by step (left out of the projection)")
+        if refused.isEmpty {
+            out.append("  none")
+        } else {
+            out.append(contentsOf: grid(["Step", "Users", "Means, and the way out"], refusedRows.map { [$0.step, ReportFormat.count($0.count), $0.means] }, rightAligned: [1]))
+        }
         out.append("")
 
         // Every day with a migration, from the first: a quiet fortnight must not hide the busy first week.
@@ -94,17 +103,17 @@ extension MigrationReport {
         out.append("")
 
         let listed = Array(unresolved.users.prefix(max(0, listLimit)))
-        out.append("Unresolved users (\(ReportFormat.count(unresolved.total)); the full list for a mailer: baton report --format csv)")
+        out.append("Unresolved users (\(ReportFormat.count(unresolved.total)); all of them: baton report --format csv, emails masked unless --unmasked)")
         if unresolved.total == 0 {
             out.append("  none")
         } else if !listed.isEmpty {
             out.append(contentsOf: grid(
-                ["Legacy key", "Old identifier", "State", "Attempts", "Email", "Last error"],
+                ["Legacy key", "Old identifier", "State", "Step", "Attempts", "Email", "Last error"],
                 listed.map { user in
-                    [user.legacyKey ?? "-", user.oldSub, user.state, String(user.attempts),
+                    [user.legacyKey ?? "-", user.oldSub, user.state, user.step.rawValue, String(user.attempts),
                      user.email.map(ReportFormat.maskEmail) ?? "-", user.lastError ?? ""]
                 },
-                rightAligned: [3]
+                rightAligned: [4]
             ))
         }
         if unresolved.total > listed.count {
@@ -117,6 +126,17 @@ extension MigrationReport {
     var stateCounts: [(String, Int)] {
         [("migrated", totals.migrated), ("pending", totals.pending), ("failed", totals.failed),
          ("unresolvable", totals.unresolvable), ("total", totals.total)]
+    }
+
+    /// One row per step of ``refused``: its name, the users (or sign-ins) it refused, what that means and the way out.
+    var refusedRows: [(step: String, count: Int, means: String)] {
+        [
+            (Step.transferIdentifiers.rawValue, refused.transferIdentifiers,
+             "Apple made no transfer identifier (last error): baton transfer-ids --retry-unresolvable once a shared cause is fixed, else POST /v1/link or email"),
+            (Step.exchange.rawValue, refused.exchange,
+             "Apple refused the exchange, or no record matched or the identifier was taken (last error): a sign-in in the window still migrates a user who comes back; baton exchange --retry-unresolvable once a shared cause is fixed, baton merge for a duplicate, else POST /v1/link"),
+            ("sign-in", refused.signin, "sign-ins answered unmatched: their transfer_sub leads to no record; POST /v1/link"),
+        ]
     }
 
     /// Columns padded to their widest cell, two spaces apart, indented by two.

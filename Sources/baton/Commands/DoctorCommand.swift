@@ -22,12 +22,16 @@ let doctorCommand = Command(
         columns) and on the key, where emails are and under which policy, the JSON keys rewritten
         (the same inspection 'baton serve' runs at start-up);
       - who Baton cannot reach: Apple rows without a subject (nor transfer identifier); relay addresses,
-        which need the receiving team's email sources registered before any mail; duplicates to merge.
+        which need the receiving team's email sources registered before any mail; duplicates to merge;
+        users Apple refused for good at transfer-ids or at the exchange, by legacy key, with the way out.
     """,
     options: DoctorOptions.self,
     discussion: """
-    Lines start with 'ok', 'warn' or 'FAIL'; a FAIL line ends with a fix.
-    Exit status: 0 nothing failed, 1 a check failed, 2 the configuration is invalid.
+    Lines start with 'ok', 'warn', 'WAIT' or 'FAIL'; warn, WAIT and FAIL lines end with a fix. WAIT is a
+    check that can only pass once the transfer is accepted (apple.transfer.accepted_at absent or in the
+    future): the recipient's secret, the window; it names what makes it pass and fails nothing.
+    Exit status: 0 nothing failed (warn and WAIT lines included), 1 a check failed, 2 the configuration
+    is invalid.
     """,
     run: { parsed in
         var doctor = Doctor()
@@ -45,11 +49,14 @@ struct Doctor {
     enum Status: String {
         case ok = "ok  "
         case warning = "warn"
+        /// A check that can only pass after the transfer's acceptance, run before it.
+        case waiting = "WAIT"
         case failure = "FAIL"
     }
 
     private(set) var failures = 0
     private(set) var warnings = 0
+    private(set) var waiting = 0
 
     /// Prints one check's line: `ok   name: detail`, or `FAIL name: detail; fix: …`.
     mutating func report(_ status: Status, _ name: String, _ detail: String, fix: String? = nil) {
@@ -59,6 +66,7 @@ struct Doctor {
         switch status {
         case .ok: break
         case .warning: warnings += 1
+        case .waiting: waiting += 1
         case .failure: failures += 1
         }
     }
@@ -82,7 +90,7 @@ struct Doctor {
         await checkKeySet(configuration.apple.keysURL)
         await checkDatabase(configuration)
 
-        print("doctor: \(failures) failed, \(warnings) warnings")
+        print("doctor: \(failures) failed, \(warnings) warnings\(waiting > 0 ? ", \(waiting) waiting for the acceptance" : "")")
         return failures == 0 ? 0 : 1
     }
 
@@ -172,9 +180,9 @@ struct Doctor {
             _ = try await Doctor.client(baseURL, signer).accessToken(purpose: side == "sender" ? .transferIdentifier : .exchange)
             report(.ok, "\(side) secret", "accepted by \(baseURL.absoluteString)/auth/token (team \(signer.teamID), client \(signer.clientID))")
         } catch let error as AppleClientError where error.code == .invalidClient {
-            let (cause, fix) = await Doctor.invalidClientCause(side: side, signer: signer, keyFile: keyFile, otherTeamID: otherTeamID,
-                                                               transfer: transfer, baseURL: baseURL, now: now, error: error)
-            report(.failure, "\(side) secret", "\(error.description); likely cause: \(cause)", fix: fix)
+            let (status, cause, fix) = await Doctor.invalidClientCause(side: side, signer: signer, keyFile: keyFile, otherTeamID: otherTeamID,
+                                                                       transfer: transfer, baseURL: baseURL, now: now, error: error)
+            report(status, "\(side) secret", "\(error.description); \(status == .waiting ? "" : "likely cause: ")\(cause)", fix: fix)
         } catch let error as AppleClientError {
             report(.failure, "\(side) secret", error.description, fix: Doctor.oneLine(error.explanation))
         } catch {
@@ -188,49 +196,50 @@ struct Doctor {
     }
 
     /// The likely cause of Apple's `invalid_client` to `side`'s token request, among the documented ones
-    /// (docs/troubleshooting.md, "the key in the wrong team"): the key is the other team's (Apple accepts it under
-    /// the other side's team ID); else, from `accepted_at`, the app is not the recipient's yet or no longer the
-    /// sender's; else Apple's numbered list.
+    /// (docs/troubleshooting.md, "the key in the wrong team"), and the line's status: the key is the other team's
+    /// (Apple accepts it under the other side's team ID); else, from `accepted_at`, the app is not the recipient's
+    /// yet (``Status/waiting``: the check passes only after the acceptance) or no longer the sender's; else Apple's
+    /// numbered list.
     private static func invalidClientCause(side: String, signer: ClientSecret, keyFile: String, otherTeamID: String?,
                                            transfer: BatonConfiguration.Transfer, baseURL: URL, now: Date,
-                                           error: AppleClientError) async -> (cause: String, fix: String) {
+                                           error: AppleClientError) async -> (status: Status, cause: String, fix: String) {
         if let otherTeamID, otherTeamID != signer.teamID,
            let probe = try? await ClientSecret.load(teamID: otherTeamID, keyID: signer.keyID, clientID: signer.clientID, keyFile: keyFile),
            (try? await client(baseURL, probe).accessToken()) != nil {
             let otherSide = side == "sender" ? "recipient" : "sender"
             let needs = side == "sender" ? "transfer identifiers need the sender team's key" : "exchanges need the recipient team's key"
-            return ("key \(signer.keyID) is registered to team \(otherTeamID) (the \(otherSide)'s), not to team \(signer.teamID): Apple accepts it under team \(otherTeamID)'s ID",
+            return (.failure, "key \(signer.keyID) is registered to team \(otherTeamID) (the \(otherSide)'s), not to team \(signer.teamID): Apple accepts it under team \(otherTeamID)'s ID",
                     "\(needs): create a Sign in with Apple key in team \(signer.teamID)'s account (Certificates, Identifiers & Profiles > Keys) and set apple.transfer.\(side).key_id and .private_key_path to it")
         }
         let otherCredentials = side == "sender" ? transfer.recipient : transfer.sender
         if let otherCredentials, otherCredentials.keyID == signer.keyID {
             let otherSide = side == "sender" ? "recipient" : "sender"
-            return ("the \(side) is configured with the \(otherSide)'s key \(signer.keyID), which Apple does not accept under team \(signer.teamID)",
+            return (.failure, "the \(side) is configured with the \(otherSide)'s key \(signer.keyID), which Apple does not accept under team \(signer.teamID)",
                     "set apple.transfer.\(side).key_id and .private_key_path to a Sign in with Apple key of team \(signer.teamID)")
         }
         switch (side, TransferWindow(acceptedAt: transfer.acceptedAt).status(at: now)) {
         case ("recipient", .notAccepted), ("recipient", .notOpenYet):
-            return ("the app is not transferred to this team yet: Apple gives the recipient a token once it has accepted the transfer",
-                    "accept the transfer in App Store Connect as team \(signer.teamID), then set apple.transfer.accepted_at")
+            return (.waiting, "the app is not transferred to this team yet: Apple gives the recipient a token only once it has accepted the transfer, so this cannot pass before",
+                    "passes after team \(signer.teamID) accepts the transfer in App Store Connect: set apple.transfer.accepted_at to that moment and run baton doctor again")
         case ("sender", .closed):
-            return ("the app is no longer this team's: Apple refuses the sending team 60 days after acceptance",
+            return (.failure, "the app is no longer this team's: Apple refuses the sending team 60 days after acceptance",
                     "nothing to fix on the sender's side; users not migrated can only be re-linked (docs/runbook.md, \"Missed the window\")")
         default:
-            return ("the key answers under neither team ID, and the window does not explain it", oneLine(error.explanation))
+            return (.failure, "the key answers under neither team ID, and the window does not explain it", oneLine(error.explanation))
         }
     }
 
     private mutating func checkWindow(_ transfer: BatonConfiguration.Transfer, now: Date) {
         guard let accepted = transfer.acceptedAt, let end = transfer.windowEndsAt, let days = transfer.daysLeft(now: now) else {
-            report(.warning, "transfer window", "not accepted yet (apple.transfer.accepted_at absent)",
-                   fix: "set apple.transfer.accepted_at once the recipient accepts the transfer in App Store Connect")
+            report(.waiting, "transfer window", "not accepted yet (apple.transfer.accepted_at absent): the 60-day window starts at the acceptance",
+                   fix: "passes once the recipient accepts the transfer in App Store Connect and apple.transfer.accepted_at is set to that moment")
             return
         }
         let acceptedText = accepted.formatted(.iso8601)
         let endText = end.formatted(.iso8601)
         if accepted > now {
-            report(.failure, "transfer window", "accepted_at \(acceptedText) is in the future",
-                   fix: "set apple.transfer.accepted_at to the moment the recipient accepted the transfer")
+            report(.waiting, "transfer window", "accepted_at \(acceptedText) is in the future: the window opens then, and baton exchange refuses to start before",
+                   fix: "passes at that moment; if the transfer was accepted already, set apple.transfer.accepted_at to when it was")
         } else if end <= now {
             report(.failure, "transfer window", "accepted \(acceptedText); the 60-day window closed at \(endText): transfer identifiers can no longer be exchanged",
                    fix: "users not yet migrated can only be re-linked (POST /v1/link); check accepted_at if the date is wrong")
@@ -318,7 +327,20 @@ struct Doctor {
             }
             report(status, finding.name, finding.detail, fix: finding.fix)
         }
-        if inspection.failure == nil { await checkReach(store) }
+        if inspection.failure == nil {
+            await checkReach(store)
+            await checkRefused(pool: pool, legacy: identifiers)
+        }
+    }
+
+    /// The users refused for good at each bulk step: named until they are retried, re-linked or reached by email.
+    private mutating func checkRefused(pool: PostgresPool, legacy: BatonConfiguration.LegacyIdentifiers) async {
+        for step in MigrationReport.Step.allCases {
+            guard let refused = await attempt("refused at \(step.rawValue)", { "cannot read the refused users (\(Doctor.describe($0)))" },
+                                              fix: "run 'baton db migrate'", { try await RefusedUsers.read(pool: pool, step: step, legacy: legacy) }) else { return }
+            guard refused.count > 0 else { continue }
+            report(.warning, "refused at \(step.rawValue)", refused.summary, fix: refused.advice)
+        }
     }
 
     /// Who Baton cannot reach, the relay addresses' email sources, and the duplicates waiting for a merge.

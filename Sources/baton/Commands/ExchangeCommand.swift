@@ -19,7 +19,9 @@ let exchangeCommand = Command(
     Resumable and safe to run from several processes and machines at once. Refuses to start once the
     60-day window after apple.transfer.accepted_at has closed. While Apple is unreachable the job
     pauses (the progress line says for how long) and goes on when it is back, up to --max-outage.
-    Exit status: 0 every user done, 1 some user failed or the job stopped, 2 usage or configuration.
+    Users refused for good (unresolvable) are named after every run and dry run, by legacy key.
+    Exit status: 0 every user done, 1 some user failed or is refused or the job stopped (a dry run: 0
+    when the credentials are accepted), 2 usage or configuration.
     """,
     run: { parsed in
         try await runBulkCommand(parsed, side: .recipient)
@@ -162,6 +164,7 @@ func runBulkCommand(_ parsed: Parsed<BulkOptions>, side: BatonConfiguration.Tran
         let minutes = Double(pending) / job.rate / 60
         let checked = firstSubject == nil ? "credentials accepted by Apple" : "credentials accepted by Apple, and a transfer identifier made for the first user"
         print("dry run: \(pending) users pending; \(checked); at \(job.rate)/s with \(job.workers) workers this takes about \(TransferWindow.describe(minutes * 60)); nothing was changed")
+        _ = try await printRefused(name, side: side, pool: pool, configuration: configuration)
         return 0
     }
 
@@ -174,7 +177,24 @@ func runBulkCommand(_ parsed: Parsed<BulkOptions>, side: BatonConfiguration.Tran
     let run = try BulkRun(queue: queue, work: work, client: client, options: job, window: window, logger: logger)
     let summary = await run.run(total: pending)
     printSummary(name, summary)
-    return summary.hasFailures ? 1 : 0
+    let refused = try await printRefused(name, side: side, pool: pool, configuration: configuration)
+    return summary.hasFailures || refused > 0 ? 1 : 0
+}
+
+/// Names the users refused for good at this side's step, by this run or an earlier one (they stay `unresolvable`
+/// until `--retry-unresolvable`), with what it means and the way out; returns how many.
+func printRefused(_ name: String, side: BatonConfiguration.TransferSide, pool: PostgresPool, configuration: BatonConfiguration) async throws -> Int {
+    let refused: RefusedUsers
+    do {
+        refused = try await RefusedUsers.read(pool: pool, step: side == .sender ? .transferIdentifiers : .exchange, legacy: try legacyIdentifiers(configuration))
+    } catch let error as PostgresError {
+        throw CommandFailure.failed("baton \(name): cannot read the refused users: \(error)")
+    }
+    if refused.count > 0 {
+        print("refused at \(refused.step.rawValue): \(refused.summary)")
+        print("  " + refused.advice)
+    }
+    return refused.count
 }
 
 /// Prints the end-of-run summary on standard output (and the stop reason on standard error).

@@ -18,8 +18,10 @@ let transferIDsCommand = Command(
     """,
     options: TransferIDsOptions.self,
     discussion: """
-    Resumable and safe to run from several processes.
-    Exit status: 0 every user done, 1 some user failed or the job stopped, 2 usage or configuration.
+    Resumable and safe to run from several processes. Users Apple refused for good (unresolvable) are
+    named after every run and dry run, by legacy key, with the way out (--retry-unresolvable).
+    Exit status: 0 every user done, 1 some user failed or is refused or the job stopped (a dry run: 0
+    when the calls a run starts with succeed), 2 usage or configuration.
     """,
     run: { parsed in
         if let path = parsed.export { return try await runExport(path, parsed) }
