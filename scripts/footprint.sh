@@ -64,3 +64,21 @@ WHERE s.schemaname = 'baton'
 ORDER BY pg_relation_size(s.indexrelid) - b.rel DESC, s.relname, s.indexrelname;
 SQL
 echo "WAL per user: transfer-ids $(sql -At -c "SELECT round(pg_wal_lsn_diff('$lsn1', '$lsn0') / $users)") bytes, exchange $(sql -At -c "SELECT round(pg_wal_lsn_diff('$lsn2', '$lsn1') / $users)") bytes, whole transfer $(sql -At -c "SELECT round(pg_wal_lsn_diff('$lsn2', '$lsn0') / $users)") bytes (public.users' rewrite included; full_page_writes on, a checkpoint before)"
+
+# EXPLAIN=1: the plans of the statements a dropped index could slow, on the finished transfer's tables: the jobs'
+# claims, the sign-in's lookups of a transfer by either subject or its transfer identifier, the link flow's and
+# rollback's reads of the audit trail.
+if [ "${EXPLAIN:-0}" = 1 ]; then
+    sub=$(sql -At -c "SELECT old_sub FROM baton.transfers LIMIT 1")
+    sql -c "ANALYZE baton.transfers, baton.events"
+    for statement in \
+        "SELECT id FROM baton.transfers WHERE state = 'pending' AND transfer_sub IS NOT NULL AND (lease_expires_at IS NULL OR lease_expires_at < now()) AND next_attempt_at IS NULL AND id > 0 ORDER BY next_attempt_at NULLS FIRST, id LIMIT 500 FOR UPDATE SKIP LOCKED" \
+        "SELECT id FROM baton.transfers WHERE state = 'pending' AND transfer_sub IS NULL AND (lease_expires_at IS NULL OR lease_expires_at < now()) AND (next_attempt_at IS NULL OR next_attempt_at <= now()) ORDER BY next_attempt_at NULLS FIRST, id LIMIT 500 FOR UPDATE SKIP LOCKED" \
+        "SELECT * FROM baton.transfers WHERE old_sub = '$sub'" \
+        "SELECT * FROM baton.transfers WHERE transfer_sub = (SELECT transfer_sub FROM baton.transfers WHERE old_sub = '$sub')" \
+        "SELECT * FROM baton.transfers WHERE new_sub = (SELECT new_sub FROM baton.transfers WHERE old_sub = '$sub')" \
+        "SELECT 1 FROM baton.events WHERE kind = 'migrated' AND new_sub = '$sub'" \
+        "SELECT id FROM baton.events WHERE kind = 'migrated' AND legacy_key = '1' AND new_sub IS NOT NULL"; do
+        sql -c "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) $statement"
+    done
+fi
