@@ -82,3 +82,20 @@ if [ "${EXPLAIN:-0}" = 1 ]; then
         sql -c "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) $statement"
     done
 fi
+
+# AFTER_VACUUM=1: the same per-table figures after a VACUUM of schema baton's tables, to tell the live rows from the
+# dead versions the jobs' updates left (the figures above are the ones right after the jobs).
+if [ "${AFTER_VACUUM:-0}" = 1 ]; then
+    sql -At -c "SELECT 'VACUUM baton.' || quote_ident(relname) FROM pg_class WHERE relnamespace = 'baton'::regnamespace AND relkind = 'r'" \
+        | while read -r statement; do sql -c "$statement"; done
+    sql -v users="$users" <<'SQL'
+\pset footer off
+\echo After VACUUM: bytes per user (heap and indexes keep their pages; live rows and free space)
+SELECT c.relname AS "table", round((pg_total_relation_size(c.oid) - b.total)::numeric / :users, 1) AS total,
+       s.n_live_tup AS live, s.n_dead_tup AS dead,
+       round((COALESCE((SELECT sum(pg_column_size(t.*)) FROM baton.transfers t WHERE c.relname = 'transfers'), 0)
+            + COALESCE((SELECT sum(pg_column_size(e.*)) FROM baton.events e WHERE c.relname = 'events'), 0))::numeric / :users, 1) AS "live tuple bytes/user"
+FROM pg_class c JOIN public.footprint_before b ON b.oid = c.oid JOIN pg_stat_user_tables s ON s.relid = c.oid
+WHERE c.relkind = 'r' AND pg_total_relation_size(c.oid) <> b.total ORDER BY 2 DESC;
+SQL
+fi
