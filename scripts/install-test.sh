@@ -222,7 +222,7 @@ emulator POST /emulator/apps "$(jq -nc --arg c $client_id --arg t "$(jq -r .team
 emulator POST /emulator/users "$(jq -nc --arg c $client_id '{client_id: $c, count: 3, private_email: true}')" >"$work/users.json"
 emulator POST /emulator/transfers "$(jq -nc --arg c $client_id --arg t "$(jq -r .team_id "$work/recipient.json")" '{client_id: $c, to_team_id: $t}')" >/dev/null
 emulator GET "/emulator/transfer-identifiers?client_id=$client_id" >"$work/transfer-subs.json"
-accepted=$(emulator POST /emulator/transfers/accept "$(jq -nc --arg c $client_id '{client_id: $c}')" | jq -r .accepted_at)
+accepted=$(emulator POST /emulator/transfers/accept "$(jq -nc --arg c $client_id '{client_id: $c}')" | jq -r .accepted_at_unix)
 accepted_at=$(date -u -d "@$accepted" +%Y-%m-%dT%H:%M:%SZ)
 
 # The application's users under the sending team's identifiers, and the transfer identifiers as the sender
