@@ -86,7 +86,7 @@ final class JobMetricsFile: Sendable {
         out += "baton_job_running{\(label)} \(running ? 1 : 0)\n"
         out += "# HELP baton_job_last_progress_timestamp_seconds When the job last finished a user (its start before the first).\n# TYPE baton_job_last_progress_timestamp_seconds gauge\n"
         out += "baton_job_last_progress_timestamp_seconds{\(label)} \(Int(lastProgress.timeIntervalSince1970))\n"
-        out += "# HELP baton_job_paused Whether the job is paused: 1 yes, 0 no; apple_unreachable while Apple answers no one.\n# TYPE baton_job_paused gauge\n"
+        out += "# HELP baton_job_paused Whether the job is paused: 1 yes, 0 no; apple_unreachable while Apple answers no one (or only 429s).\n# TYPE baton_job_paused gauge\n"
         out += "baton_job_paused{\(label),reason=\"apple_unreachable\"} \(running && job.pause != nil ? 1 : 0)\n"
         out += "# HELP baton_job_done_total Users the job finished in this run, by outcome.\n# TYPE baton_job_done_total counter\n"
         for (outcome, count) in [("already_done", counts.alreadyDone), ("failed", counts.failed), ("succeeded", counts.succeeded), ("unresolvable", counts.unresolvable)] {
