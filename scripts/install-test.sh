@@ -14,11 +14,13 @@
 # 4. Inside the root, as the unit runs it (user baton, no new privileges, no capabilities, the root file system
 #    read-only but a private /tmp): `baton --version`, `baton db migrate`, `baton import transfers`,
 #    `baton doctor`, `baton serve`; then /healthz, /readyz, a sign-in that migrates a user (checked in the
-#    table), the same user's next sign-in (current), a bad token (401), /metrics, checked against the alerting
-#    rules (scripts/alerts-test.sh --scrape); SIGTERM stops the service with exit 0.
+#    table), the same user's next sign-in (current), a bad token (401), /metrics; SIGTERM stops the service with
+#    exit 0.
 # 5. Where podman runs: the image of packaging/Containerfile, FROM the same clean root imported as the base (the
 #    registry's debian:bookworm-slim is out of reach here), run with the host's loopback: its user, its health
 #    check, /healthz, a sign-in; `baton --version` inside it. Where podman cannot run, it says why and goes on.
+# 6. `baton exchange --metrics-file` as the unit's user; the alerting rules checked against /metrics and that file
+#    (scripts/alerts-test.sh --scrape twice).
 #
 # Prints one line per check ("ok …") and a closing "install-test: N passed, 0 failed". Everything started is
 # stopped and removed on every exit path. KEEP=1 keeps the scratch directory; DEBOOTSTRAP_CACHE=FILE.tar keeps the
@@ -199,7 +201,7 @@ emulator POST /emulator/apps "$(jq -nc --arg c $client_id --arg t "$(jq -r .team
 emulator POST /emulator/users "$(jq -nc --arg c $client_id '{client_id: $c, count: 3, private_email: true}')" >"$work/users.json"
 emulator POST /emulator/transfers "$(jq -nc --arg c $client_id --arg t "$(jq -r .team_id "$work/recipient.json")" '{client_id: $c, to_team_id: $t}')" >/dev/null
 emulator GET "/emulator/transfer-identifiers?client_id=$client_id" >"$work/transfer-subs.json"
-accepted=$(emulator POST /emulator/transfers/accept "$(jq -nc --arg c $client_id '{client_id: $c}')" | jq -r .accepted_at)
+accepted=$(emulator POST /emulator/transfers/accept "$(jq -nc --arg c $client_id '{client_id: $c}')" | jq -r .accepted_at_unix)
 accepted_at=$(date -u -d "@$accepted" +%Y-%m-%dT%H:%M:%SZ)
 
 # The application's users under the sending team's identifiers, and the transfer identifiers as the sender
@@ -291,8 +293,7 @@ ok "the same user again: 200 current; a malformed token: 401"
 curl -sf "http://$serve/metrics" >"$work/metrics.txt" || fail "/metrics"
 grep -q '^baton_signin_outcomes_total{outcome="migrated"} 1$' "$work/metrics.txt" || fail "/metrics does not count the migration"
 grep -q '^baton_ready{check="all"} 1$' "$work/metrics.txt" || fail "/metrics has no baton_ready"
-"$repo/scripts/alerts-test.sh" --scrape "$work/metrics.txt" >"$work/alerts.log" 2>&1 || { cat "$work/alerts.log" >&2; fail "the alerting rules"; }
-ok "alerting rules: promtool check and test pass; $(tail -n 1 "$work/alerts.log" | sed 's/^alerts-test: //')"
+grep -q '^baton_transfer_users{state="migrated"} 1$' "$work/metrics.txt" || fail "/metrics does not count the migrated user"
 
 kill -TERM $serve_pid
 wait $serve_pid && serve_status=0 || serve_status=$?
@@ -416,5 +417,17 @@ EOF2
     podman rm -f "$container" >/dev/null 2>&1 || true
     container=
 fi
+
+# --- 6. the exchange's --metrics-file, and the alerting rules over both scrapes ----------------------------------
+# Last, so the sign-ins above still find users to migrate. The root is read-only: the file goes to the job's
+# private /tmp and is printed once the job has ended.
+as_service sh -c '/usr/bin/baton exchange --config /etc/baton/baton.json --metrics-file /tmp/exchange.prom >&2 && cat /tmp/exchange.prom' \
+    >"$work/exchange.prom" 2>"$work/exchange.log" || { cat "$work/exchange.log" >&2; fail "baton exchange --metrics-file"; }
+grep -q '^baton_job_running{command="exchange"} 0$' "$work/exchange.prom" && grep -q '^baton_job_remaining{command="exchange"} 0$' "$work/exchange.prom" \
+    || { cat "$work/exchange.prom" >&2; fail "the exchange's --metrics-file"; }
+ok "baton exchange --metrics-file as user baton: $(grep -c '^baton_job_' "$work/exchange.prom") samples, ended with 0 remaining"
+"$repo/scripts/alerts-test.sh" --scrape "$work/metrics.txt" --scrape "$work/exchange.prom" >"$work/alerts.log" 2>&1 \
+    || { cat "$work/alerts.log" >&2; fail "the alerting rules"; }
+ok "alerting rules: promtool check and test pass; $(tail -n 1 "$work/alerts.log" | sed 's/^alerts-test: //')"
 
 echo "install-test: $passed passed, 0 failed"

@@ -224,7 +224,55 @@ public final class BatonAPI: Sendable {
         for (check, ok) in [("all", state.ready), ("database", state.database), ("keys", state.keys)] {
             text += "baton_ready{check=\"\(check)\"} \(ok ? 1 : 0)\n"
         }
+        text += transferMetrics(counts: state.database ? await transferCounts() : nil, acceptedAt: engine.transferAcceptedAt)
         return (HTTPResponse.text(text, contentType: "text/plain; version=0.0.4; charset=utf-8"), nil)
+    }
+
+    /// The longest a scrape waits for the transfer's counts before leaving them out.
+    private static let transferCountsTimeout: Duration = .seconds(2)
+
+    /// The transfer's counts, or nil when they fail or take longer than ``transferCountsTimeout`` (a hung
+    /// database leaves the scrape's other series on time; the query finishes on its own).
+    private func transferCounts() async -> BatonEngine.TransferCounts? {
+        let answer = Mutex<CheckedContinuation<BatonEngine.TransferCounts?, Never>?>(nil)
+        return await withCheckedContinuation { continuation in
+            answer.withLock { $0 = continuation }
+            let finish: @Sendable (BatonEngine.TransferCounts?) -> Void = { counts in
+                answer.withLock { pending in
+                    pending?.resume(returning: counts)
+                    pending = nil
+                }
+            }
+            let timer = Task {
+                guard (try? await Task.sleep(for: BatonAPI.transferCountsTimeout)) != nil else { return }
+                finish(nil)
+            }
+            Task { [engine] in
+                finish(try? await engine.transferCounts())
+                timer.cancel()
+            }
+        }
+    }
+
+    /// The transfer's series: users by state and migrations by method (from the report's count tables; left out
+    /// when the database does not answer), and the 60-day window's end (absent before `accepted_at`).
+    private func transferMetrics(counts: BatonEngine.TransferCounts?, acceptedAt: Date?) -> String {
+        var text = ""
+        if let counts {
+            text += "# HELP baton_transfer_users Users of the transfer (rows of baton.transfers) by state.\n# TYPE baton_transfer_users gauge\n"
+            for (state, count) in counts.users.sorted(by: { $0.key < $1.key }) {
+                text += "baton_transfer_users{state=\"\(state)\"} \(count)\n"
+            }
+            text += "# HELP baton_transfer_migrated_total Users migrated by method (sign-in, exchange, re-link), all replicas and jobs.\n# TYPE baton_transfer_migrated_total counter\n"
+            for (method, count) in counts.migrated.sorted(by: { $0.key < $1.key }) {
+                text += "baton_transfer_migrated_total{method=\"\(method)\"} \(count)\n"
+            }
+        }
+        if let end = TransferWindow(acceptedAt: acceptedAt).closesAt {
+            text += "# HELP baton_transfer_window_end_timestamp_seconds When the 60-day transfer window closes (apple.transfer.accepted_at + 60 days).\n# TYPE baton_transfer_window_end_timestamp_seconds gauge\n"
+            text += "baton_transfer_window_end_timestamp_seconds \(Int(end.timeIntervalSince1970))\n"
+        }
+        return text
     }
 
     // MARK: - Plumbing

@@ -600,6 +600,31 @@ struct SignInServiceTests {
             for check in ["all", "database", "keys"] { #expect(metrics.text.contains("baton_ready{check=\"\(check)\"} 1")) }
         }
     }
+
+    @Test("metrics: the transfer's users by state, migrations by method, and the window's end")
+    func transferMetrics() async throws {
+        try await ServiceFixture.run(.inProcess, people: 3) { f in
+            _ = try await f.signIn(try f.token(f.people[0]))
+            let metrics = try await f.send("GET", "/metrics").text
+            for (state, count) in [("pending", 2), ("migrated", 1), ("failed", 0), ("unresolvable", 0)] {
+                #expect(metrics.contains("baton_transfer_users{state=\"\(state)\"} \(count)\n"), "\(metrics)")
+            }
+            for (method, count) in [("signin", 1), ("exchange", 0), ("link", 0)] {
+                #expect(metrics.contains("baton_transfer_migrated_total{method=\"\(method)\"} \(count)\n"), "\(metrics)")
+            }
+            #expect(metrics.contains("# TYPE baton_transfer_migrated_total counter\n"))
+            let end = try #require(f.engine.transferAcceptedAt).addingTimeInterval(60 * 86_400)
+            #expect(metrics.contains("baton_transfer_window_end_timestamp_seconds \(Int(end.timeIntervalSince1970))\n"), "\(metrics)")
+            // The scrape folded the sign-in's delta into the summary: the next one reads the summary alone.
+            let url = f.url
+            #expect(try await offPool { try TestDatabase.psql(url, "SELECT count(*) FROM baton.transfer_count_deltas") } == "0")
+        }
+        try await ServiceFixture.run(.inProcess, people: 1, acceptTransfer: false) { f in
+            let metrics = try await f.send("GET", "/metrics").text
+            #expect(metrics.contains("baton_transfer_users{state=\"pending\"} 1\n"), "\(metrics)")
+            #expect(!metrics.contains("baton_transfer_window_end_timestamp_seconds"), "before acceptance: \(metrics)")
+        }
+    }
 }
 
 /// Calls ``BatonEngine/signIn(idToken:nonce:on:)`` on `loop`'s thread once `pool`'s pipeline there is

@@ -45,6 +45,60 @@ struct ExchangeCommandTests {
         }
     }
 
+    @Test("--metrics-file: the job's series for node_exporter while it runs, and its end")
+    func metricsFile() async throws {
+        try await CommandFixture.run(users: 30) { fixture in
+            let config = try fixture.configuration()
+            let directory = fixture.directory.path("metrics")
+            let path = directory + "/exchange.prom"
+            try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+            let started = Int(Date().timeIntervalSince1970)
+            let process = try runProcessAsync(batonBinaryPath, ["exchange", "--config", config, "--rate", "10", "--metrics-file", path])
+            var running = ""
+            while running.isEmpty {
+                let text = await offPool { (try? String(contentsOfFile: path, encoding: .utf8)) ?? "" }
+                if text.contains("baton_job_running{command=\"exchange\"} 1\n") { running = text } else { try await Task.sleep(for: .milliseconds(20)) }
+            }
+            #expect(running.contains("baton_job_paused{command=\"exchange\",reason=\"apple_unreachable\"} 0\n"), "\(running)")
+            let result = try await offPool { try process.wait(timeout: 120) }
+            #expect(result.status == 0, "\(result.stdout)\(result.stderr)")
+
+            let text = try await offPool { try String(contentsOfFile: path, encoding: .utf8) }
+            var samples: [String: Double] = [:]
+            for line in text.split(separator: "\n") where !line.hasPrefix("#") {
+                let parts = line.split(separator: " ")
+                #expect(parts.count == 2, "not a sample: \(line)")
+                samples[String(parts[0])] = Double(parts[1])
+            }
+            #expect(samples["baton_job_running{command=\"exchange\"}"] == 0, "\(text)")
+            #expect(samples["baton_job_done_total{command=\"exchange\",outcome=\"succeeded\"}"] == 30, "\(text)")
+            #expect(samples["baton_job_done_total{command=\"exchange\",outcome=\"failed\"}"] == 0)
+            #expect(samples["baton_job_remaining{command=\"exchange\"}"] == 0)
+            #expect(samples["baton_job_rate_limited_total{command=\"exchange\"}"] == 0)
+            #expect(samples["baton_job_paused{command=\"exchange\",reason=\"apple_unreachable\"}"] == 0)
+            let progress = try #require(samples["baton_job_last_progress_timestamp_seconds{command=\"exchange\"}"])
+            #expect(Int(progress) >= started && progress <= Date().timeIntervalSince1970, "\(text)")
+            for family in ["baton_job_running gauge", "baton_job_done_total counter", "baton_job_rate_limited_total counter"] {
+                #expect(text.contains("# TYPE \(family)\n"))
+            }
+            // Written beside it and renamed: no temporary file is left.
+            #expect(try FileManager.default.contentsOfDirectory(atPath: directory) == ["exchange.prom"])
+            try fixture.expectEveryoneMigratedOnce(30)
+        }
+    }
+
+    @Test("--metrics-file in a missing directory: a usage error before any user is exchanged")
+    func metricsFileUnwritable() async throws {
+        try await CommandFixture.run(users: 3) { fixture in
+            let result = try await runBatonOffPool(["exchange", "--config", try fixture.configuration(),
+                                                    "--metrics-file", fixture.directory.path("missing/exchange.prom")])
+            #expect(result.status == 2, "\(result.stderr)")
+            #expect(result.stderr.contains("cannot write --metrics-file"))
+            let url = fixture.databaseURL
+            #expect(try await offPool { try TestDatabase.psql(url, "SELECT count(*) FROM baton.transfers WHERE state = 'pending'") } == "3")
+        }
+    }
+
     @Test("after day 60 the exchange refuses to start and says how many users were left")
     func refusesAfterWindow() async throws {
         try await CommandFixture.run(users: 5) { fixture in

@@ -370,6 +370,33 @@ public final class BatonEngine: Sendable {
         return PoolUsage(open: statistics.open, idle: statistics.idle, waiting: statistics.waiting, max: pool.maxConnections)
     }
 
+    /// The transfer's rows by state and its migrations by method, as `/metrics` exposes them.
+    public struct TransferCounts: Sendable, Equatable {
+        /// Rows of `baton.transfers` by state: `pending`, `migrated`, `failed`, `unresolvable` (each present).
+        public var users: [String: Int]
+        /// Migrated rows by method: `signin`, `exchange`, `link` (each present).
+        public var migrated: [String: Int]
+    }
+
+    /// The transfer's counts from the report's count tables (schema 0013): folds the pending deltas, then reads a
+    /// few thousand rows whatever the number of users; nil when the engine owns no pool.
+    /// - Throws: `PostgresError`.
+    public func transferCounts() async throws -> TransferCounts? {
+        guard let pool else { return nil }
+        return try await pool.withConnection { connection in
+            try await ReportCounts.fold(connection)
+            var counts = TransferCounts(users: ["pending": 0, "migrated": 0, "failed": 0, "unresolvable": 0],
+                                        migrated: ["signin": 0, "exchange": 0, "link": 0])
+            for row in try await ReportCounts.stateMethod(connection) {
+                let state = try row.decode(String.self, at: 0)
+                let count = try row.decode(Int.self, at: 2)
+                counts.users[state, default: 0] += count
+                if state == "migrated", let method = try row.decode(String?.self, at: 1) { counts.migrated[method, default: 0] += count }
+            }
+            return counts
+        }
+    }
+
     /// The correlation report (``MigrationReport``, rendered by `GET /v1/report`), with emails masked.
     /// - Throws: ``BatonError`` `not_configured` when the engine was built without a report source,
     ///   `database_unavailable`.

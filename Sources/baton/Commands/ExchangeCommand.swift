@@ -39,6 +39,7 @@ struct BulkOptions: CommandOptions {
     let retryFailed = Option.flag("retry-failed", "make rows that failed their last attempt pending again first")
     let retryUnresolvable = Option.flag("retry-unresolvable", "make rows marked unresolvable pending again first (after fixing a shared\ncause: the job stops after 10 consecutive failures with the same error)")
     let databaseRetrySeconds = Option.number("db-retry-seconds", "S", default: 60, in: 0...86_400, "how long to ride out a lost database (restart, failover) before stopping:\nworkers wait with backoff, reconnect and go on")
+    let metricsFile = Option.text("metrics-file", "PATH", "write the job's state there every 5 s and at its end, in Prometheus' text format\n(node_exporter's textfile collector: a .prom file in its directory)")
     let maxOutage = Option.number("max-outage", "S", default: 3_600, in: 0...5_184_000, "how long to wait while Apple answers no one (connection refused, timeouts,\n5xx, 429s) before stopping: the job pauses, retries with backoff and goes on\nwhen Apple is back; no user is failed for it")
 }
 
@@ -175,7 +176,14 @@ func runBulkCommand(_ parsed: Parsed<BulkOptions>, side: BatonConfiguration.Tran
         work = .transferIdentifiers(targetTeamID: targetTeamID)
     }
     let run = try BulkRun(queue: queue, work: work, client: client, options: job, window: window, logger: logger)
+    let metrics = parsed.metricsFile.map { JobMetricsFile(path: $0, command: name, total: pending, job: run.job) }
+    do { try await metrics?.start() } catch {
+        throw CommandFailure.usage("baton \(name): cannot write --metrics-file: \(error)")
+    }
     let summary = await run.run(total: pending)
+    do { try await metrics?.finish(summary) } catch {
+        printError("baton \(name): cannot write --metrics-file: \(error)")
+    }
     printSummary(name, summary)
     let refused = try await printRefused(name, side: side, pool: pool, configuration: configuration)
     return summary.hasFailures || refused > 0 ? 1 : 0
