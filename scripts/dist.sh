@@ -95,8 +95,8 @@ printf 'Source: baton\n\nPackage: baton\nArchitecture: any\n' >"$shlib/debian/co
 depends=$(cd "$shlib" && dpkg-shlibdeps -O -e"$root/usr/lib/baton/baton" 2>"$stage/shlibdeps.log" | sed -n 's/^shlibs:Depends=//p') \
     || { cat "$stage/shlibdeps.log" >&2; exit 1; }
 [ -n "$depends" ] || { echo "dist: dpkg-shlibdeps found no dependencies" >&2; cat "$stage/shlibdeps.log" >&2; exit 1; }
-# passwd: the postinst's useradd and groupadd.
-depends="$depends, passwd"
+# passwd: the postinst's useradd and groupadd; procps: /bin/kill, the unit's ExecReload (SIGHUP).
+depends="$depends, passwd, procps"
 
 installed_size=$(du -sk --exclude=DEBIAN "$root" | cut -f1)
 sed -e "s/@VERSION@/$version/" -e "s/@ARCH@/$arch/" -e "s/@INSTALLED_SIZE@/$installed_size/" -e "s/@DEPENDS@/$depends/" \
