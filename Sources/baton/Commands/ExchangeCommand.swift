@@ -38,6 +38,7 @@ struct BulkOptions: CommandOptions {
     let retryUnresolvable = Option.flag("retry-unresolvable", "make rows marked unresolvable pending again first (after fixing a shared\ncause: the job stops after 10 consecutive failures with the same error)")
     let databaseRetrySeconds = Option.number("db-retry-seconds", "S", default: 60, in: 0...86_400, "how long to ride out a lost database (restart, failover) before stopping:\nworkers wait with backoff, reconnect and go on")
     let maxOutage = Option.number("max-outage", "S", default: 3_600, in: 0...5_184_000, "how long to wait while Apple answers no one (connection refused, timeouts,\n5xx, 429s) before stopping: the job pauses, retries with backoff and goes on\nwhen Apple is back; no user is failed for it")
+    let throttle = ThrottleOptions()
 }
 
 /// Runs `baton exchange` (recipient) or `baton transfer-ids` (sender, for the team `target` or the configured
@@ -171,7 +172,10 @@ func runBulkCommand(_ parsed: Parsed<BulkOptions>, side: BatonConfiguration.Tran
     } else {
         work = .transferIdentifiers(targetTeamID: targetTeamID)
     }
-    let run = try BulkRun(queue: queue, work: work, client: client, options: job, window: window, logger: logger)
+    let throttle = JobThrottle(limits: parsed.throttle.limits(configuration), probe: ThrottleProbe(pool: pool), logger: logger)
+    let hangUps = rereadingThrottleLimits(throttle, configurationPath: parsed.config, logger: logger)
+    defer { hangUps.cancel() }
+    let run = try BulkRun(queue: queue, work: work, client: client, options: job, window: window, logger: logger, throttle: throttle)
     let summary = await run.run(total: pending)
     printSummary(name, summary)
     return summary.hasFailures ? 1 : 0
@@ -182,7 +186,7 @@ func printSummary(_ name: String, _ summary: BulkJobSummary) {
     let counts = summary.counts
     let remaining = summary.remaining.map(String.init) ?? "unknown (the database did not answer)"
     let perSecond = summary.elapsed > 0 ? Double(counts.requests) / summary.elapsed : 0
-    print("\(name): done \(counts.succeeded), already done \(counts.alreadyDone), unresolvable \(counts.unresolvable), failed \(counts.failed), remaining \(remaining); \(counts.requests) requests in \(String(format: "%.1f", summary.elapsed)) s (\(String(format: "%.1f", perSecond))/s), \(counts.rateLimited) rate-limited")
+    print("\(name): done \(counts.succeeded), already done \(counts.alreadyDone), unresolvable \(counts.unresolvable), failed \(counts.failed), remaining \(remaining); \(counts.requests) requests in \(String(format: "%.1f", summary.elapsed)) s (\(String(format: "%.1f", perSecond))/s), \(counts.rateLimited) rate-limited, throttled \(String(format: "%.1f", summary.throttledSeconds)) s")
     if let reason = summary.stopReason {
         printError("baton \(name): \(reason.reason)")
         let left = summary.remaining.map { "\($0) users were" } ?? "users were"
