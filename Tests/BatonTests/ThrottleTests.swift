@@ -23,23 +23,27 @@ struct ThrottleTests {
         #expect(Throttle.decide(limits, signals) == expected)
     }
 
-    @Test("a standby behind the primary at the same position counts as lagging from when it was first seen there")
+    @Test("a standby counts as lagging once a later reply finds it at the same replay position behind its flush")
     func stall() {
         var tracker = ReplayStallTracker()
-        #expect(tracker.observe("s", replayLSN: "0/10", behind: false, now: 0) == 0)
-        #expect(tracker.observe("s", replayLSN: "0/10", behind: true, now: 1) == 0)
-        #expect(tracker.observe("s", replayLSN: "0/10", behind: true, now: 4.5) == 3.5)
+        #expect(tracker.observe("s", replayLSN: "0/10", reply: "r1", behind: false, now: 0) == 0)
+        // Behind in one reply: normal, replay follows.
+        #expect(tracker.observe("s", replayLSN: "0/10", reply: "r2", behind: true, now: 1) == 0)
+        // No new reply (an idle primary sends nothing): still not counted.
+        #expect(tracker.observe("s", replayLSN: "0/10", reply: "r2", behind: true, now: 3) == 0)
+        // A later reply at the same position: stalled since it was first seen there.
+        #expect(tracker.observe("s", replayLSN: "0/10", reply: "r3", behind: true, now: 4.5) == 3.5)
+        #expect(tracker.observe("s", replayLSN: "0/10", reply: "r3", behind: true, now: 6) == 5)
         // It moved: replaying, however slowly (replay_lag measures it then); the count starts again.
-        #expect(tracker.observe("s", replayLSN: "0/20", behind: true, now: 5) == 0)
-        #expect(tracker.observe("s", replayLSN: "0/20", behind: true, now: 7) == 2)
+        #expect(tracker.observe("s", replayLSN: "0/20", reply: "r4", behind: true, now: 7) == 0)
         // Caught up: no lag.
-        #expect(tracker.observe("s", replayLSN: "0/90", behind: false, now: 8) == 0)
-        // Never reported a position while the primary's WAL is ahead: counted too.
-        #expect(tracker.observe("t", replayLSN: nil, behind: true, now: 8) == 0)
-        #expect(tracker.observe("t", replayLSN: nil, behind: true, now: 10) == 2)
+        #expect(tracker.observe("s", replayLSN: "0/90", reply: "r5", behind: false, now: 8) == 0)
+        // Never reported a replay position while it flushes WAL: counted too.
+        #expect(tracker.observe("t", replayLSN: nil, reply: "a", behind: true, now: 8) == 0)
+        #expect(tracker.observe("t", replayLSN: nil, reply: "b", behind: true, now: 10) == 2)
         // A standby that disconnected is forgotten: back later, its count starts again.
         tracker.keep(only: ["s"])
-        #expect(tracker.observe("t", replayLSN: nil, behind: true, now: 20) == 0)
+        #expect(tracker.observe("t", replayLSN: nil, reply: "c", behind: true, now: 20) == 0)
     }
 
     @Test("time throttled is counted across pauses, and the reason is held while paused")

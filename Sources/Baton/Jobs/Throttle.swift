@@ -59,36 +59,49 @@ public enum Throttle: Sendable, Equatable {
     private static func format(_ value: Double) -> String { String(format: "%.1f", value) }
 }
 
-/// How long each standby has stood still behind the primary: pure bookkeeping over successive probes.
+/// How long each standby has stood still behind the WAL it has received: pure bookkeeping over successive probes.
 ///
 /// `pg_stat_replication.replay_lag` alone misses a standby that stopped replaying (`pg_wal_replay_pause()`, a
-/// replay conflict, a stuck startup process): it is measured when the standby reports a replayed position, so
-/// it keeps its last (small) value, or turns NULL, while nothing is replayed. A standby whose `replay_lsn` is
-/// behind the primary's WAL and has not moved since an earlier probe is therefore counted as lagging by the time
-/// since its position was first seen there; any movement (or catching up) restarts the count.
+/// replay conflict, a stuck startup process): it is measured when the standby reports a replayed position, so it
+/// keeps its last (small) value, or turns NULL, while nothing is replayed. Each standby reply carries its flushed
+/// and replayed positions together; one reply with replay behind flush is normal (replay follows in
+/// milliseconds). A later reply (a new `reply_time`) still at the same replay position behind flush is not: the
+/// standby is then counted as lagging by the time since that position was first seen. Any movement, or catching
+/// up, restarts the count; an idle primary sends nothing new, so a healthy standby is never counted.
 public struct ReplayStallTracker: Sendable {
-    private var stuck: [String: (lsn: String, since: Double)] = [:]
+    private struct Seen: Sendable {
+        var lsn: String
+        var reply: String
+        var since: Double
+        var stalled: Bool
+    }
+    private var seen: [String: Seen] = [:]
 
     /// An empty tracker.
     public init() {}
 
-    /// Notes standby `name` at `replayLSN` (nil when it has not reported one), `behind` whether that is behind the
-    /// primary's current WAL, at time `now` (seconds on any monotonic clock); returns the seconds it has stood still
-    /// behind, 0 when it has not.
-    public mutating func observe(_ name: String, replayLSN: String?, behind: Bool, now: Double) -> Double {
+    /// Notes standby `name`'s reply `reply` (its `reply_time`) at `replayLSN` (nil when it reported none), `behind`
+    /// whether that is behind its flushed WAL, at time `now` (seconds on any monotonic clock); returns the seconds
+    /// it has stood still, 0 when it has not.
+    public mutating func observe(_ name: String, replayLSN: String?, reply: String, behind: Bool, now: Double) -> Double {
+        let lsn = replayLSN ?? ""
         guard behind else {
-            stuck[name] = nil
+            seen[name] = nil
             return 0
         }
-        let lsn = replayLSN ?? ""
-        if let previous = stuck[name], previous.lsn == lsn { return now - previous.since }
-        stuck[name] = (lsn, now)
-        return 0
+        guard var entry = seen[name], entry.lsn == lsn else {
+            seen[name] = Seen(lsn: lsn, reply: reply, since: now, stalled: false)
+            return 0
+        }
+        if entry.reply != reply { entry.stalled = true }
+        entry.reply = reply
+        seen[name] = entry
+        return entry.stalled ? now - entry.since : 0
     }
 
     /// Forgets standbys not in `names` (disconnected).
     public mutating func keep(only names: Set<String>) {
-        stuck = stuck.filter { names.contains($0.key) }
+        seen = seen.filter { names.contains($0.key) }
     }
 }
 
@@ -97,8 +110,8 @@ public struct ReplayStallTracker: Sendable {
 ///
 /// Replica lag, the worst of:
 /// - on a primary, each connected standby in `pg_stat_replication`: `replay_lag`, or the time it has stood still
-///   behind the primary's WAL (``ReplayStallTracker``), whichever is larger; rows whose columns are hidden (a role
-///   without `pg_monitor`) are skipped;
+///   behind the WAL it received (``ReplayStallTracker``), whichever is larger; rows whose columns are hidden (a role
+///   without `pg_monitor` sees NULLs) are skipped;
 /// - on a standby (`pg_is_in_recovery()`), `now() - pg_last_xact_replay_timestamp()` while it has received WAL it has
 ///   not replayed (an idle primary sends none, and its last transaction's age is then no lag).
 /// Load: `pg_stat_activity`'s active client backends other than the probe's.
@@ -115,8 +128,8 @@ public final class ThrottleProbe: Sendable {
     public func read() async throws -> ThrottleSignals {
         let (standbys, own, active) = try await pool.withConnection { connection in
             let standbys = try await connection.query("""
-                SELECT coalesce(nullif(application_name, ''), 'pid ' || pid::text), replay_lsn::text,
-                       coalesce(replay_lsn < pg_current_wal_lsn(), true), coalesce(EXTRACT(epoch FROM replay_lag)::float8, 0)
+                SELECT coalesce(nullif(application_name, ''), 'pid ' || pid::text), replay_lsn::text, coalesce(reply_time::text, ''),
+                       coalesce(replay_lsn < flush_lsn, flush_lsn IS NOT NULL), coalesce(EXTRACT(epoch FROM replay_lag)::float8, 0)
                 FROM pg_stat_replication WHERE state IS NOT NULL AND NOT pg_is_in_recovery()
                 """)
             let own = try await connection.query("""
@@ -138,8 +151,9 @@ public final class ThrottleProbe: Sendable {
             for row in standbys {
                 let name = try row.decode(String.self, at: 0)
                 names.insert(name)
-                let stalled = tracker.observe(name, replayLSN: try row.decode(String?.self, at: 1), behind: try row.decode(Bool.self, at: 2), now: now)
-                let lag = max(try row.decode(Double.self, at: 3), stalled)
+                let stalled = tracker.observe(name, replayLSN: try row.decode(String?.self, at: 1), reply: try row.decode(String.self, at: 2),
+                                              behind: try row.decode(Bool.self, at: 3), now: now)
+                let lag = max(try row.decode(Double.self, at: 4), stalled)
                 if lag > (worst?.seconds ?? -1) { worst = (lag, name) }
             }
             tracker.keep(only: names)
