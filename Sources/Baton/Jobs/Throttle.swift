@@ -215,16 +215,21 @@ public final class JobThrottle: Sendable {
         return Double(total.components.seconds) + Double(total.components.attoseconds) / 1e18
     }
 
-    /// Probes until the task is cancelled. A probe that fails keeps the last decision (the job's own statements
-    /// ride out a lost database) and is logged.
+    /// Probes until the task is cancelled. A probe that fails lets the job go on (its own statements ride out a
+    /// lost database, up to `--db-retry-seconds`, and stop it after that; a pause held meanwhile would wait forever);
+    /// the first failure in a row is logged.
     public func monitor() async {
+        var failing = false
         while !Task.isCancelled {
             do {
                 apply(Throttle.decide(limits, try await probe.read()))
+                failing = false
             } catch is CancellationError {
-                return
+                break
             } catch {
-                logger.warning("throttle probe failed; keeping the last decision", ["error": "\(error)"])
+                if !failing { logger.warning("throttle probe failed; not throttling until it answers", ["error": "\(error)"]) }
+                failing = true
+                apply(.run)
             }
             try? await Task.sleep(for: .milliseconds(Int64(interval * 1000)))
         }
