@@ -19,6 +19,8 @@ let exchangeCommand = Command(
     Resumable and safe to run from several processes and machines at once. Refuses to start once the
     60-day window after apple.transfer.accepted_at has closed. While Apple is unreachable the job
     pauses (the progress line says for how long) and goes on when it is back, up to --max-outage.
+    While a standby lags or the database is busy past --max-replica-lag / --max-active-backends, it
+    claims nothing new until clear (the progress line says why); SIGHUP rereads jobs.* from the file.
     Exit status: 0 every user done, 1 some user failed or the job stopped, 2 usage or configuration.
     """,
     run: { parsed in

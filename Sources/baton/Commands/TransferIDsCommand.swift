@@ -18,7 +18,9 @@ let transferIDsCommand = Command(
     """,
     options: TransferIDsOptions.self,
     discussion: """
-    Resumable and safe to run from several processes.
+    Resumable and safe to run from several processes. While a standby lags or the database is busy
+    past --max-replica-lag / --max-active-backends, it claims nothing new until clear; SIGHUP rereads
+    jobs.* from the file.
     Exit status: 0 every user done, 1 some user failed or the job stopped, 2 usage or configuration.
     """,
     run: { parsed in
