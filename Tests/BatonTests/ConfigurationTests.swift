@@ -372,6 +372,7 @@ struct ConfigurationTests {
         full.legacy.createdAtColumn = "created_at"
         full.legacy.emailCopies = [LegacyEmailCopy(table: "public.account_emailaddress", column: "email", userColumn: "user_id", filters: ["kind": "x"])]
         full.server.eventLoops = 2
+        full.jobs.maxActiveBackends = 8
         let encoder = JSONEncoder()
         encoder.dateEncodingStrategy = .iso8601
         let tree = try #require(try JSONSerialization.jsonObject(with: encoder.encode(full)) as? [String: Any])

@@ -42,6 +42,8 @@ public struct BatonConfiguration: Sendable, Equatable, Codable, ConfigurationSec
     public var maxLinkSessions: Int
     /// Limits of `baton serve`'s HTTP server (`server.*`).
     public var server: Server
+    /// When the bulk jobs yield to the database (`jobs.*`).
+    public var jobs: Jobs
 
     /// Creates a configuration; call ``validate()`` on one built by hand.
     public init(
@@ -56,7 +58,8 @@ public struct BatonConfiguration: Sendable, Equatable, Codable, ConfigurationSec
         serviceToken: AdminToken? = nil,
         requireNonce: Bool = false,
         maxLinkSessions: Int = LinkSession.defaultMaxLive,
-        server: Server = Server()
+        server: Server = Server(),
+        jobs: Jobs = Jobs()
     ) {
         self.listen = listen
         self.database = database
@@ -70,6 +73,7 @@ public struct BatonConfiguration: Sendable, Equatable, Codable, ConfigurationSec
         self.requireNonce = requireNonce
         self.maxLinkSessions = maxLinkSessions
         self.server = server
+        self.jobs = jobs
     }
 
     // MARK: - Sections
@@ -152,6 +156,27 @@ public struct BatonConfiguration: Sendable, Equatable, Codable, ConfigurationSec
             self.connectionsPerIP = connectionsPerIP
             self.eventLoops = eventLoops
             self.batchScheduling = batchScheduling
+        }
+    }
+
+    /// The `jobs` section: when the bulk jobs pause to spare the production database.
+    public struct Jobs: Sendable, Equatable, Codable, ConfigurationSection {
+        /// The longest replica lag a job tolerates before it claims nothing new, in seconds; 0 for no limit.
+        /// Default 10 (`jobs.max_replica_lag_seconds`).
+        public var maxReplicaLagSeconds: Int
+        /// The most active client backends a job tolerates besides its own probe; nil (the default): no limit
+        /// (`jobs.max_active_backends`).
+        public var maxActiveBackends: Int?
+
+        /// Creates the section with its defaults.
+        public init(maxReplicaLagSeconds: Int = 10, maxActiveBackends: Int? = nil) {
+            self.maxReplicaLagSeconds = maxReplicaLagSeconds
+            self.maxActiveBackends = maxActiveBackends
+        }
+
+        /// The throttle's limits these keys give.
+        public var throttleLimits: ThrottleLimits {
+            ThrottleLimits(maxReplicaLag: maxReplicaLagSeconds > 0 ? Double(maxReplicaLagSeconds) : nil, maxActiveBackends: maxActiveBackends)
         }
     }
 

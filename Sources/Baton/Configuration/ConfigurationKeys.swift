@@ -159,6 +159,7 @@ extension BatonConfiguration {
         .defaulted("max_link_sessions", \.maxLinkSessions, check: .within(1...1_000_000),
                    "`baton serve`: link sessions (`POST /v1/link/session`) live at once, each for 600 s; one more is answered 503 `too_many_link_sessions` and stored nowhere, so requests cannot grow `baton.link_sessions` without bound (each new session also deletes up to 100 expired ones)"),
         .section("server", \.server),
+        .section("jobs", \.jobs),
         .defaulted("report_refresh_seconds", \.reportRefreshSeconds, check: .within(10...86_400, unit: "seconds", zero: "no reload"),
                    "how often the `GET /report` page reloads itself (a meta refresh, no script)"),
     ]
@@ -300,6 +301,17 @@ extension LegacyEmailCopy {
     ]
 
     static var defaults: Self { Self(table: "", column: "", userColumn: "") }
+}
+
+extension BatonConfiguration.Jobs {
+    static let fields: [ConfigurationField<Self>] = [
+        .defaulted("max_replica_lag_seconds", \.maxReplicaLagSeconds, check: .within(0...86_400, unit: "seconds", zero: "no limit"),
+                   "bulk jobs (`transfer-ids`, `exchange`): while a standby replays more than this far behind (or stands still behind the primary), the job claims nothing new until it catches up; `--max-replica-lag` overrides it; SIGHUP rereads it"),
+        .optional("max_active_backends", \.maxActiveBackends, absent: "no limit", check: .within(1...100_000),
+                  "bulk jobs: while more client backends than this are active on the database (`pg_stat_activity`, the job's probe aside), the job claims nothing new; `--max-active-backends` overrides it; SIGHUP rereads it"),
+    ]
+
+    static var defaults: Self { Self() }
 }
 
 extension BatonConfiguration.Server {

@@ -87,6 +87,8 @@ public struct BulkJobSummary: Sendable, Equatable {
     public var elapsed: TimeInterval
     /// The rate in force at the end (lower than asked after 429s).
     public var finalRate: Double
+    /// Seconds the job claimed nothing because the database was busy (``JobThrottle``).
+    public var throttledSeconds: Double = 0
 
     /// Whether anything failed: a stop, or a user not finished (unresolvable, or failed after the last attempt).
     /// A user whose attempt failed transiently and who was finished later in the run is not a failure.
@@ -163,6 +165,8 @@ public final class BulkJob: Sendable {
     private let requireOpenWindow: Bool
     private let now: @Sendable () -> Date
     private let logger: Logger
+    /// Pauses claims while the database is busy, if given.
+    public let throttle: JobThrottle?
     /// The shared rate limiter.
     public let limiter: RateLimiter
     /// The counts, for a progress reporter.
@@ -189,8 +193,9 @@ public final class BulkJob: Sendable {
     ///   - requireOpenWindow: whether the window must be open (the exchange) or only not closed (the sender job,
     ///     which may run before acceptance).
     ///   - now: the clock the window is read with.
+    ///   - throttle: pauses claims while the database is busy; default none.
     public init(queue: TransferQueue, step: any BulkJobStep, options: BulkJobOptions, window: TransferWindow, requireOpenWindow: Bool,
-                now: @escaping @Sendable () -> Date = { Date() }, logger: Logger = .disabled()) {
+                now: @escaping @Sendable () -> Date = { Date() }, logger: Logger = .disabled(), throttle: JobThrottle? = nil) {
         self.queue = queue
         self.step = step
         self.options = options
@@ -198,6 +203,7 @@ public final class BulkJob: Sendable {
         self.requireOpenWindow = requireOpenWindow
         self.now = now
         self.logger = logger
+        self.throttle = throttle
         // A small burst (at most 1/20 s of requests, 10 at most) lets the workers catch up a slot lost to a slow
         // answer without ever exceeding rate·t + burst over any interval.
         limiter = RateLimiter(rate: options.rate, burst: max(1, min(10, options.rate / 20)))
@@ -241,11 +247,14 @@ public final class BulkJob: Sendable {
     public func run() async -> BulkJobSummary {
         let started = ContinuousClock.now
         let feeder = Feeder(queue: queue, batchSize: max(options.workers, min(500, Int(options.rate), queue.leaseSeconds * Int(options.rate) / 4)), isStopped: { [self] in stopReason != nil })
+        let monitor = throttle.map { throttle in Task { await throttle.monitor() } }
         await withTaskGroup(of: Void.self) { group in
             for _ in 0..<options.workers {
                 group.addTask { [self] in await work(feeder) }
             }
         }
+        monitor?.cancel()
+        await monitor?.value
         await feeder.releaseAll()
         let remaining = try? await ridingOutage { try await queue.pendingCount() }
         return BulkJobSummary(
@@ -253,12 +262,15 @@ public final class BulkJob: Sendable {
             remaining: remaining,
             stopReason: stopReason,
             elapsed: Self.seconds(ContinuousClock.now - started),
-            finalRate: limiter.currentRate
+            finalRate: limiter.currentRate,
+            throttledSeconds: throttle?.throttledSeconds ?? 0
         )
     }
 
     private func work(_ feeder: Feeder) async {
         while stopReason == nil {
+            // While the database is busy, nothing new is claimed; the rows in flight finish meanwhile.
+            await throttle?.waitUntilClear { stopReason != nil }
             let item: TransferQueue.Item?
             do {
                 // The slot first, then the row: a row taken after the wait has its whole lease ahead of it.

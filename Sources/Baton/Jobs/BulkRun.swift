@@ -21,10 +21,11 @@ public struct BulkRun: Sendable {
     /// - Parameters:
     ///   - window: the transfer window; the exchange requires it open, the sender job only not closed.
     ///   - wrap: lets a caller put its own step around the standard one (the demo holds some users back).
+    ///   - throttle: pauses claims while the database is busy; default none.
     /// - Throws: ``BulkJobError`` when the target team is not a team ID.
     public init(queue: TransferQueue, work: Work, client: AppleClient, options: BulkJobOptions, window: TransferWindow,
                 now: @escaping @Sendable () -> Date = { Date() }, logger: Logger = .disabled(),
-                wrap: (any BulkJobStep) -> any BulkJobStep = { $0 }) throws {
+                wrap: (any BulkJobStep) -> any BulkJobStep = { $0 }, throttle: JobThrottle? = nil) throws {
         let step: any BulkJobStep
         switch work {
         case .exchange(let applier):
@@ -35,7 +36,7 @@ public struct BulkRun: Sendable {
         let requireOpenWindow = if case .exchange = work { true } else { false }
         self.window = window
         job = BulkJob(queue: queue, step: wrap(step), options: options, window: window, requireOpenWindow: requireOpenWindow,
-                      now: now, logger: logger)
+                      now: now, logger: logger, throttle: throttle)
     }
 
     /// Runs the job to its end while a ``ProgressReporter`` shows it (same parameters as the reporter's); returns
@@ -43,7 +44,7 @@ public struct BulkRun: Sendable {
     public func run(total: Int, isTerminal: Bool = isatty(STDERR_FILENO) == 1, logInterval: Double = 5,
                     write: @escaping @Sendable (String) -> Void = { FileHandle.standardError.write(Data($0.utf8)) }) async -> BulkJobSummary {
         let reporter = ProgressReporter(total: total, counters: job.counters, window: window, isTerminal: isTerminal, logInterval: logInterval, write: write,
-                                        paused: { [job] in job.pause })
+                                        paused: { [job] in job.pause }, throttled: { [job] in job.throttle?.reason })
         reporter.start()
         let summary = await job.run()
         await reporter.finish()

@@ -85,7 +85,8 @@ public struct ProgressFormatter: Sendable {
     /// The part after the ETA appears with an open ``window``: `after day 60` warns that at this rate the
     /// job would still be running when Apple stops answering. While the job is `paused` for Apple, the line
     /// ends with `paused: apple unreachable for 42 s (limit 3600 s)`.
-    public func bar(_ counts: JobCounters.Snapshot, elapsed: TimeInterval, now: Date = Date(), paused: BulkJobPause? = nil) -> String {
+    /// While the job is `throttled`, the reason follows (`throttled: replica lag 3.2 s > 1 s (standby)`).
+    public func bar(_ counts: JobCounters.Snapshot, elapsed: TimeInterval, now: Date = Date(), paused: BulkJobPause? = nil, throttled: String? = nil) -> String {
         let done = min(counts.processed, total)
         let fraction = total > 0 ? Double(done) / Double(total) : 1
         let filled = Int((fraction * Double(barWidth)).rounded(.down))
@@ -96,19 +97,21 @@ public struct ProgressFormatter: Sendable {
             leftText += ", by day \(landing.day): \(landing.beforeDeadline ? "before" : "after") day 60"
         }
         let pausedText = paused.map { " paused: apple unreachable for \(Int($0.seconds)) s (limit \(Int($0.limit)) s)" } ?? ""
-        return "[\(bar)] \(done)/\(total) \(Int((fraction * 100).rounded(.down)))% \(String(format: "%.1f", perSecond))/s errors \(counts.errors) left \(leftText)\(pausedText)"
+        return "[\(bar)] \(done)/\(total) \(Int((fraction * 100).rounded(.down)))% \(String(format: "%.1f", perSecond))/s errors \(counts.errors) left \(leftText)\(pausedText)\(throttled.map { " " + $0 } ?? "")"
     }
 
     /// `progress done=1200 total=4000 rate_per_s=198.5 errors=3 rate_limited=0 eta_s=14`, then with an open
     /// ``window`` ` eta_day=12 eta_before_day_60=true`, and while `paused` for Apple
     /// ` paused=apple_unreachable paused_s=42 pause_limit_s=3600`.
-    public func logLine(_ counts: JobCounters.Snapshot, elapsed: TimeInterval, now: Date = Date(), paused: BulkJobPause? = nil) -> String {
+    /// While the job is `throttled`, ` throttled="throttled: replica lag 3.2 s > 1 s (standby)"` follows.
+    public func logLine(_ counts: JobCounters.Snapshot, elapsed: TimeInterval, now: Date = Date(), paused: BulkJobPause? = nil, throttled: String? = nil) -> String {
         let (perSecond, left) = rates(counts, elapsed: elapsed)
         var line = "progress done=\(counts.processed) total=\(total) rate_per_s=\(String(format: "%.1f", perSecond)) errors=\(counts.errors) rate_limited=\(counts.rateLimited) eta_s=\(left.map { String(Int($0.rounded())) } ?? "unknown")"
         if let left, let landing = landing(secondsLeft: left, now: now) {
             line += " eta_day=\(landing.day) eta_before_day_60=\(landing.beforeDeadline)"
         }
         if let paused { line += " paused=apple_unreachable paused_s=\(Int(paused.seconds)) pause_limit_s=\(Int(paused.limit))" }
+        if let throttled { line += " throttled=\"\(throttled)\"" }
         return line
     }
 }
@@ -122,6 +125,7 @@ public final class ProgressReporter: Sendable {
     private let interval: Duration
     private let write: @Sendable (String) -> Void
     private let paused: @Sendable () -> BulkJobPause?
+    private let throttled: @Sendable () -> String?
     private let started = ContinuousClock.now
     private let task = Mutex<Task<Void, Never>?>(nil)
 
@@ -131,15 +135,17 @@ public final class ProgressReporter: Sendable {
     ///   - isTerminal: draw a bar (true) or print log lines (false); default: whether standard error is a terminal.
     ///   - logInterval: seconds between log lines; default 5.
     ///   - paused: the job's pause while Apple is unreachable (``BulkJob/pause``), shown on the line; default none.
+    ///   - throttled: why the job is throttled (``JobThrottle/reason``), shown on the line; default none.
     public init(total: Int, counters: JobCounters, window: TransferWindow? = nil, isTerminal: Bool = isatty(STDERR_FILENO) == 1, logInterval: Double = 5,
                 write: @escaping @Sendable (String) -> Void = { FileHandle.standardError.write(Data($0.utf8)) },
-                paused: @escaping @Sendable () -> BulkJobPause? = { nil }) {
+                paused: @escaping @Sendable () -> BulkJobPause? = { nil }, throttled: @escaping @Sendable () -> String? = { nil }) {
         formatter = ProgressFormatter(total: total, window: window)
         self.counters = counters
         self.isTerminal = isTerminal
         interval = isTerminal ? .milliseconds(250) : .milliseconds(Int64(logInterval * 1000))
         self.write = write
         self.paused = paused
+        self.throttled = throttled
     }
 
     private var elapsed: TimeInterval {
@@ -161,9 +167,9 @@ public final class ProgressReporter: Sendable {
 
     private func draw() {
         if isTerminal {
-            write("\r" + formatter.bar(counters.snapshot, elapsed: elapsed, paused: paused()) + "\u{1B}[K")
+            write("\r" + formatter.bar(counters.snapshot, elapsed: elapsed, paused: paused(), throttled: throttled()) + "\u{1B}[K")
         } else {
-            write(formatter.logLine(counters.snapshot, elapsed: elapsed, paused: paused()) + "\n")
+            write(formatter.logLine(counters.snapshot, elapsed: elapsed, paused: paused(), throttled: throttled()) + "\n")
         }
     }
 

@@ -170,6 +170,13 @@ extension Option where Value == Double {
     }
 }
 
+extension Option where Value == Double? {
+    /// `--name R`, a finite number within `range`; nil when absent.
+    package static func number(_ name: String, _ placeholder: String = "R", in range: ClosedRange<Double>, _ help: String) -> Option {
+        Option(name, placeholder, .number(default: nil, in: range), help) { $0.last.flatMap { Double($0) } }
+    }
+}
+
 extension Option where Value: Equatable {
     /// `--name WORD`, one of `choices` by its word, else the default.
     package static func choice(_ name: String, _ choices: [(word: String, value: Value)], default value: Value, _ help: String) -> Option {

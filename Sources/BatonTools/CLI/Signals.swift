@@ -32,7 +32,7 @@ package func serveUntilTerminated(announcing announcement: String, logger: Logge
 
 /// Runs `body` for each SIGHUP the process receives until the returned source is cancelled; SIGHUP no longer ends
 /// the process meanwhile. The runs are queued, one after the other, on a task of their own.
-private func onHangUp(_ body: @escaping @Sendable () async -> Void) -> any DispatchSourceSignal {
+package func onHangUp(_ body: @escaping @Sendable () async -> Void) -> any DispatchSourceSignal {
     let (signals, continuation) = AsyncStream.makeStream(of: Void.self)
     Task {
         for await _ in signals { await body() }

@@ -19,6 +19,8 @@ let exchangeCommand = Command(
     Resumable and safe to run from several processes and machines at once. Refuses to start once the
     60-day window after apple.transfer.accepted_at has closed. While Apple is unreachable the job
     pauses (the progress line says for how long) and goes on when it is back, up to --max-outage.
+    While a standby lags or the database is busy past --max-replica-lag / --max-active-backends, it
+    claims nothing new until clear (the progress line says why); SIGHUP rereads jobs.* from the file.
     Users refused for good (unresolvable) are named after every run and dry run, by legacy key.
     Exit status: 0 every user done, 1 some user failed or is refused or the job stopped (a dry run: 0
     when the credentials are accepted), 2 usage or configuration.
@@ -41,6 +43,7 @@ struct BulkOptions: CommandOptions {
     let databaseRetrySeconds = Option.number("db-retry-seconds", "S", default: 60, in: 0...86_400, "how long to ride out a lost database (restart, failover) before stopping:\nworkers wait with backoff, reconnect and go on")
     let metricsFile = Option.text("metrics-file", "PATH", "write the job's state there every 5 s and at its end, in Prometheus' text format\n(node_exporter's textfile collector: a .prom file in its directory)")
     let maxOutage = Option.number("max-outage", "S", default: 3_600, in: 0...5_184_000, "how long to wait while Apple answers no one (connection refused, timeouts,\n5xx, 429s) before stopping: the job pauses, retries with backoff and goes on\nwhen Apple is back; no user is failed for it")
+    let throttle = ThrottleOptions()
 }
 
 /// Runs `baton exchange` (recipient) or `baton transfer-ids` (sender, for the team `target` or the configured
@@ -175,7 +178,10 @@ func runBulkCommand(_ parsed: Parsed<BulkOptions>, side: BatonConfiguration.Tran
     } else {
         work = .transferIdentifiers(targetTeamID: targetTeamID)
     }
-    let run = try BulkRun(queue: queue, work: work, client: client, options: job, window: window, logger: logger)
+    let throttle = JobThrottle(limits: parsed.throttle.limits(configuration), probe: ThrottleProbe(pool: pool), logger: logger)
+    let hangUps = rereadingThrottleLimits(throttle, configurationPath: parsed.config, logger: logger)
+    defer { hangUps.cancel() }
+    let run = try BulkRun(queue: queue, work: work, client: client, options: job, window: window, logger: logger, throttle: throttle)
     let metrics = parsed.metricsFile.map { JobMetricsFile(path: $0, command: name, total: pending, job: run.job) }
     do { try await metrics?.start() } catch {
         throw CommandFailure.usage("baton \(name): cannot write --metrics-file: \(error)")
@@ -210,7 +216,7 @@ func printSummary(_ name: String, _ summary: BulkJobSummary) {
     let counts = summary.counts
     let remaining = summary.remaining.map(String.init) ?? "unknown (the database did not answer)"
     let perSecond = summary.elapsed > 0 ? Double(counts.requests) / summary.elapsed : 0
-    print("\(name): done \(counts.succeeded), already done \(counts.alreadyDone), unresolvable \(counts.unresolvable), failed \(counts.failed), remaining \(remaining); \(counts.requests) requests in \(String(format: "%.1f", summary.elapsed)) s (\(String(format: "%.1f", perSecond))/s), \(counts.rateLimited) rate-limited")
+    print("\(name): done \(counts.succeeded), already done \(counts.alreadyDone), unresolvable \(counts.unresolvable), failed \(counts.failed), remaining \(remaining); \(counts.requests) requests in \(String(format: "%.1f", summary.elapsed)) s (\(String(format: "%.1f", perSecond))/s), \(counts.rateLimited) rate-limited, throttled \(String(format: "%.1f", summary.throttledSeconds)) s")
     if let reason = summary.stopReason {
         printError("baton \(name): \(reason.reason)")
         let left = summary.remaining.map { "\($0) users were" } ?? "users were"

@@ -18,8 +18,10 @@ let transferIDsCommand = Command(
     """,
     options: TransferIDsOptions.self,
     discussion: """
-    Resumable and safe to run from several processes. Users Apple refused for good (unresolvable) are
-    named after every run and dry run, by legacy key, with the way out (--retry-unresolvable).
+    Resumable and safe to run from several processes. While a standby lags or the database is busy
+    past --max-replica-lag / --max-active-backends, it claims nothing new until clear; SIGHUP rereads
+    jobs.* from the file. Users Apple refused for good (unresolvable) are named after every run and dry
+    run, by legacy key, with the way out (--retry-unresolvable).
     Exit status: 0 every user done, 1 some user failed or is refused or the job stopped (a dry run: 0
     when the calls a run starts with succeed), 2 usage or configuration.
     """,

@@ -1,0 +1,32 @@
+import Baton
+import BatonLogging
+import BatonTools
+import Dispatch
+
+/// The bulk jobs' throttle options: when they yield to the production database.
+struct ThrottleOptions: CommandOptions {
+    let maxReplicaLag = Option.number("max-replica-lag", "S", in: 0...86_400, "claim nothing new while a standby is more than S seconds behind\n(0: no limit; default jobs.max_replica_lag_seconds, 10)")
+    let maxActiveBackends = Option.integer("max-active-backends", in: 0...100_000, "claim nothing new while more than N other client backends are\nactive (0: no limit; default jobs.max_active_backends, none)")
+}
+
+extension Parsed<ThrottleOptions> {
+    /// The configuration's `jobs.*` limits, each replaced by its option when given (0 turns a limit off).
+    func limits(_ configuration: BatonConfiguration) -> ThrottleLimits {
+        var limits = configuration.jobs.throttleLimits
+        if let lag = self.maxReplicaLag { limits.maxReplicaLag = lag > 0 ? lag : nil }
+        if let backends = self.maxActiveBackends { limits.maxActiveBackends = backends > 0 ? backends : nil }
+        return limits
+    }
+}
+
+/// On each SIGHUP, rereads the configuration file and gives `throttle` its `jobs.*` limits (which then replace
+/// the command line's); a file that does not load is logged and changes nothing. Cancel the returned source to stop.
+func rereadingThrottleLimits(_ throttle: JobThrottle, configurationPath: String?, logger: Logger) -> any DispatchSourceSignal {
+    onHangUp {
+        do {
+            throttle.setLimits(try await loadConfiguration(configurationPath).jobs.throttleLimits)
+        } catch {
+            logger.warning("SIGHUP: the configuration did not load; the throttle's limits are unchanged", ["error": "\(error)"])
+        }
+    }
+}
