@@ -1,3 +1,4 @@
+import BatonCommandLine
 import BatonConcurrency
 import BatonEmulator
 import Baton
@@ -9,7 +10,7 @@ import BatonJSON
 import BatonPostgres
 import BatonProcess
 
-/// `baton bench signin`: sign-in throughput and latency through `baton serve`, against PostgreSQL's own
+/// `baton-bench signin`: sign-in throughput and latency through `baton serve`, against PostgreSQL's own
 /// ceiling on the same SQL measured by pgbench in the same run.
 ///
 /// 1. A fresh database on the given server with Baton's schema, `--users` legacy users (default 1,000,000)
@@ -52,6 +53,10 @@ func runSigninBenchmark(_ arguments: Parsed<SigninBenchmarkOptions>) async throw
     }
     let wrkConnections = [1, 8, 32, 64]
     let logLevel = arguments.logLevel.description
+    let baton = arguments.baton ?? URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath().deletingLastPathComponent().appendingPathComponent("baton").path
+    guard FileManager.default.isExecutableFile(atPath: baton) else {
+        throw CommandFailure.usage("no baton executable at \(baton): build it (swift build --product baton) or give --baton")
+    }
     let clientID = "com.example.bench"
 
     // 1. Apple: two teams, the app, its people, the transfer.
@@ -87,7 +92,7 @@ func runSigninBenchmark(_ arguments: Parsed<SigninBenchmarkOptions>) async throw
     say("signed \(tokens.count) identity tokens in \(seconds(since: tokenStart)) s")
 
     // 4. The service, as a child process.
-    let child = try await ServiceProcess.start(databaseURL: databaseURL, appleBaseURL: emulator.baseURL, clientID: clientID, poolSize: arguments.poolSize,
+    let child = try await ServiceProcess.start(baton: baton, databaseURL: databaseURL, appleBaseURL: emulator.baseURL, clientID: clientID, poolSize: arguments.poolSize,
                                                legacy: arguments.schema.legacy, logLevel: logLevel)
     defer { child.terminate() }
 
@@ -107,7 +112,7 @@ func runSigninBenchmark(_ arguments: Parsed<SigninBenchmarkOptions>) async throw
     let migratedDatabaseMicroseconds = postgresCPUSeconds(since: migratedDatabaseCPU) / Double(arguments.migrations) * 1e6
     let migratedCount = try await migratedEvents(pool)
     guard migratedReport.statuses == [200: arguments.migrations], migratedReport.failures == 0, migratedCount == arguments.migrations else {
-        throw CommandFailure.failed("bench signin: migrated phase went wrong: statuses \(migratedReport.statuses), failures \(migratedReport.failures), \(migratedCount) events")
+        throw CommandFailure.failed("baton-bench signin: migrated phase went wrong: statuses \(migratedReport.statuses), failures \(migratedReport.failures), \(migratedCount) events")
     }
 
     // 3b. Migrations driven from outside by wrk, each token at most once.
@@ -124,7 +129,7 @@ func runSigninBenchmark(_ arguments: Parsed<SigninBenchmarkOptions>) async throw
     let wrkMigratedCount = try await migratedEvents(pool) - migratedCount
     guard wrkMigrated.errors == 0, wrkMigrated.requests > 0, wrkMigrated.requests <= wrkMigratedCount,
           wrkMigratedCount <= wrkMigrated.requests + wrkMigratingConnections else {
-        throw CommandFailure.failed("bench signin: wrk's migrations went wrong: \(wrkMigrated.requests) answers, \(wrkMigrated.errors) errors, "
+        throw CommandFailure.failed("baton-bench signin: wrk's migrations went wrong: \(wrkMigrated.requests) answers, \(wrkMigrated.errors) errors, "
                                     + "\(wrkMigratedCount) users migrated (more answers than --wrk-migrations \(arguments.wrkMigrations) sends tokens twice)")
     }
     say(String(format: "wrk migrating -c 32: %.0f/s, p50 %.2f ms, p99 %.2f ms, max %.2f ms, CPU per sign-in: server %.1f µs, PostgreSQL %.1f µs, wrk %.1f µs (%d sign-ins; load %@)",
@@ -151,7 +156,7 @@ func runSigninBenchmark(_ arguments: Parsed<SigninBenchmarkOptions>) async throw
     let pgbenchMigrated = try await offPool { try runPgbench(script: migratedScript, url: databaseURL, seconds: arguments.pgbenchSeconds) }
     // Past the last pending transfer, pgbench's transactions would migrate no one and count as fast ones.
     guard pgbenchMigrated * Double(arguments.pgbenchSeconds) < Double(arguments.transfers - migrating) else {
-        throw CommandFailure.failed("bench signin: pgbench ran out of pending transfers (\(arguments.transfers - migrating) left for it): raise --transfers")
+        throw CommandFailure.failed("baton-bench signin: pgbench ran out of pending transfers (\(arguments.transfers - migrating) left for it): raise --transfers")
     }
 
     let (currentCPU, currentDatabaseCPU) = (child.cpuSeconds(), postgresCPUByProcess())
@@ -159,7 +164,7 @@ func runSigninBenchmark(_ arguments: Parsed<SigninBenchmarkOptions>) async throw
     let currentCPUMicroseconds = (child.cpuSeconds() - currentCPU) / Double(arguments.currentRequests) * 1e6
     let currentDatabaseMicroseconds = postgresCPUSeconds(since: currentDatabaseCPU) / Double(arguments.currentRequests) * 1e6
     guard currentReport.statuses == [200: arguments.currentRequests], currentReport.failures == 0 else {
-        throw CommandFailure.failed("bench signin: current phase went wrong: statuses \(currentReport.statuses), failures \(currentReport.failures)")
+        throw CommandFailure.failed("baton-bench signin: current phase went wrong: statuses \(currentReport.statuses), failures \(currentReport.failures)")
     }
 
     // 4b. The same current users' sign-ins driven from outside by wrk, at each connection count.
@@ -182,7 +187,7 @@ func runSigninBenchmark(_ arguments: Parsed<SigninBenchmarkOptions>) async throw
         var figures = try await running.value
         figures.serverCPUMicroseconds = (child.cpuSeconds() - cpuBefore) / Double(max(1, figures.requests)) * 1e6
         guard figures.errors == 0, figures.requests > 0 else {
-            throw CommandFailure.failed("bench signin: wrk at \(connections) connections saw \(figures.errors) errors")
+            throw CommandFailure.failed("baton-bench signin: wrk at \(connections) connections saw \(figures.errors) errors")
         }
         wrkRuns.append(figures)
         say(String(format: "wrk -c %d: %.0f/s, p50 %.2f ms, p99 %.2f ms, max %.2f ms, CPU per sign-in: server %.1f µs, PostgreSQL %.1f µs, wrk %.1f µs (%d sign-ins; load %@)",
@@ -206,7 +211,7 @@ func runSigninBenchmark(_ arguments: Parsed<SigninBenchmarkOptions>) async throw
         WHERE NOT EXISTS (SELECT 1 FROM baton.transfers AS t WHERE t.transfer_sub = 'transfer.' || g AND t.state = 'migrated')
         """)[0].decode(Int?.self, at: 0)
     guard let lastMigratedByPgbench, lastMigratedByPgbench > firstSynthetic else {
-        throw CommandFailure.failed("bench signin: pgbench's migrations left no run of migrated users to look up")
+        throw CommandFailure.failed("baton-bench signin: pgbench's migrations left no run of migrated users to look up")
     }
     let currentScript = """
         \\set n random(\(firstSynthetic), \(lastMigratedByPgbench))
@@ -467,7 +472,7 @@ private func runPgbench(script: String, url: String, seconds: Int) throws -> Dou
     guard status == 0,
           let line = text.split(separator: "\n").first(where: { $0.hasPrefix("tps = ") }),
           let tps = Double(line.dropFirst(6).prefix { $0 != " " }) else {
-        throw CommandFailure.failed("bench signin: pgbench failed: \(text.suffix(500))")
+        throw CommandFailure.failed("baton-bench signin: pgbench failed: \(text.suffix(500))")
     }
     return tps
 }
@@ -507,7 +512,7 @@ private final class LatencyRecorder: @unchecked Sendable {
     }
 }
 
-/// `baton serve` as a child process of this binary, configured through a temporary file.
+/// `baton serve` as a child process, configured through a temporary file.
 private final class ServiceProcess: Sendable {
     let child: ChildProcess
     let port: Int
@@ -519,7 +524,7 @@ private final class ServiceProcess: Sendable {
         self.configPath = configPath
     }
 
-    static func start(databaseURL: String, appleBaseURL: URL, clientID: String, poolSize: Int, legacy: BatonConfiguration.Legacy,
+    static func start(baton: String, databaseURL: String, appleBaseURL: URL, clientID: String, poolSize: Int, legacy: BatonConfiguration.Legacy,
                       logLevel: String) async throws -> ServiceProcess {
         let configuration: JSONValue = [
             "listen": "127.0.0.1:0",
@@ -532,14 +537,13 @@ private final class ServiceProcess: Sendable {
         let text = JSON.serialize(configuration)
         let path = FileManager.default.temporaryDirectory.appendingPathComponent("baton-bench-\(UUID().uuidString).json").path
         try text.write(toFile: path, atomically: true, encoding: .utf8)
-        let executable = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath().path
         // At info the service logs one line per request; they go to /dev/null so the pipe never fills.
-        let child = try ChildProcess(executable, ["serve", "--config", path, "--log-level", logLevel], standardOutput: .pipe, standardError: .discard)
+        let child = try ChildProcess(baton, ["serve", "--config", path, "--log-level", logLevel], standardOutput: .pipe, standardError: .discard)
         let line = await offPool { child.readLine() }
         guard line.hasPrefix("baton listening on "), let portText = line.split(separator: ":").last, let port = Int(portText) else {
             child.signal(SIGKILL)
             _ = await child.exitStatus()
-            throw CommandFailure.failed("bench signin: baton serve did not start")
+            throw CommandFailure.failed("baton-bench signin: baton serve did not start")
         }
         return ServiceProcess(child: child, port: port, configPath: path)
     }

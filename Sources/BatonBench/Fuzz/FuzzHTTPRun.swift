@@ -1,7 +1,8 @@
 import Foundation
 import Synchronization
+import BatonRawHTTP
 
-/// The settings of one `baton fuzz http` run.
+/// The settings of one `baton-bench fuzz http` run.
 struct HTTPFuzzSettings: Sendable {
     var address: LoopbackAddress
     var host: String

@@ -5,7 +5,7 @@ package enum Completions {
     /// A bash completion script for `program`, whose subcommands are `commands` (`baton completions bash`).
     ///
     /// It defines `_<program>` and registers it with `complete -F`; it needs bash alone, not the
-    /// bash-completion package's helpers. The words before the cursor that name commands (`bench signin`) select
+    /// bash-completion package's helpers. The words before the cursor that name commands (`db migrate`) select
     /// the command; after an option that takes a value it offers that value's choices, file names for a
     /// `FILE`/`PATH` placeholder, and nothing for other values (a number, a URL); otherwise the command's
     /// options not yet given (a repeatable option stays), and file names where the command's positional argument

@@ -1,3 +1,4 @@
+import BatonCommandLine
 import BatonEmulator
 import BatonAppleSignIn
 import Baton
@@ -6,7 +7,7 @@ import BatonJSON
 import BatonLogging
 import BatonPostgres
 
-/// `baton bench exchange`: the exchange job against the in-process emulator (20 ms latency, a 200/s limit) on a
+/// `baton-bench exchange`: the exchange job against the in-process emulator (20 ms latency, a 200/s limit) on a
 /// throwaway database, then the same work one request at a time as the public scripts do it.
 ///
 /// Options: `--users N` (default 20,000) pending users to exchange; `--backlog N` (default 0) more pending rows
@@ -104,7 +105,7 @@ func runExchangeBenchmark(_ arguments: Parsed<ExchangeBenchmarkOptions>) async t
         let achieved = Double(summary.counts.requests) / jobSeconds
         let migrated = try await pool.query("SELECT count(*) FROM baton.transfers WHERE state = 'migrated'")[0].decode(Int.self, at: 0)
         guard migrated == users else {
-            throw CommandFailure.failed("bench exchange: \(migrated) of \(users) users migrated, \(summary.counts.errors) errors")
+            throw CommandFailure.failed("baton-bench exchange: \(migrated) of \(users) users migrated, \(summary.counts.errors) errors")
         }
 
         // The public scripts: one request at a time, no limiter, for a few seconds.

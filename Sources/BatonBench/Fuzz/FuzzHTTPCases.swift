@@ -1,4 +1,5 @@
 import BatonJOSE
+import BatonRawHTTP
 import Foundation
 
 /// A small, fast, seedable generator (SplitMix64): the same seed gives the same requests.
@@ -16,7 +17,7 @@ struct SeededGenerator: RandomNumberGenerator {
     }
 }
 
-/// One request of `baton fuzz http`: what to send and what the server owes in return.
+/// One request of `baton-bench fuzz http`: what to send and what the server owes in return.
 struct FuzzCase: Sendable {
     /// The families of requests, each with its weight in the mix.
     enum Kind: String, CaseIterable {

@@ -1,11 +1,12 @@
 import BatonAppleSignIn
+import BatonCommandLine
 import BatonEmulator
 import BatonHTTPServer
 import BatonJSON
 import Foundation
 import FoundationNetworking
 
-/// `baton bench emulator [--concurrency N] [--requests N] [--tokens N] [--exchanges N]`:
+/// `baton-bench emulator [--concurrency N] [--requests N] [--tokens N] [--exchanges N]`:
 /// requests/s for `/auth/keys`, tokens/s for `/emulator/authorize` and requests/s for the
 /// recipient side of `/auth/usermigrationinfo`, over keep-alive connections (default 32), against
 /// an in-process emulator; 100,000 key requests, 10,000 tokens and 20,000 exchanges by default.
@@ -81,7 +82,7 @@ private func benchAccessToken(_ base: URL, clientID: String, secret: String) asy
     request.httpBody = Data("grant_type=client_credentials&scope=user.migration&client_id=\(clientID)&client_secret=\(secret)".utf8)
     let (data, _) = try await URLSession.shared.data(for: request)
     guard case .string(let token)? = try JSON.parseObject(Array(data))["access_token"] else {
-        throw CommandFailure.failed("baton bench emulator: the emulator issued no access token")
+        throw CommandFailure.failed("baton-bench emulator: the emulator issued no access token")
     }
     return token
 }

@@ -1,7 +1,9 @@
 import Foundation
+import BatonCommandLine
 import BatonJSON
+import BatonRawHTTP
 
-/// `baton fuzz http`: random and mutated raw HTTP requests against a server on loopback, then checks
+/// `baton-bench fuzz http`: random and mutated raw HTTP requests against a server on loopback, then checks
 /// that it is still up, answers its probes as before, and kept its memory bounded.
 package let fuzzCommand = Command(
     name: "fuzz",
@@ -24,7 +26,7 @@ package let fuzzCommand = Command(
     )]
 )
 
-/// The options of `baton fuzz http`.
+/// The options of `baton-bench fuzz http`.
 private struct FuzzHTTPOptions: CommandOptions {
     let url = Option.text("url", "URL", "the server's base URL (its path prefixes every request path)").required()
     let requests = Option.integer("requests", default: 100_000, in: 1...10_000_000, "number of requests")
@@ -115,7 +117,7 @@ private func runFuzzHTTP(_ parsed: Parsed<FuzzHTTPOptions>) async throws -> Int3
     }
     print(JSON.serialize(.object(figures)))
     if report.failureCount > 0 {
-        throw CommandFailure.rejected("baton fuzz http: \(report.failureCount) failures (first: \(report.failures.first ?? "?"))")
+        throw CommandFailure.rejected("baton-bench fuzz http: \(report.failureCount) failures (first: \(report.failures.first ?? "?"))")
     }
     return 0
 }

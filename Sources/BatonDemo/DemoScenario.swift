@@ -1,3 +1,4 @@
+import BatonCommandLine
 import BatonConcurrency
 import BatonEmulator
 import BatonAppleSignIn

@@ -1,4 +1,5 @@
 import Baton
+import BatonCommandLine
 import Foundation
 
 /// `baton rehearse`: the whole transfer on a throwaway copy of the application's own tables.

@@ -2,6 +2,7 @@ import BatonAppleSignIn
 import BatonConcurrency
 import BatonEmulator
 import BatonHTTPServer
+import BatonRawHTTP
 import Foundation
 import Synchronization
 

@@ -1,9 +1,10 @@
+import BatonCommandLine
 import BatonAppleSignIn
 import Foundation
 import BatonJOSE
 import BatonJSON
 
-/// `baton bench verify [--seconds S]`: full identity-token verification against the bare OpenSSL RS256
+/// `baton-bench verify [--seconds S]`: full identity-token verification against the bare OpenSSL RS256
 /// verification of the same signature with the same key (`EVP_DigestVerifyInit` + `EVP_DigestVerify`).
 ///
 /// The verifier itself calls a leaner primitive (SHA-256, then `EVP_PKEY_verify` on a pooled context), so a
@@ -28,7 +29,7 @@ func runVerifyBenchmark(_ arguments: Parsed<VerifyBenchmarkOptions>) async throw
     // The check itself: the token must verify, or the figures are meaningless.
     let verified = try await verifier.verify(token)
     guard verified.subject == fixture.subject, key.opensslVerifyRS256(signature: signature, message: signingInput) else {
-        throw CommandFailure.failed("bench verify: the benchmark token does not verify")
+        throw CommandFailure.failed("baton-bench verify: the benchmark token does not verify")
     }
 
     let full: @Sendable () async -> Bool = { (try? await verifier.verify(token)) != nil }
@@ -45,7 +46,7 @@ func runVerifyBenchmark(_ arguments: Parsed<VerifyBenchmarkOptions>) async throw
         let b = await measure(bare, for: seconds / Double(rounds))
         let p = await measure(primitive, for: seconds / Double(rounds) / 4)
         guard f.failures == 0, b.failures == 0, p.failures == 0 else {
-            throw CommandFailure.failed("bench verify: a verification failed")
+            throw CommandFailure.failed("baton-bench verify: a verification failed")
         }
         fullCount += f.count; fullTime += f.elapsed; fullCPU += f.cpu
         bareCount += b.count; bareTime += b.elapsed; bareCPU += b.cpu

@@ -1,6 +1,6 @@
 import Foundation
 
-/// A raw HTTP exchange over one fresh loopback connection, for `baton fuzz http`: it writes bytes exactly
+/// A raw HTTP exchange over one fresh loopback connection, for `baton-bench fuzz http`: it writes bytes exactly
 /// as given (broken or not) and reads whatever comes back. Blocking: runs on the fuzzer's own threads,
 /// never on Swift's cooperative pool.
 package struct RawExchange: Sendable {

@@ -1,5 +1,6 @@
 import Dispatch
 import Foundation
+import BatonCommandLine
 import BatonPostgres
 
 /// `baton demo`: the end-to-end scenario on a throwaway PostgreSQL and the Apple emulator.

@@ -1,45 +1,42 @@
+import BatonCommandLine
 import Foundation
 
-/// `baton bench NAME`: runs a benchmark; its last line of output is one JSON object of figures.
-package let benchCommand = Command(
-    name: "bench",
-    summary: "run a benchmark (verify, emulator, signin, exchange)",
-    discussion: "The last line of output is one JSON object of figures. Build with -c release for meaningful numbers.",
-    subcommands: [
-        Command(
-            name: "verify",
-            summary: "identity-token verification against bare OpenSSL RS256",
-            options: VerifyBenchmarkOptions.self,
-            run: runVerifyBenchmark
-        ),
-        Command(
-            name: "emulator",
-            summary: "emulator requests/s (/auth/keys, /auth/usermigrationinfo) and tokens/s (/emulator/authorize)",
-            options: EmulatorBenchmarkOptions.self,
-            run: runEmulatorBenchmark
-        ),
-        Command(
-            name: "signin",
-            summary: "sign-ins/s and latency through baton serve (own load generator and wrk) vs pgbench on the same SQL",
-            options: SigninBenchmarkOptions.self,
-            run: runSigninBenchmark
-        ),
-        Command(
-            name: "exchange",
-            summary: "baton exchange against the emulator (20 ms, 200/s limit) vs one request at a time",
-            options: ExchangeBenchmarkOptions.self,
-            run: runExchangeBenchmark
-        ),
-    ],
-    subcommandsTitle: "benchmarks"
-)
+/// The benchmarks, `baton-bench NAME` each; the last line of a benchmark's output is one JSON object of figures
+/// (scripts/bench.sh reads them, and the list from `baton-bench --help`). Build with -c release for meaningful
+/// numbers.
+package let benchmarks: [Command] = [
+    Command(
+        name: "verify",
+        summary: "identity-token verification against bare OpenSSL RS256",
+        options: VerifyBenchmarkOptions.self,
+        run: runVerifyBenchmark
+    ),
+    Command(
+        name: "emulator",
+        summary: "emulator requests/s (/auth/keys, /auth/usermigrationinfo) and tokens/s (/emulator/authorize)",
+        options: EmulatorBenchmarkOptions.self,
+        run: runEmulatorBenchmark
+    ),
+    Command(
+        name: "signin",
+        summary: "sign-ins/s and latency through baton serve (own load generator and wrk) vs pgbench on the same SQL",
+        options: SigninBenchmarkOptions.self,
+        run: runSigninBenchmark
+    ),
+    Command(
+        name: "exchange",
+        summary: "baton exchange against the emulator (20 ms, 200/s limit) vs one request at a time",
+        options: ExchangeBenchmarkOptions.self,
+        run: runExchangeBenchmark
+    ),
+]
 
-/// The options of `baton bench verify`.
+/// The options of `baton-bench verify`.
 struct VerifyBenchmarkOptions: CommandOptions {
     let seconds = Option.number("seconds", "S", default: 2, in: 0.05...600, "seconds of each measurement")
 }
 
-/// The options of `baton bench emulator`.
+/// The options of `baton-bench emulator`.
 struct EmulatorBenchmarkOptions: CommandOptions {
     let concurrency = Option.integer("concurrency", default: 32, in: 1...1024, "keep-alive connections")
     let requests = Option.integer("requests", default: 100_000, in: 1...10_000_000, "GET /auth/keys requests")
@@ -47,7 +44,7 @@ struct EmulatorBenchmarkOptions: CommandOptions {
     let exchanges = Option.integer("exchanges", default: 20_000, in: 1...1_000_000, "POST /auth/usermigrationinfo requests")
 }
 
-/// The options of `baton bench signin`.
+/// The options of `baton-bench signin`.
 struct SigninBenchmarkOptions: CommandOptions {
     let databaseURL = Option.databaseURL("a server where it may create a database (default $BATON_TEST_DATABASE_URL, then $BATON_DATABASE_URL)")
     let users = Option.integer("users", default: 1_000_000, in: 1_000...100_000_000, "legacy users")
@@ -63,9 +60,10 @@ struct SigninBenchmarkOptions: CommandOptions {
     let wrkSeconds = Option.integer("wrk-seconds", default: 10, in: 1...600, "seconds of each wrk run (1, 8, 32 and 64 connections)")
     let perf = Option.text("perf", "FILE", "record a perf profile of baton serve under wrk -c 32 into FILE and print it by group")
     let logLevel = Option.logLevel(default: .warning, "baton serve's log level")
+    let baton = Option.text("baton", "FILE", "the baton executable that serves (default the baton beside baton-bench)")
 }
 
-/// The options of `baton bench exchange`.
+/// The options of `baton-bench exchange`.
 struct ExchangeBenchmarkOptions: CommandOptions {
     let databaseURL = Option.databaseURL("a throwaway database (default $BATON_DATABASE_URL)")
     let users = Option.integer("users", default: 20_000, in: 1...2_000_000, "pending users to exchange")

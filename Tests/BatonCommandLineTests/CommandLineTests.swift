@@ -1,5 +1,5 @@
 import BatonLogging
-import BatonTools
+import BatonCommandLine
 import Testing
 
 /// A command's options of every kind, with a shared group.
@@ -125,4 +125,23 @@ struct CommandLineTests {
         #expect(try await command.run(["--key", "k", "--users", "42"]) == 42)
         await #expect(throws: CommandFailure.self) { try await command.run(["--users", "42"]) }
     }
+
+    @Test("a program lists its commands under their headings and maps the command word and failures to exit codes")
+    func program() async {
+        let sample = Command(name: "sample", summary: "a sample", options: SampleOptions.self) { parsed in Int32(parsed.users) }
+        let failing = Command(name: "fail", summary: "always fails", options: NoOptions.self) { _ in throw CommandFailure.failed("no") }
+        let group = Command(name: "group", summary: "two more", subcommands: [sample, failing])
+        let program = Program(name: "tool", version: "tool 1", groups: [("first", [sample]), ("second", [group])])
+        #expect(program.usage.hasPrefix("usage: tool <command> [options]\n\nfirst:\n  sample  a sample\n\nsecond:\n  group   two more\n"))
+        #expect(await program.run(["--version"]) == 0)
+        #expect(await program.run(["sample", "--key", "k", "--users", "7"]) == 7)
+        #expect(await program.run(["group", "sample", "--key", "k", "--users", "9"]) == 9)
+        #expect(await program.run(["group", "fail"]) == 1)
+        #expect(await program.run(["group"]) == 2)
+        #expect(await program.run(["sample"]) == 2)
+        #expect(await program.run(["nothing"]) == 2)
+        #expect(await program.run([]) == 2)
+    }
 }
+
+private struct NoOptions: CommandOptions {}

@@ -321,7 +321,7 @@ package struct Parsed<Options: CommandOptions>: Sendable {
     }
 }
 
-/// One subcommand of `baton` (or of a command with subcommands, like `baton bench`).
+/// One subcommand of `baton` (or of a command with subcommands, like `baton db`).
 package struct Command: Sendable {
     /// The word that selects it, e.g. `verify`.
     package let name: String
@@ -336,9 +336,9 @@ package struct Command: Sendable {
     package let options: [OptionSpec]
     /// Text after the list of options in `--help` (outputs, exit status).
     package let discussion: String
-    /// Commands selected by the next word (`baton bench verify`); `run` is then unused.
+    /// Commands selected by the next word (`baton db migrate`); `run` is then unused.
     package let subcommands: [Command]
-    /// The heading of the subcommands in `--help` (`benchmarks`; scripts/bench.sh reads that list).
+    /// The heading of the subcommands in `--help` (`commands`, `shells`).
     package let subcommandsTitle: String
     /// Parses the arguments that follow the command's words and runs it; returns the exit code.
     package let run: @Sendable ([String]) async throws -> Int32
@@ -370,7 +370,7 @@ package struct Command: Sendable {
         self.run = { _ in 2 }  // unused: the next word selects a subcommand
     }
 
-    /// The `--help` text, from the declaration. `path` is the words before the name (`baton`, `baton bench`).
+    /// The `--help` text, from the declaration. `path` is the words before the name (`baton`, `baton db`).
     package func usage(path: String) -> String {
         let prefix = "\(path) \(name)"
         if !subcommands.isEmpty {

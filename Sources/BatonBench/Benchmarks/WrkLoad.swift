@@ -1,3 +1,4 @@
+import BatonCommandLine
 import BatonProcess
 import Foundation
 
@@ -94,7 +95,7 @@ struct WrkLoad {
         let text = String(decoding: child.readToEnd(), as: UTF8.self)
         let status = child.waitForExit()
         guard status == 0, let line = text.split(separator: "\n").first(where: { $0.hasPrefix("wrk-figures ") }) else {
-            throw CommandFailure.failed("bench signin: wrk failed (is it installed? scripts/install-deps.sh): \(text.suffix(500))")
+            throw CommandFailure.failed("baton-bench signin: wrk failed (is it installed? scripts/install-deps.sh): \(text.suffix(500))")
         }
         var values: [String: Int] = [:]
         for pair in line.split(separator: " ").dropFirst() {
@@ -102,7 +103,7 @@ struct WrkLoad {
             if parts.count == 2, let value = Int(parts[1]) { values[String(parts[0])] = value }
         }
         guard let requests = values["requests"], let duration = values["duration_us"], duration > 0 else {
-            throw CommandFailure.failed("bench signin: wrk's figures are incomplete: \(line)")
+            throw CommandFailure.failed("baton-bench signin: wrk's figures are incomplete: \(line)")
         }
         func milliseconds(_ key: String) -> Double { Double(values[key] ?? 0) / 1000 }
         let perSecond = Double(requests) / (Double(duration) / 1e6)
@@ -161,7 +162,7 @@ struct PerfProfile {
         let child = try ChildProcess("/usr/bin/perf", ["report", "-i", output, "--stdio", "--no-children", "--sort", "dso,sym",
                                                        "--percent-limit", "0", "-F", "overhead,dso,sym"], standardOutput: .pipe, standardError: .discard)
         let text = String(decoding: child.readToEnd(), as: UTF8.self)
-        guard child.waitForExit() == 0 else { throw CommandFailure.failed("bench signin: perf report failed") }
+        guard child.waitForExit() == 0 else { throw CommandFailure.failed("baton-bench signin: perf report failed") }
         var totals: [String: Double] = [:]
         for line in text.split(separator: "\n") where !line.hasPrefix("#") {
             let fields = line.split(separator: " ", maxSplits: 2, omittingEmptySubsequences: true)

@@ -1,4 +1,5 @@
 import Foundation
+import BatonRawHTTP
 
 /// One request a ``LoadClient`` sends.
 package struct LoadRequest: Sendable {
