@@ -119,6 +119,9 @@ public struct BulkJobPause: Sendable, Equatable {
 ///
 /// Resumable by construction: a row is finished in the same transaction that stores Apple's answer, and an
 /// unfinished lease simply expires, so a crash loses nothing and a rerun continues.
+///
+/// What a worker does after each request (retry, defer, record, pause, stop) is ``BulkJobPolicy``'s decision; this
+/// class only carries it out: claims, requests, waits and the database's writes.
 public final class BulkJob: Sendable {
     private let queue: TransferQueue
     private let step: any BulkJobStep
