@@ -7,7 +7,8 @@ import Testing
 /// over citext, unique; a trigger stamps `updated_at` on every update of either table. As nhost/hasura-auth's
 /// go/migrations/postgres leave them at commit 838f397 (2025-10-10): 00001_create-initial-tables (tables, foreign
 /// keys, triggers, the providers and roles it inserts), 00002_custom-user-fields (`metadata`), 00006_setup-webauthn
-/// (`webauthn_current_challenge`), 00017_drop_user_providers_user_id_provider_id_key. Only the tables the Apple login
+/// (`webauthn_current_challenge`), 00017_drop_user_providers_user_id_provider_id_key, and the providers 00003, 00008, 00010
+/// and 00018 add. Only the tables the Apple login
 /// reads are created. Google rows hold the Apple users' old identifiers, GitHub rows their new ones.
 extension Framework {
     static var nhost: Framework { Framework(
@@ -79,6 +80,7 @@ extension Framework {
             INSERT INTO auth.roles (ROLE) VALUES ('user'), ('anonymous'), ('me');
             INSERT INTO auth.providers (id) VALUES ('github'), ('facebook'), ('twitter'), ('google'), ('apple'), ('linkedin'),
               ('windowslive'), ('spotify'), ('strava'), ('gitlab'), ('bitbucket');
+            INSERT INTO auth.providers (id) VALUES ('discord'), ('twitch'), ('workos'), ('azuread'), ('entraid');
             ALTER TABLE auth.users ADD COLUMN metadata JSONB;
             ALTER TABLE auth.users ADD COLUMN webauthn_current_challenge text;
             ALTER TABLE ONLY auth.user_providers DROP CONSTRAINT IF EXISTS user_providers_user_id_provider_id_key;
