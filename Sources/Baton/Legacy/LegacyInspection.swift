@@ -89,7 +89,7 @@ extension LegacyStore {
             add(.ok, "subject uniqueness", described(index))
         } else {
             let within = l.filters.isEmpty ? "" : " among the rows legacy.where selects"
-            add(.failure, "subject uniqueness", "no unique index makes \(l.table).\(l.subjectColumn.name) unique\(within), so two records could claim one Apple user",
+            add(.failure, "subject uniqueness", "\(l.table).\(l.subjectColumn.name) has no unique constraint\(within), so two records could claim one Apple user",
                 fix: l.uniqueIndexStatement(over: l.subjectColumn))
         }
         if let index = indexes.first(where: { l.makesUnique(l.keyColumn, by: $0) }) {
