@@ -44,6 +44,24 @@ struct LegacyFiltersTests {
         await pool.close()
     }
 
+    @Test("on a large table with only the partial index, a lookup under {\"not\": \"\"} is an index scan")
+    func notEmptyPlan() async throws {
+        let (_, pool) = try await database("filter_not_empty_plan", """
+            CREATE TABLE public."user" (id varchar(100) PRIMARY KEY, apple varchar(100) NOT NULL DEFAULT '', email varchar(100));
+            CREATE UNIQUE INDEX user_apple ON public."user" (apple) WHERE apple <> '';
+            INSERT INTO public."user" SELECT 'u' || n, CASE WHEN n % 4 = 0 THEN 'sub.' || n ELSE '' END, NULL FROM generate_series(1, 20000) AS n;
+            ANALYZE public."user";
+            """)
+        let legacy = BatonConfiguration.Legacy(table: "public.user", keyColumn: "id", subjectColumn: "apple", emailColumn: "email",
+                                               filters: ["apple": .notEquals("")])
+        let store = LegacyStore(pool: pool, legacy: try legacy.identifiers())
+        let query = store.lookupQuery(subject: "sub.8", transferSub: nil)
+        let plan = try await pool.query(PostgresQuery(unsafeSQL: "EXPLAIN " + query.sql, query.bindings)).map { try $0.decode(String.self, at: 0) }.joined(separator: "\n")
+        #expect(plan.contains("user_apple") && !plan.contains("Seq Scan on \"user\""), "\(plan)")
+        #expect(try await store.lookupBySubject("sub.8")?.key == "u8")
+        await pool.close()
+    }
+
     @Test("in a list and not_null select exactly their rows; another provider's row holding an Apple user's subject is untouched byte for byte")
     func inAndNotNull() async throws {
         let (url, pool) = try await database("filter_in", """
@@ -90,6 +108,7 @@ struct LegacyFiltersTests {
         (13, #"{"sub": {"not": ""}}"#, "(sub) WHERE kind IS NOT NULL", #"CREATE UNIQUE INDEX CONCURRENTLY ON "public"."t" ("sub") WHERE "sub" <> ''"#),
         (14, #"{"provider": {"in": ["a", "b'c"]}}"#, "(provider, sub)", #"CREATE UNIQUE INDEX CONCURRENTLY ON "public"."t" ("sub") WHERE "provider" IN ('a', 'b''c')"#),
         (15, #"{"provider": {"in": ["a", "b"]}}"#, "(sub) WHERE provider IN ('a', 'c')", #"CREATE UNIQUE INDEX CONCURRENTLY ON "public"."t" ("sub") WHERE "provider" IN ('a', 'b')"#),
+        (16, #"{"provider": {"in": ["a", "b\\c"]}}"#, "(provider, sub)", #"CREATE UNIQUE INDEX CONCURRENTLY ON "public"."t" ("sub") WHERE "provider" IN ('a', E'b\\c')"#),
     ] as [(Int, String, String, String?)])
     func indexes(case number: Int, filters: String, index: String, fix: String?) async throws {
         let name = "filter_index_\(number)"

@@ -185,42 +185,33 @@ enum IndexPredicate {
             var tokens: [Token] = []
             var index = 0
             func isWord(_ c: Unicode.Scalar) -> Bool { c == "_" || c == "$" || c.properties.isAlphabetic || ("0"..."9").contains(c) }
+            /// The text up to the closing `delimiter` (doubled: itself), read from `index` and past it; nil when unclosed.
+            func quoted(_ delimiter: Unicode.Scalar, backslashEscapes: Bool) -> String? {
+                var value = ""
+                while index < text.count {
+                    if text[index] == delimiter {
+                        guard index + 1 < text.count, text[index + 1] == delimiter else { index += 1; return value }
+                        index += 1
+                    } else if backslashEscapes, text[index] == "\\" {
+                        guard index + 1 < text.count, ["\\", "'"].contains(text[index + 1]) else { return nil }
+                        index += 1
+                    }
+                    value.unicodeScalars.append(text[index])
+                    index += 1
+                }
+                return nil
+            }
             while index < text.count {
                 let c = text[index]
                 if c.properties.isWhitespace {
                     index += 1
                 } else if c == "'" || (c == "E" && index + 1 < text.count && text[index + 1] == "'") {
-                    let escapes = c == "E"
-                    index += escapes ? 2 : 1
-                    var value = ""
-                    while true {
-                        guard index < text.count else { return nil }
-                        if text[index] == "'" {
-                            if index + 1 < text.count, text[index + 1] == "'" { value.unicodeScalars.append("'"); index += 2; continue }
-                            index += 1
-                            break
-                        }
-                        if escapes, text[index] == "\\" {
-                            guard index + 1 < text.count, ["\\", "'"].contains(text[index + 1]) else { return nil }
-                            index += 1
-                        }
-                        value.unicodeScalars.append(text[index])
-                        index += 1
-                    }
+                    index += c == "E" ? 2 : 1
+                    guard let value = quoted("'", backslashEscapes: c == "E") else { return nil }
                     tokens.append(.literal(value))
                 } else if c == "\"" {
                     index += 1
-                    var name = ""
-                    while true {
-                        guard index < text.count else { return nil }
-                        if text[index] == "\"" {
-                            if index + 1 < text.count, text[index + 1] == "\"" { name.unicodeScalars.append("\""); index += 2; continue }
-                            index += 1
-                            break
-                        }
-                        name.unicodeScalars.append(text[index])
-                        index += 1
-                    }
+                    guard let name = quoted("\"", backslashEscapes: false) else { return nil }
                     tokens.append(.identifier(name))
                 } else if ("0"..."9").contains(c) || (c == "-" && index + 1 < text.count && ("0"..."9").contains(text[index + 1]) && tokens.last?.isOperand != true) {
                     var number = String(c)
