@@ -188,7 +188,7 @@ struct DemoScenario {
         if schema == .users {
             output.line("apple_sub holds each user's team A identifier; email their address (a relay address for \(DemoFormat.count(people.filter(\.isPrivateEmail).count)))")
         } else {
-            output.line("the Apple rows are legacy.where \(legacy.filters.map { "\($0.column.name) = '\($0.value)'" }.joined(separator: " AND ")); emails in \(legacy.emailTable.map { "\($0.table).\($0.column.name)" } ?? "-")\(legacy.json.map { "; claims copied in \($0.column.name) (\($0.subjectKeys.joined(separator: ", ")))" } ?? "")")
+            output.line("the Apple rows are legacy.where \(legacy.filters.map(\.literalSQL).joined(separator: " AND ")); emails in \(legacy.emailTable.map { "\($0.table).\($0.column.name)" } ?? "-")\(legacy.json.map { "; claims copied in \($0.column.name) (\($0.subjectKeys.joined(separator: ", ")))" } ?? "")")
             output.line("every tenth user also has another provider's row with the same subject: Baton leaves those alone")
         }
 

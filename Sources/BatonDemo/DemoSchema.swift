@@ -176,22 +176,23 @@ enum DemoSchema: String, CaseIterable, Sendable {
 
     /// SQL counting the Apple rows.
     var appleRows: String {
-        let legacy = self.legacy
-        let filter = legacy.filters.map { " WHERE " + $0.map { "\"\($0.key)\" = '\($0.value)'" }.joined(separator: " AND ") } ?? ""
-        return "SELECT count(*) FROM \(quoted(legacy.table))\(filter)"
+        "SELECT count(*) FROM \(quoted(legacy.table)) u WHERE true\(appleFilter)"
     }
 
     /// SQL counting the Apple rows whose subject is a migrated user's new identifier.
     var rewrittenRows: String {
-        let legacy = self.legacy
-        let filter = legacy.filters.map { $0.map { " AND u.\"\($0.key)\" = '\($0.value)'" }.joined() } ?? ""
-        return "SELECT count(*) FROM \(quoted(legacy.table)) u JOIN baton.transfers t ON t.new_sub = u.\"\(legacy.subjectColumn)\" AND t.state = 'migrated'\(filter)"
+        "SELECT count(*) FROM \(quoted(legacy.table)) u JOIN baton.transfers t ON t.new_sub = u.\"\(legacy.subjectColumn)\" AND t.state = 'migrated' WHERE true\(appleFilter)"
     }
 
     /// SQL counting other providers' rows whose subject equals a migrated user's old identifier (untouched).
     var otherProviderRows: String? {
-        guard let filters = legacy.filters, let (column, value) = filters.first else { return nil }
-        return "SELECT count(*) FROM \(quoted(legacy.table)) u JOIN baton.transfers t ON t.old_sub = u.\"\(legacy.subjectColumn)\" AND t.state = 'migrated' WHERE u.\"\(column)\" <> '\(value)'"
+        guard legacy.filters != nil else { return nil }
+        return "SELECT count(*) FROM \(quoted(legacy.table)) u JOIN baton.transfers t ON t.old_sub = u.\"\(legacy.subjectColumn)\" AND t.state = 'migrated' WHERE (true\(appleFilter)) IS NOT TRUE"
+    }
+
+    /// ` AND u."provider" = 'apple'` for each filter of `legacy.where`, its values as literals (the demo's own counts).
+    private var appleFilter: String {
+        ((try? legacy.identifiers().filters) ?? []).map { " AND u.\($0.literalSQL)" }.joined()
     }
 
     /// The statements dropping what the demo created.

@@ -40,7 +40,7 @@ struct SampleConfigurationTests {
             "BATON_LEGACY_EMAIL_POLICY": "never",
         ])
         let legacy = try configuration.legacy.identifiers()
-        #expect(legacy.filters.map(\.value) == ["apple"])
+        #expect(legacy.filters.map(\.condition) == [.equals("apple")])
         #expect(legacy.emailTable?.referenceColumn.name == "user_id")
         #expect(legacy.json?.subjectKeys == ["sub", "provider_id"])
         #expect(legacy.emailPolicy == .never)

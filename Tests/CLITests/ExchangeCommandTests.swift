@@ -177,6 +177,30 @@ struct TransferIDsCommandTests {
         }
     }
 
+    @Test("a legacy table serve refuses: transfer-ids, exchange, merge and rollback refuse it too, naming the index to create")
+    func refusesWhatServeRefuses() async throws {
+        try await CommandFixture.run(users: 3, initiate: false, accept: false, database: .migrated(seedTransfers: false)) { fixture in
+            _ = try TestDatabase.psql(fixture.databaseURL, "ALTER TABLE public.users DROP CONSTRAINT users_apple_sub_key")
+            let config = try fixture.configuration()
+            let fix = #"CREATE UNIQUE INDEX CONCURRENTLY ON "public"."users" ("apple_sub")"#
+            let serve = try await runBatonOffPool(["serve", "--config", config])
+            #expect(serve.status == 1 && serve.stderr.contains(fix), "\(serve.stderr)")
+            for arguments in [["transfer-ids", "--yes"], ["transfer-ids", "--dry-run"], ["transfer-ids", "--export", fixture.directory.path("out.csv")],
+                              ["exchange", "--dry-run"], ["merge", "--yes"], ["rollback", "--since", "2026-01-01T00:00:00Z", "--yes"]] {
+                let result = try await runBatonOffPool(arguments + ["--config", config])
+                #expect(result.status == 1, "\(arguments): \(result.stdout)\(result.stderr)")
+                #expect(result.stderr.contains("baton \(arguments[0]): ") && result.stderr.contains("apple_sub has no unique constraint")
+                        && result.stderr.contains(fix), "\(arguments): \(result.stderr)")
+            }
+            #expect(try fixture.count("SELECT count(*) FROM baton.transfers") == 0)
+            #expect(fixture.emulator.stats()["/auth/usermigrationinfo"].calls == 0)
+            _ = try TestDatabase.psql(fixture.databaseURL, fix)
+            let real = try await runBatonOffPool(["transfer-ids", "--config", config, "--yes"])
+            #expect(real.status == 0, "\(real.stdout)\(real.stderr)")
+            #expect(try fixture.count("SELECT count(*) FROM baton.transfers WHERE transfer_sub IS NOT NULL") == 3)
+        }
+    }
+
     @Test("asks for confirmation: without --yes and without a terminal nothing is done")
     func needsConfirmation() async throws {
         try await CommandFixture.run(users: 3, accept: false, database: .migrated(seedTransfers: false)) { fixture in

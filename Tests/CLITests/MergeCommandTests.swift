@@ -9,6 +9,8 @@ import Testing
 enum MergeScenario {
     static func run(_ framework: Framework, sameAccount: Bool = false) async throws {
         try await SchemaWorld.run(framework, apple: 2) { world in
+            let table = (framework.legacy["table"] as! String).split(separator: ".").map { "\"\($0)\"" }.joined(separator: ".")
+            try world.addMissingSubjectIndex()
             let person = world.people[0]
             let newEmail = try world.claims(try world.token(person.id))["email"]!.stringValue!
             if sameAccount {
@@ -26,7 +28,6 @@ enum MergeScenario {
             // The sender's walk finds no transfer identifier for the fresh row (its subject is the receiving team's).
             let ids = try await runBatonOffPool(["transfer-ids", "--yes", "--rate", "100", "--config", config])
             #expect(ids.stdout.contains("done 2,") && ids.stdout.contains("unresolvable 1,"), "\(ids.stdout)\(ids.stderr)")
-            let table = (framework.legacy["table"] as! String).split(separator: ".").map { "\"\($0)\"" }.joined(separator: ".")
             let subject = framework.legacy["subject_column"] as! String
             let filter = (framework.legacy["where"] as! [String: String]).map { "\"\($0.key)\" = '\($0.value)'" }.joined(separator: " AND ")
             /// The subjects of the Apple rows holding the old or new identifier, or a released one, sorted.

@@ -23,6 +23,7 @@ struct RollbackCommandTests {
     func frameworks(_ name: String) async throws {
         let framework = try #require([Framework.allauth, .authjs, .betterAuth, .omniauth, .supabase].first { $0.name == name })
         try await SchemaWorld.run(framework, apple: 3) { world in
+            try world.addMissingSubjectIndex()
             let config = try world.configuration()
             let ids = try await runBatonOffPool(["transfer-ids", "--yes", "--rate", "100", "--config", config])
             #expect(ids.status == 0, "\(ids.stdout)\(ids.stderr)")

@@ -123,6 +123,15 @@ struct SchemaWorld {
     }
 
     func psql(_ sql: String) throws -> String { try TestDatabase.psql(databaseURL, sql) }
+
+    /// Adds the unique index over the `where` columns and the subject that the start-up check asks for, when the
+    /// framework creates none (better-auth): every command touching the table checks it first.
+    func addMissingSubjectIndex() throws {
+        guard !framework.hasSubjectIndex else { return }
+        let table = (framework.legacy["table"] as! String).split(separator: ".").map { "\"\($0)\"" }.joined(separator: ".")
+        let columns = ((framework.legacy["where"] as? [String: Any])?.keys.sorted() ?? []) + [framework.legacy["subject_column"] as! String]
+        _ = try psql("CREATE UNIQUE INDEX ON \(table) (\(columns.map { "\"\($0)\"" }.joined(separator: ", ")))")
+    }
     func count(_ sql: String) throws -> Int { Int(try psql(sql)) ?? -1 }
 
     /// A fresh identity token of the user `id` under the current team.

@@ -322,9 +322,9 @@ public struct BatonConfiguration: Sendable, Equatable, Codable, ConfigurationSec
         public var emailColumn: String?
         /// A column holding each user's transfer identifier, if the application stores them.
         public var transferColumn: String?
-        /// Equality filters (column → text value) selecting the Apple rows of a table shared with other
-        /// providers, such as `{"provider": "apple"}`; nil or empty: every row is an Apple row.
-        public var filters: [String: String]?
+        /// Filters (column → condition) selecting the Apple rows of a table shared with other providers, such as
+        /// `{"provider": "apple"}` or `{"apple": {"not": ""}}`; nil or empty: every row is an Apple row.
+        public var filters: [String: LegacyCondition]?
         /// Where the email lives when it is in another table (the users table the identity row references).
         public var email: LegacyEmailTable?
         /// A JSON column of `table` holding copies of the claims, rewritten with the subject.
@@ -340,7 +340,7 @@ public struct BatonConfiguration: Sendable, Equatable, Codable, ConfigurationSec
 
         /// Creates the section.
         public init(table: String, keyColumn: String, subjectColumn: String, emailColumn: String?, transferColumn: String? = nil,
-                    filters: [String: String]? = nil, email: LegacyEmailTable? = nil, json: LegacyJSONCopy? = nil,
+                    filters: [String: LegacyCondition]? = nil, email: LegacyEmailTable? = nil, json: LegacyJSONCopy? = nil,
                     emailCopies: [LegacyEmailCopy]? = nil, emailPolicy: EmailPolicy? = nil, onDuplicate: DuplicatePolicy? = nil,
                     createdAtColumn: String? = nil) {
             self.table = table

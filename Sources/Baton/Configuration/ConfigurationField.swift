@@ -110,7 +110,7 @@ extension Bool: ConfigurationValue { static var kind: BatonConfiguration.KeyKind
 extension URL: ConfigurationValue { static var kind: BatonConfiguration.KeyKind { .string } }
 extension Date: ConfigurationValue { static var kind: BatonConfiguration.KeyKind { .string } }
 extension Array: ConfigurationValue where Element == String { static var kind: BatonConfiguration.KeyKind { .list } }
-extension Dictionary: ConfigurationValue where Key == String, Value == String {
+extension Dictionary: ConfigurationValue where Key == String, Value == LegacyCondition {
     static var kind: BatonConfiguration.KeyKind { .filters }
 }
 extension BatonConfiguration.ListenAddress: ConfigurationValue { static var kind: BatonConfiguration.KeyKind { .string } }

@@ -12,7 +12,7 @@ extension BatonConfiguration {
         case list
         /// A file path: relative to the JSON file's directory, or to the current directory from the environment.
         case path
-        /// Column → value equality filters: `provider=apple,kind=oauth` in the environment.
+        /// Column → condition filters: `provider=apple,kind=oauth` (equalities) or a JSON object in the environment.
         case filters
         /// `true` or `false` (also `1` and `0` in the environment).
         case boolean
@@ -236,13 +236,13 @@ extension BatonConfiguration.Legacy {
         .required("key_column", \.keyColumn,
                   "its primary key column (unique: checked at start-up)"),
         .required("subject_column", \.subjectColumn,
-                  "the column holding the Apple `sub`; a unique index over it and the `legacy.where` columns is required at start-up"),
+                  "the column holding the Apple `sub`; a unique index making it unique among the rows `legacy.where` selects is required at start-up ([where filters](#where-filters))"),
         .optional("email_column", \.emailColumn, absent: "`null`",
                   "the column of `legacy.table` holding the user's email; leave out when the email is in another table (`legacy.email`) or nowhere"),
         .optional("transfer_column", \.transferColumn, absent: "`null`",
                   "a column holding each user's transfer identifier, if the application stores them; between companies the recipient's rows may hold only this (subject NULL)"),
         .optional("where", \.filters, absent: "`null`",
-                  "equality filters selecting the Apple rows of a table shared with other providers: `{\"provider\": \"apple\"}`; from the environment `provider=apple,kind=oauth`; part of every lookup, rewrite, bulk query and report"),
+                  "filters selecting the Apple rows of a table shared with other providers, one condition per column: a string for equality (`{\"provider\": \"apple\"}`), `{\"not\": \"\"}` (not NULL and not that value: not empty), `{\"in\": [\"a\", \"b\"]}`, `{\"not_null\": true}` ([where filters](#where-filters)); from the environment `provider=apple,kind=oauth` or the JSON object; part of every lookup, rewrite, bulk query and report"),
         .optionalSection("email", \.email),
         .optionalSection("json", \.json),
         .records("email_copies", \.emailCopies, absent: "none",
@@ -297,7 +297,7 @@ extension LegacyEmailCopy {
         .required("user_column", \.userColumn,
                   "its column holding the user's key: `legacy.email.key_column`'s value when the email is in `legacy.email`, else `legacy.key_column`'s"),
         .optional("where", \.filters, absent: "`null`",
-                  "equality filters narrowing the rows that are copies, as `legacy.where`"),
+                  "filters narrowing the rows that are copies, as `legacy.where`"),
     ]
 
     static var defaults: Self { Self(table: "", column: "", userColumn: "") }

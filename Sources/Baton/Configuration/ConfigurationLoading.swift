@@ -173,6 +173,11 @@ extension BatonConfiguration {
             case .list:
                 let items = trimmed.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
                 try set(.array(items.map(JSONValue.string)), at: key.path, in: &tree)
+            case .filters where trimmed.hasPrefix("{"):
+                guard case .object(let filters)? = try? JSON.parse(Array(trimmed.utf8)) else {
+                    throw ConfigurationError(.invalidValue, key: key.path, reason: "expected a JSON object of column conditions")
+                }
+                try set(.object(filters), at: key.path, in: &tree)
             case .filters:
                 var filters = JSONObject()
                 for item in trimmed.split(separator: ",") {

@@ -35,6 +35,85 @@ public enum DuplicatePolicy: String, Sendable, Equatable, Codable, CaseIterable 
     case merge
 }
 
+/// What one column of a `where` (`legacy.where`, `legacy.email_copies[].where`) must hold for a row to be selected:
+/// a JSON string for equality, or an object with one member for the other tests. Values are always bound as
+/// parameters; a row whose column is NULL passes none of them.
+public enum LegacyCondition: Sendable, Equatable, Codable, ExpressibleByStringLiteral {
+    /// `"apple"`: the column equals the value.
+    case equals(String)
+    /// `{"not": ""}`: the column is not NULL and differs from the value (`<> ''`: not empty).
+    case notEquals(String)
+    /// `{"in": ["apple", "apple-ios"]}`: the column equals one of the values (at least one).
+    case oneOf([String])
+    /// `{"not_null": true}`: the column is not NULL.
+    case notNull
+
+    /// An equality condition.
+    public init(stringLiteral value: String) { self = .equals(value) }
+
+    private enum Member: String, CodingKey, CaseIterable { case not, `in`, notNull = "not_null" }
+
+    private static let shapes = #"must be a string (equality), {"not": "value"}, {"in": ["value", ...]} or {"not_null": true}"#
+
+    /// Decodes a string or a one-member object; anything else is refused with the forms accepted.
+    public init(from decoder: any Decoder) throws {
+        if let value = try? decoder.singleValueContainer().decode(String.self) {
+            self = .equals(value)
+            return
+        }
+        let refused = DecodingError.dataCorrupted(.init(codingPath: decoder.codingPath, debugDescription: Self.shapes))
+        guard let container = try? decoder.container(keyedBy: Member.self), container.allKeys.count == 1,
+              let member = container.allKeys.first else { throw refused }
+        switch member {
+        case .not:
+            guard let value = try? container.decode(String.self, forKey: .not) else { throw refused }
+            self = .notEquals(value)
+        case .in:
+            guard let values = try? container.decode([String].self, forKey: .in) else { throw refused }
+            self = .oneOf(values)
+        case .notNull:
+            guard (try? container.decode(Bool.self, forKey: .notNull)) == true else { throw refused }
+            self = .notNull
+        }
+    }
+
+    /// Encodes the form ``init(from:)`` reads.
+    public func encode(to encoder: any Encoder) throws {
+        switch self {
+        case .equals(let value):
+            var container = encoder.singleValueContainer()
+            try container.encode(value)
+        case .notEquals(let value):
+            var container = encoder.container(keyedBy: Member.self)
+            try container.encode(value, forKey: .not)
+        case .oneOf(let values):
+            var container = encoder.container(keyedBy: Member.self)
+            try container.encode(values, forKey: .in)
+        case .notNull:
+            var container = encoder.container(keyedBy: Member.self)
+            try container.encode(true, forKey: .notNull)
+        }
+    }
+
+    /// Whether the condition only excludes values (`not`, `not_null`), so that a subject column rewritten with an
+    /// Apple identifier keeps passing it.
+    public var isExclusion: Bool {
+        switch self {
+        case .notEquals, .notNull: true
+        case .equals, .oneOf: false
+        }
+    }
+
+    /// The one value a selected row's column holds: an equality's, or the value of an `in` of one; nil otherwise.
+    public var fixedValue: String? {
+        switch self {
+        case .equals(let value): value
+        case .oneOf(let values) where values.count == 1: values[0]
+        case .oneOf, .notEquals, .notNull: nil
+        }
+    }
+}
+
 /// `legacy.email`: the email lives in another table that the identity row references
 /// (`auth_user.email` through `socialaccount_socialaccount.user_id`).
 public struct LegacyEmailTable: Sendable, Equatable, Codable, ConfigurationSection {
@@ -67,11 +146,11 @@ public struct LegacyEmailCopy: Sendable, Equatable, Codable, ConfigurationSectio
     /// Its column holding the user's key: the key of `legacy.email.table` when the email lives there, else the
     /// key of `legacy.table`.
     public var userColumn: String
-    /// Equality filters (column → text value) narrowing the rows that are copies; nil: every row of the user.
-    public var filters: [String: String]?
+    /// Filters (column → condition, as `legacy.where`) narrowing the rows that are copies; nil: every row of the user.
+    public var filters: [String: LegacyCondition]?
 
     /// Creates an entry.
-    public init(table: String, column: String, userColumn: String, filters: [String: String]? = nil) {
+    public init(table: String, column: String, userColumn: String, filters: [String: LegacyCondition]? = nil) {
         self.table = table
         self.column = column
         self.userColumn = userColumn
@@ -106,12 +185,31 @@ public struct LegacyJSONCopy: Sendable, Equatable, Codable, ConfigurationSection
 extension BatonConfiguration {
     /// The legacy table's validated identifiers and rules.
     public struct LegacyIdentifiers: Sendable, Equatable {
-        /// One `column = value` filter selecting the Apple rows.
+        /// One filter selecting the Apple rows: a column and what it must hold.
         public struct Filter: Sendable, Equatable {
             /// The column.
             public var column: PostgresIdentifier
-            /// The value, always bound as a parameter.
-            public var value: String
+            /// What it must hold; values are always bound as parameters.
+            public var condition: LegacyCondition
+
+            /// The filter with its values as SQL literals, for messages and for the statements Baton prints (an
+            /// index's predicate, where no parameter can go): `"apple" <> ''`, `"provider" IN ('a', 'b')`.
+            public var literalSQL: String {
+                switch condition {
+                case .equals(let value): "\(column.quoted) = \(Self.literal(value))"
+                case .notEquals(let value): "\(column.quoted) <> \(Self.literal(value))"
+                case .oneOf(let values): "\(column.quoted) IN (\(values.map(Self.literal).joined(separator: ", ")))"
+                case .notNull: "\(column.quoted) IS NOT NULL"
+                }
+            }
+
+            /// `value` as an SQL string literal, whatever `standard_conforming_strings` is (PostgreSQL's `quote_literal`).
+            private static func literal(_ value: String) -> String {
+                let escaped = value.reduce(into: "") { text, character in
+                    text += character == "'" ? "''" : character == "\\" ? "\\\\" : String(character)
+                }
+                return (value.contains("\\") ? "E'" : "'") + escaped + "'"
+            }
         }
 
         /// The email's table when it is not `table`.
@@ -206,11 +304,16 @@ extension BatonConfiguration {
             try checkDistinct()
         }
 
-        /// The filters in `member` of `section` (at `path`), ordered by column name, each column validated.
-        private static func filters<Section: ConfigurationSection>(_ section: Section, _ member: KeyPath<Section, [String: String]?>, in path: String) throws -> [Filter] {
+        /// The filters in `member` of `section` (at `path`), ordered by column name, each column validated and each
+        /// `in` list non-empty.
+        private static func filters<Section: ConfigurationSection>(_ section: Section, _ member: KeyPath<Section, [String: LegacyCondition]?>,
+                                                                   in path: String) throws -> [Filter] {
             let key = Section.key(member, in: path)
             return try (section[keyPath: member] ?? [:]).sorted { $0.key < $1.key }.map {
-                Filter(column: try BatonConfiguration.identifier($0.key, key: key, allowSchema: false), value: $0.value)
+                if case .oneOf(let values) = $0.value, values.isEmpty {
+                    throw ConfigurationError(.invalidValue, key: "\(key).\($0.key)", reason: "must list at least one value in \"in\"")
+                }
+                return Filter(column: try BatonConfiguration.identifier($0.key, key: key, allowSchema: false), condition: $0.value)
             }
         }
 
@@ -240,9 +343,11 @@ extension BatonConfiguration {
             if let transferColumn, transferColumn == subjectColumn || transferColumn == emailColumn {
                 throw ConfigurationError(.invalidValue, key: "legacy.transfer_column", reason: "must differ from legacy.subject_column and legacy.email_column")
             }
-            let written = [subjectColumn, emailColumn, json?.column].compactMap { $0 }
-            if let filter = filters.first(where: { written.contains($0.column) }) {
-                throw ConfigurationError(.invalidValue, key: "legacy.where", reason: "the filter column \(filter.column) is a column Baton rewrites")
+            // A rewritten row must stay selected: the subject column may only be required non-empty or non-NULL.
+            let written = [emailColumn, json?.column].compactMap { $0 }
+            if let filter = filters.first(where: { written.contains($0.column) || ($0.column == subjectColumn && !$0.condition.isExclusion) }) {
+                throw ConfigurationError(.invalidValue, key: "legacy.where",
+                                         reason: "the filter column \(filter.column) is a column Baton rewrites (the subject column takes only \"not\" or \"not_null\")")
             }
             if let json, json.column == subjectColumn || json.column == emailColumn || json.column == transferColumn {
                 throw ConfigurationError(.invalidValue, key: "legacy.json.column", reason: "must differ from the subject, email and transfer columns")

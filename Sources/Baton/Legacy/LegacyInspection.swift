@@ -34,8 +34,8 @@ public struct LegacyInspection: Sendable, Equatable {
 
 extension LegacyStore {
     /// Inspects the legacy table (catalog queries, plus one count of the Apple rows): the tables and columns
-    /// exist, none Baton writes is a generated column, a unique index covers the subject (with the `where`
-    /// columns) and the key, where emails are (with their further copies, `legacy.email_copies`) and which JSON
+    /// exist, none Baton writes is a generated column, a unique index makes the subject and the key unique among the
+    /// rows `legacy.where` selects (``BatonConfiguration/LegacyIdentifiers/makesUnique(_:by:)``), where emails are (with their further copies, `legacy.email_copies`) and which JSON
     /// keys Baton rewrites, and whether Baton's schema is applied.
     /// - Throws: ``PostgresError`` when the database cannot be queried.
     public func inspectLegacyTable() async throws -> LegacyInspection {
@@ -77,22 +77,23 @@ extension LegacyStore {
         if l.filters.isEmpty {
             add(.ok, "apple rows", "every row of \(l.table) is an Apple row (\(count) rows; no legacy.where)")
         } else {
-            let filter = l.filters.map { "\($0.column.name) = '\($0.value)'" }.joined(separator: " AND ")
+            let filter = l.filters.map(\.literalSQL).joined(separator: " AND ")
             add(count == 0 ? .warning : .ok, "apple rows", "legacy.where selects \(count) rows of \(l.table) (\(filter)); other rows are never read or written")
         }
 
         let indexes = try await uniqueIndexes(of: l.table)
-        let filterColumns = Set(l.filters.map(\.column.name))
-        let subjectSet = filterColumns.union([l.subjectColumn.name])
-        if let index = indexes.first(where: { $0.columns == subjectSet }) {
-            add(.ok, "subject uniqueness", "unique index \(index.name) on (\(subjectSet.sorted().joined(separator: ", ")))")
-        } else {
-            let columnsSQL = (l.filters.map(\.column.quoted) + [l.subjectColumn.quoted]).joined(separator: ", ")
-            add(.failure, "subject uniqueness", "\(l.table).\(l.subjectColumn.name) has no unique constraint over (\(subjectSet.sorted().joined(separator: ", "))), so two records could claim one Apple user",
-                fix: "CREATE UNIQUE INDEX CONCURRENTLY ON \(l.table.quoted) (\(columnsSQL))")
+        func described(_ index: UniqueIndex) -> String {
+            "unique index \(index.name) on (\(index.columns.sorted().joined(separator: ", ")))" + (index.predicate.map { " where \($0)" } ?? "")
         }
-        if let index = indexes.first(where: { $0.columns == [l.keyColumn.name] || $0.columns == filterColumns.union([l.keyColumn.name]) }) {
-            add(.ok, "key uniqueness", "unique index \(index.name) on \(l.keyColumn.name)")
+        if let index = indexes.first(where: { l.makesUnique(l.subjectColumn, by: $0) }) {
+            add(.ok, "subject uniqueness", described(index))
+        } else {
+            let within = l.filters.isEmpty ? "" : " among the rows legacy.where selects"
+            add(.failure, "subject uniqueness", "\(l.table).\(l.subjectColumn.name) has no unique constraint\(within), so two records could claim one Apple user",
+                fix: l.uniqueIndexStatement(over: l.subjectColumn))
+        }
+        if let index = indexes.first(where: { l.makesUnique(l.keyColumn, by: $0) }) {
+            add(.ok, "key uniqueness", described(index))
         } else {
             add(.failure, "key uniqueness", "legacy.key_column \(l.keyColumn) is not unique, so a rewrite could reach several rows",
                 fix: "name the primary key in legacy.key_column")
@@ -118,7 +119,7 @@ extension LegacyStore {
                 add(.failure, "json copy", "legacy.json.email_table_column \(jsonColumn.name) is of type \(type), not json, jsonb or text", fix: "name a JSON column")
                 return LegacyInspection(findings: findings)
             }
-            let unique = try await uniqueIndexes(of: mail.table).contains { $0.columns == [mail.column.name] }
+            let unique = try await uniqueIndexes(of: mail.table).contains { $0.columns == [mail.column.name] && $0.predicate == nil }
             add(.ok, "email", "emails are in \(mail.table).\(mail.column.name), joined on \(mail.keyColumn.name) = \(l.table.name).\(mail.referenceColumn.name)\(unique ? " (unique: a conflict keeps the stored email)" : ""); policy \(l.emailPolicy.rawValue)")
         } else if let column = l.emailColumn {
             add(.ok, "email", "emails are in \(l.table).\(column.name); policy \(l.emailPolicy.rawValue)")
@@ -225,20 +226,25 @@ extension LegacyStore {
         return result
     }
 
-    /// The unique indexes (and constraints) of `table` without predicate or expression, with their columns.
-    private func uniqueIndexes(of table: PostgresIdentifier) async throws -> [(name: String, columns: Set<String>)] {
+    /// The valid unique indexes (and constraints) of `table` over columns only (no expression), with their key
+    /// columns and, for a partial one, its predicate.
+    private func uniqueIndexes(of table: PostgresIdentifier) async throws -> [UniqueIndex] {
         let rows = try await pool.query("""
-            SELECT c.relname::text, a.attname::text
+            SELECT c.relname::text, a.attname::text, pg_get_expr(i.indpred, i.indrelid)
             FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
             JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY ((i.indkey::int2[])[0:i.indnkeyatts - 1])
-            WHERE i.indrelid = to_regclass(\(table.quoted)) AND i.indisunique AND i.indpred IS NULL AND i.indexprs IS NULL
+            WHERE i.indrelid = to_regclass(\(table.quoted)) AND i.indisunique AND i.indisvalid AND i.indexprs IS NULL
             ORDER BY c.relname
             """)
-        var indexes: [(name: String, columns: Set<String>)] = []
+        var indexes: [UniqueIndex] = []
         for row in rows {
             let name = try row.decode(String.self, at: 0)
             let column = try row.decode(String.self, at: 1)
-            if indexes.last?.name == name { indexes[indexes.count - 1].columns.insert(column) } else { indexes.append((name, [column])) }
+            if indexes.last?.name == name {
+                indexes[indexes.count - 1].columns.insert(column)
+            } else {
+                indexes.append(UniqueIndex(name: name, columns: [column], predicate: try row.decode(String?.self, at: 2)))
+            }
         }
         return indexes
     }

@@ -126,7 +126,7 @@ extension LegacyStore {
     }
 
     /// On a rehearsal's copy only: makes the table one Baton can run on. Keeps the lowest key of each duplicated
-    /// subject, adds the missing unique index over the subject (and the `where` columns), and drops from
+    /// subject, adds the missing unique index over the subject (the one the inspection's fix names), and drops from
     /// `baton.transfers` the subjects that are not Apple-shaped. Returns whether the key is unique (else the
     /// run cannot go on).
     package func setAsideProblemRowsOfCopy() async throws -> Bool {
@@ -136,8 +136,7 @@ extension LegacyStore {
                                + l.filterSQL(alias: "d") + ")")
         for finding in try await inspectLegacyTable().findings where finding.status == .failure {
             guard finding.name == "subject uniqueness" else { return false }
-            let columns = (l.filters.map(\.column.quoted) + [l.subjectColumn.quoted]).joined(separator: ", ")
-            try await pool.execute(PostgresQuery(unsafeSQL: "CREATE UNIQUE INDEX ON \(l.table.quoted) (\(columns))"))
+            try await pool.execute(PostgresQuery(unsafeSQL: l.uniqueIndexStatement(over: l.subjectColumn, concurrently: false)))
         }
         return true
     }

@@ -12,10 +12,16 @@ extension BatonConfiguration.LegacyIdentifiers {
         Self.filterSQL(filters, alias: alias)
     }
 
-    /// ` AND alias."column" = $n …` for each of `filters`.
+    /// ` AND alias."column" …` for each of `filters`, its values bound: the one place a `where` becomes SQL.
     static func filterSQL(_ filters: [Filter], alias: String) -> PostgresQuery {
         filters.reduce(PostgresQuery(unsafeSQL: "")) { sql, filter in
-            sql + " AND \(unsafeRaw: alias).\(filter.column) = \(filter.value)"
+            let column = "\(alias).\(filter.column.quoted)"
+            switch filter.condition {
+            case .equals(let value): return sql + " AND \(unsafeRaw: column) = \(value)"
+            case .notEquals(let value): return sql + " AND \(unsafeRaw: column) <> \(value)"
+            case .oneOf(let values): return sql + " AND " + inList(column, values)
+            case .notNull: return sql + " AND \(unsafeRaw: column) IS NOT NULL"
+            }
         }
     }
 

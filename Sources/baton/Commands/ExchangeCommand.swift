@@ -64,6 +64,7 @@ func runBulkCommand(_ parsed: Parsed<BulkOptions>, side: BatonConfiguration.Tran
     let pool = configuration.database.pool(maxConnections: job.workers + 2)
     defer { Task { await pool.close() } }
     let queue = TransferQueue(pool: pool, kind: side == .recipient ? .exchange : .transferIdentifiers, leaseSeconds: parsed.lease)
+    let store = try await checkedLegacyStore(name, configuration: configuration, pool: pool)
 
     // The window: the exchange needs it open, the sender job only not closed.
     switch window.status(at: now) {
@@ -174,7 +175,7 @@ func runBulkCommand(_ parsed: Parsed<BulkOptions>, side: BatonConfiguration.Tran
 
     let work: BulkRun.Work
     if side == .recipient {
-        work = .exchange(applier: try migrationStore(configuration: configuration, pool: pool))
+        work = .exchange(applier: store)
     } else {
         work = .transferIdentifiers(targetTeamID: targetTeamID)
     }
@@ -228,9 +229,19 @@ func printSummary(_ name: String, _ summary: BulkJobSummary) {
     }
 }
 
-/// The migration store the exchange applies its answers through (the one sign-ins use).
-func migrationStore(configuration: BatonConfiguration, pool: PostgresPool) throws -> LegacyStore {
-    LegacyStore(pool: pool, legacy: try legacyIdentifiers(configuration))
+/// The store over the application's table, once the checks `baton serve` runs at start-up pass
+/// (``LegacyStore/validateLegacyTable()``): every command that reads or rewrites that table calls it first, so none
+/// runs on a shape serve refuses. A failure is the check's finding and its fix.
+func checkedLegacyStore(_ name: String, configuration: BatonConfiguration, pool: PostgresPool) async throws -> LegacyStore {
+    let store = LegacyStore(pool: pool, legacy: try legacyIdentifiers(configuration))
+    do {
+        try await store.validateLegacyTable()
+    } catch let error as BatonError {
+        throw CommandFailure.failed("baton \(name): \(error)")
+    } catch let error as PostgresError {
+        throw CommandFailure.failed("baton \(name): cannot check the legacy table: \(error)")
+    }
+    return store
 }
 
 /// The configuration's legacy table, validated; a usage error when it is not.

@@ -35,10 +35,9 @@ private func runMerge(_ parsed: Parsed<MergeOptions>) async throws -> Int32 {
         throw CommandFailure.usage("give --dry-run to see the pairs, or --yes to merge them")
     }
     let configuration = try await loadConfiguration(parsed.config)
-    let legacy = try legacyIdentifiers(configuration)
     let pool = configuration.database.pool(maxConnections: 1)
-    let store = LegacyStore(pool: pool, legacy: legacy)
     try await withTeardown {
+        let store = try await checkedLegacyStore("merge", configuration: configuration, pool: pool)
         do {
             if dryRun {
                 let pending = try await store.duplicates(unmergedOnly: true)

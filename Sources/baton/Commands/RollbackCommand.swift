@@ -44,9 +44,10 @@ private func runRollback(_ parsed: Parsed<RollbackOptions>) async throws -> Int3
     }
     let since = try parsed.since.map { try parseTime($0, option: "since") }
     let configuration = try await loadConfiguration(parsed.config)
-    let store = LegacyStore(pool: configuration.database.pool(maxConnections: 1), legacy: try legacyIdentifiers(configuration))
+    let pool = configuration.database.pool(maxConnections: 1)
     var refused = 0
     try await withTeardown {
+        let store = try await checkedLegacyStore("rollback", configuration: configuration, pool: pool)
         do {
             let migrations = try await store.migrations(legacyKey: legacyKey, since: since)
             for migration in migrations {
@@ -69,7 +70,7 @@ private func runRollback(_ parsed: Parsed<RollbackOptions>) async throws -> Int3
             throw CommandFailure.failed("baton rollback: \(error)")
         }
     } teardown: {
-        await store.pool.close()
+        await pool.close()
     }
     return refused == 0 ? 0 : 1
 }

@@ -48,6 +48,7 @@ private func runExport(_ path: String, _ parsed: Parsed<TransferIDsOptions>) asy
     let legacy = try legacyIdentifiers(configuration)
     let pool = configuration.database.pool(maxConnections: 1)
     let summary = try await withTeardown {
+        _ = try await checkedLegacyStore("transfer-ids", configuration: configuration, pool: pool)
         do {
             return try await TransferExporter(pool: pool, legacy: legacy, columns: columns).export(to: path)
         } catch let error as BulkJobError {
