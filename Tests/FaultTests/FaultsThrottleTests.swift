@@ -91,10 +91,11 @@ struct FaultsThrottleTests {
         let writer = try await offPool { try FileHandle(forWritingTo: URL(fileURLWithPath: pipe)) }
         try await offPool { try writer.write(contentsOf: first) }
         // The first batch (5,000 lines) is in: the import's transaction is open, its read waits for more.
-        let state = "SELECT coalesce(string_agg(state, ','), 'none') FROM pg_stat_activity WHERE application_name = 'baton_import'"
+        // The import's own connection (its throttle's probe has another).
+        let state = "SELECT count(*) = 1 FROM pg_stat_activity WHERE application_name = 'baton_import' AND state = 'idle in transaction'"
         var idle = false
         for _ in 0..<400 where !idle {
-            idle = try await offPool { try TestDatabase.psql(url, state) } == "idle in transaction"
+            idle = try await offPool { try TestDatabase.psql(url, state) } == "t"
             if !idle { try await pause(seconds: 0.05) }
         }
         #expect(idle, "the import never opened its transaction")
@@ -107,7 +108,7 @@ struct FaultsThrottleTests {
         // The rest of the file is there, but the import holds its transaction open and writes nothing.
         for _ in 0..<3 {
             try await pause(seconds: 1)
-            #expect(try await offPool { try TestDatabase.psql(url, state) } == "idle in transaction")
+            #expect(try await offPool { try TestDatabase.psql(url, state) } == "t")
         }
         #expect(try await BusyBackends.active(url) == 2)
         try await busy.end()
