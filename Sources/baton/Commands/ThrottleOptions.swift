@@ -5,8 +5,8 @@ import Dispatch
 
 /// The bulk jobs' throttle options: when they yield to the production database.
 struct ThrottleOptions: CommandOptions {
-    let maxReplicaLag = Option.number("max-replica-lag", "S", in: 0...86_400, "claim nothing new while a standby is more than S seconds behind\n(0: no limit; default jobs.max_replica_lag_seconds, 10)")
-    let maxActiveBackends = Option.integer("max-active-backends", in: 0...100_000, "claim nothing new while more than N other client backends are\nactive (0: no limit; default jobs.max_active_backends, none)")
+    let maxReplicaLag = Option.number("max-replica-lag", "S", in: 0...86_400, "claim nothing new while a standby is more than S seconds behind, and\nslow down past half of it (0: no limit; default jobs.max_replica_lag_seconds, 10)")
+    let maxActiveBackends = Option.integer("max-active-backends", in: 0...100_000, "claim nothing new while more than N other client backends are\nactive, and slow down past half of it (0: no limit; default\njobs.max_active_backends, none)")
 }
 
 extension Parsed<ThrottleOptions> {
