@@ -39,7 +39,8 @@ DEMO_FLAGS ?=
 demo: build
 	scripts/pg.sh run bash -c '$(BATON) demo --database-url "$$BATON_TEST_DATABASE_URL" $(DEMO_FLAGS)'
 
-## Runs every benchmark in release mode and writes bench-results/latest.json.
+## Runs every benchmark of the workbench (`baton-bench`, never shipped) in release mode against the release `baton`,
+## and writes bench-results/latest.json.
 bench: deps
 	swift build -c release
 	scripts/bench.sh
@@ -48,7 +49,8 @@ bench: deps
 fuzz: deps
 	scripts/fuzz.sh run
 
-## Sends FUZZ_REQUESTS (default 100,000) random and mutated requests to `baton emulator`, then checks it.
+## Sends FUZZ_REQUESTS (default 100,000) random and mutated requests to `baton emulator` with the workbench's
+## `baton-bench fuzz http`, then checks it.
 fuzz-http: build
 	scripts/fuzz-http.sh
 

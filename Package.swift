@@ -11,6 +11,8 @@ let package = Package(
     name: "Baton",
     products: [
         .executable(name: "baton", targets: ["baton"]),
+        // The workbench (benchmarks, HTTP fuzzer); scripts/dist.sh packages `baton` alone.
+        .executable(name: "baton-bench", targets: ["baton-bench"]),
         .library(name: "Baton", targets: ["Baton"]),
         .library(name: "BatonAppleSignIn", targets: ["BatonAppleSignIn"]),
         .library(name: "BatonJOSE", targets: ["BatonJOSE"]),
@@ -42,18 +44,36 @@ let package = Package(
         .plugin(name: "BuildCommitPlugin", capability: .buildTool()),
         .target(name: "BatonService", dependencies: ["BatonBuildInfo", "Baton", "BatonAppleSignIn", "BatonHTTPServer", "BatonJOSE", "BatonJSON", "BatonLogging", "BatonConcurrency"], swiftSettings: swiftSettings),
         .target(name: "BatonEmulator", dependencies: ["BatonErrors", "BatonAppleSignIn", "BatonJOSE", "BatonJSON", "BatonHTTPServer", "BatonLogging", "BatonConcurrency"], swiftSettings: swiftSettings),
-        // What the `baton` executable runs besides the product: its command-line kit, benchmarks, the HTTP fuzzer,
-        // the demo scenario, and the one raw HTTP client of tools and tests. No library product exposes it.
+        // The command-line kit of the executables: typed options, parsing, help, shell completion, the dispatch
+        // from the command word, signals and teardown. No library product exposes it.
+        .target(name: "BatonCommandLine", dependencies: ["Baton", "BatonLogging"], swiftSettings: swiftSettings),
+        // The one raw-socket HTTP/1.1 client, to loopback servers only: the rehearsal's devices, the workbench and the tests.
+        .target(name: "BatonRawHTTP", swiftSettings: swiftSettings),
+        // `baton demo`: the scenario on a throwaway database against the in-process emulator.
         .target(
-            name: "BatonTools",
-            dependencies: ["BatonService", "Baton", "BatonEmulator", "BatonAppleSignIn", "BatonJOSE", "BatonJSON", "BatonPostgres", "BatonHTTPServer", "BatonLogging", "BatonConcurrency", "BatonProcess"],
+            name: "BatonDemo",
+            dependencies: ["BatonCommandLine", "BatonService", "Baton", "BatonEmulator", "BatonAppleSignIn", "BatonJOSE", "BatonJSON", "BatonPostgres", "BatonHTTPServer", "BatonLogging", "BatonConcurrency"],
+            swiftSettings: swiftSettings
+        ),
+        // `baton rehearse`: a transfer rehearsed on a copy of the application's database in a throwaway cluster.
+        .target(
+            name: "BatonRehearsal",
+            dependencies: ["BatonCommandLine", "BatonRawHTTP", "BatonService", "Baton", "BatonEmulator", "BatonAppleSignIn", "BatonJSON", "BatonPostgres", "BatonHTTPServer", "BatonConcurrency", "BatonProcess"],
             swiftSettings: swiftSettings
         ),
         .executableTarget(
             name: "baton",
-            dependencies: ["BatonBuildInfo", "BatonTools", "BatonService", "Baton", "BatonEmulator", "BatonAppleSignIn", "BatonJOSE", "BatonJSON", "BatonPostgres", "BatonHTTPServer", "BatonLogging", "BatonConcurrency"],
+            dependencies: ["BatonBuildInfo", "BatonCommandLine", "BatonDemo", "BatonRehearsal", "BatonService", "Baton", "BatonEmulator", "BatonAppleSignIn", "BatonJOSE", "BatonJSON", "BatonPostgres", "BatonHTTPServer", "BatonLogging", "BatonConcurrency"],
             swiftSettings: swiftSettings
         ),
+        // The workbench, never shipped and never linked by `baton`: the benchmarks and the HTTP fuzzer
+        // (`baton-bench signin`, `baton-bench fuzz http`), and the load generator the HTTP server's tests use.
+        .target(
+            name: "BatonBench",
+            dependencies: ["BatonCommandLine", "BatonRawHTTP", "Baton", "BatonEmulator", "BatonAppleSignIn", "BatonJOSE", "BatonJSON", "BatonPostgres", "BatonHTTPServer", "BatonLogging", "BatonConcurrency", "BatonProcess"],
+            swiftSettings: swiftSettings
+        ),
+        .executableTarget(name: "baton-bench", dependencies: ["BatonBench", "BatonBuildInfo", "BatonCommandLine"], swiftSettings: swiftSettings),
 
         // Shared helpers for tests: scoped databases, emulators and servers that always tear down, the built binary.
         .target(name: "TestSupport", dependencies: ["BatonEmulator", "BatonHTTPServer", "BatonPostgres", "BatonConcurrency", "BatonProcess"], path: "Tests/TestSupport", swiftSettings: swiftSettings),
@@ -61,13 +81,13 @@ let package = Package(
         .testTarget(name: "BatonJOSETests", dependencies: ["BatonJOSE", "BatonJSON"], swiftSettings: swiftSettings),
         .testTarget(name: "BatonAppleSignInTests", dependencies: ["BatonAppleSignIn", "BatonJOSE", "BatonJSON", "BatonEmulator", "BatonHTTPServer", "TestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "BatonPostgresTests", dependencies: ["BatonPostgres", "BatonConcurrency", "TestSupport"], swiftSettings: swiftSettings),
-        .testTarget(name: "BatonHTTPServerTests", dependencies: ["BatonErrors", "BatonHTTPServer", "BatonConcurrency", "BatonTools", "TestSupport"], swiftSettings: swiftSettings),
+        .testTarget(name: "BatonHTTPServerTests", dependencies: ["BatonErrors", "BatonHTTPServer", "BatonConcurrency", "BatonBench", "BatonRawHTTP", "TestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "BatonTests", dependencies: ["Baton", "BatonAppleSignIn", "BatonConcurrency", "TestSupport", "BatonEmulator"], swiftSettings: swiftSettings),
         .testTarget(name: "BatonServiceTests", dependencies: ["BatonBuildInfo", "BatonService", "TestSupport", "Baton", "BatonEmulator", "BatonAppleSignIn", "BatonHTTPServer", "BatonJOSE", "BatonJSON", "BatonPostgres", "BatonConcurrency"], swiftSettings: swiftSettings),
         .testTarget(name: "BatonEmulatorTests", dependencies: ["BatonEmulator", "BatonAppleSignIn", "BatonJSON", "TestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "CLITests", dependencies: ["BatonBuildInfo", "BatonEmulator", "BatonJOSE", "BatonJSON", "BatonProcess", "TestSupport"], swiftSettings: swiftSettings),
         // The command-line kit itself (parsing, typed options, help), without running the binary.
-        .testTarget(name: "BatonToolsTests", dependencies: ["BatonTools", "BatonLogging"], swiftSettings: swiftSettings),
+        .testTarget(name: "BatonCommandLineTests", dependencies: ["BatonCommandLine", "BatonLogging"], swiftSettings: swiftSettings),
         // The fault suite: `baton serve` and `baton exchange` as child processes under outages (`make faults`).
         .testTarget(name: "FaultTests", dependencies: ["BatonEmulator", "TestSupport"], swiftSettings: swiftSettings),
         // Builds Examples/EmbedderCheck (an embedder's own `Logging`, `JOSE`, … modules beside the `Baton` product) and

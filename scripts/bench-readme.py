@@ -2,9 +2,9 @@
 """Renders bench-results/latest.json (or the file given) as the Markdown the README shows.
 
 Every figure is set against the anchor measured in the same run, so numbers from different machines and
-days can be compared as ratios: bare OpenSSL RS256 verification for `bench verify`, pgbench on the same SQL
-for `bench signin` (driven by its own load generator and by wrk), the emulator's rate limit for `bench exchange`. The emulator's own throughput has no
-anchor and is shown as is.
+days can be compared as ratios: bare OpenSSL RS256 verification for `baton-bench verify`, pgbench on the same
+SQL for `baton-bench signin` (driven by its own load generator and by wrk), the emulator's rate limit for
+`baton-bench exchange`. The emulator's own throughput has no anchor and is shown as is.
 
     python3 scripts/bench-readme.py [bench-results/latest.json] > table.md
 """

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs every `baton bench …` the binary offers (as `baton bench --help` lists them) on a throwaway
+# Runs every benchmark `baton-bench --help` lists (`baton-bench NAME`: the workbench, beside baton) on a throwaway
 # PostgreSQL, and writes their figures with a description of the machine to bench-results/<timestamp>.json
 # and bench-results/latest.json. Render them for the README with scripts/bench-readme.py.
 #
@@ -20,13 +20,15 @@ if [ -z "${BATON_TEST_DATABASE_URL:-}" ]; then
     BENCH_SKIP_BUILD=1 exec scripts/pg.sh run "$0" "$@"
 fi
 
-BATON=.build/release/baton
-[ -x "$BATON" ] || { echo "bench: $BATON is missing; run 'swift build -c release'" >&2; exit 2; }
+BENCH=.build/release/baton-bench
+for binary in "$BENCH" .build/release/baton; do
+    [ -x "$binary" ] || { echo "bench: $binary is missing; run 'swift build -c release'" >&2; exit 2; }
+done
 stamp=$(date -u +%Y%m%dT%H%M%SZ)
 logs="bench-results/logs/$stamp"
 mkdir -p "$logs"
 
-available=$("$BATON" bench --help | awk '/^benchmarks:/ {on=1; next} on && NF == 0 {exit} on {print $1}')
+available=$("$BENCH" --help | awk '/^benchmarks:/ {on=1; next} on && NF == 0 {exit} on {print $1}')
 selected="${BENCH_ONLY:-$available}"
 echo "bench: benchmarks available: $(echo $available); running: $(echo $selected)"
 
@@ -44,9 +46,9 @@ for name in $selected; do
     read -r -a extra <<<"${!args_var:-}"
     environment=()
     if [ "$name" = exchange ]; then environment=(BATON_DATABASE_URL="$(database_for exchange)"); fi
-    echo "bench: baton bench $name ${extra[*]:-}"
+    echo "bench: baton-bench $name ${extra[*]:-}"
     start=$(date +%s)
-    if env "${environment[@]}" "$BATON" bench "$name" "${extra[@]}" >"$logs/$name.log" 2>&1; then
+    if env "${environment[@]}" "$BENCH" "$name" "${extra[@]}" >"$logs/$name.log" 2>&1; then
         echo "bench: $name done in $(( $(date +%s) - start )) s: $(tail -n 1 "$logs/$name.log")"
     else
         echo "bench: $name FAILED (see $logs/$name.log):" >&2

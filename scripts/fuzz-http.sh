@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # HTTP fuzzing: starts `baton emulator --port 0` (or uses FUZZ_URL and FUZZ_PID for a server already
 # running, such as `baton serve`), sends FUZZ_REQUESTS (default 100000) random and mutated requests with
-# `baton fuzz http`, and fails if the server went down, answered a well-formed request wrongly, changed its
-# probe answers or grew its memory past the bound.
+# the workbench's `baton-bench fuzz http` ($BATON_BENCH, default the baton-bench beside $BATON), and fails if
+# the server went down, answered a well-formed request wrongly, changed its probe answers or grew its memory
+# past the bound.
 #
 #   scripts/fuzz-http.sh                 against a fresh emulator
 #   scripts/fuzz-http.sh serve           against `baton serve` on a throwaway PostgreSQL, Apple being an
@@ -13,6 +14,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BATON="${BATON:-.build/debug/baton}"
+BATON_BENCH="${BATON_BENCH:-$(dirname "$BATON")/baton-bench}"
 REQUESTS="${FUZZ_REQUESTS:-100000}"
 SEED="${FUZZ_SEED:-$(date +%s)}"
 mode="${1:-emulator}"
@@ -85,8 +87,8 @@ args=(fuzz http --url "$FUZZ_URL" --requests "$REQUESTS" --seed "$SEED")
 [ -n "${FUZZ_PATHS:-}" ] && args+=(--paths "$FUZZ_PATHS")
 for probe in ${FUZZ_PROBES:-}; do args+=(--probe "$probe"); done
 [ "$mode" = serve ] && args+=(--tokens "$work/tokens" --error-codes "$codes")
-echo "fuzz-http: baton ${args[*]}"
-"$BATON" "${args[@]}"
+echo "fuzz-http: baton-bench ${args[*]}"
+"$BATON_BENCH" "${args[@]}"
 for child in "${children[@]}"; do
     kill -0 "$child" 2>/dev/null || { echo "fuzz-http: a server exited during the run" >&2; exit 1; }
 done

@@ -3,7 +3,7 @@
 # PostgreSQL with apt-get, only the packages that are missing. The Swift toolchain is assumed.
 # chromium (headless) and python3 run the report's browser test (scripts/browser-check.py); python3-venv and
 # python3-pip the Django integration tests' virtual environment (scripts/python-env.sh).
-# wrk drives `baton bench signin` from outside; linux-perf profiles `baton serve` under it (docs/performance.md).
+# wrk drives `baton-bench signin` from outside; linux-perf profiles `baton serve` under it (docs/performance.md).
 # pgbouncer runs the pooler tests; time (/usr/bin/time -v) measures peak memory in scripts/rehearse-scale.sh and
 # scripts/scale.sh; curl drives scripts/fuzz-http.sh; curl and jq run docs/emulator.md's walkthrough (its test).
 set -euo pipefail

@@ -115,13 +115,14 @@ SQL
     measure "report (table), after 0013 again" "$binary" report "${config[@]}" $accepted
 fi
 
-# The sign-in's migration statement, as `baton bench signin` runs it in pgbench (printed by a small run of the bench
-# on its own database), on 400,000 more users pending a transfer: with and without 0013's triggers, then with
-# baton.events grown to EVENTS rows (default 10,000,000). SIGNIN=0 leaves it out.
+# The sign-in's migration statement, as `baton-bench signin` runs it in pgbench (printed by a small run of the bench
+# on its own database, serving with BINARY), on 400,000 more users pending a transfer: with and without 0013's
+# triggers, then with baton.events grown to EVENTS rows (default 10,000,000). SIGNIN=0 leaves it out.
 if [ "${SIGNIN:-1}" = 1 ]; then
+    [ -x .build/release/baton-bench ] || swift build -c release --product baton-bench
     # The bench prints its script before its pgbench; a small run may stop later, or (rarely) earlier: tried 3 times.
     for attempt in 1 2 3; do
-        "$binary" bench signin --database-url "$url" --users 100000 --transfers 60000 --migrations 100 --wrk-migrations 50000 \
+        .build/release/baton-bench signin --baton "$binary" --database-url "$url" --users 100000 --transfers 60000 --migrations 100 --wrk-migrations 50000 \
             --current-requests 100 --wrk-seconds 1 --pgbench-seconds 1 >"$work/bench.txt" 2>&1 || true
         grep -q '^pgbench script, migrated: ' "$work/bench.txt" && break
     done

@@ -274,7 +274,7 @@ public final class RSAPublicKey: @unchecked Sendable, Equatable {
     }
 
     /// The verification primitive behind ``verifyRS256(signature:message:)-([UInt8],[UInt8])`` without its
-    /// length check: a baseline for `baton bench verify`.
+    /// length check: a baseline for `baton-bench verify`.
     package func primitiveVerifyRS256(signature: [UInt8], message: [UInt8]) -> Bool {
         signature.withUnsafeBufferPointer { signature in
             message.withUnsafeBufferPointer { pooledVerify(signature: signature, message: $0) }
@@ -321,7 +321,7 @@ public final class RSAPublicKey: @unchecked Sendable, Equatable {
     }
 
     /// The bare OpenSSL verification (`EVP_DigestVerifyInit` + `EVP_DigestVerify` with this key), without
-    /// the length check: the baseline `baton bench verify` compares full token verification against.
+    /// the length check: the baseline `baton-bench verify` compares full token verification against.
     package func opensslVerifyRS256(signature: [UInt8], message: [UInt8]) -> Bool {
         signature.withUnsafeBufferPointer { signature in
             message.withUnsafeBufferPointer { digestVerify(key, signature: signature, message: $0) }

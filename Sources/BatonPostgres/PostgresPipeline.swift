@@ -15,6 +15,9 @@ import BatonLogging
 /// ``send(_:write:_:)`` says no. ``PostgresError/didNotRun`` tells a failure that wrote nothing, whose statement
 /// can go another way as if it had never been sent.
 ///
+/// The protocol's rules live in ``PostgresPipelineStateMachine``, a value tested without a server; this class reads
+/// libpq into its events and performs its actions (libpq calls, the loop's watch, the callbacks).
+///
 /// The loop's thread never waits here: libpq runs non-blocking, connecting happens on another thread, and the
 /// session's `lock_timeout` (``lockTimeoutMilliseconds``) fails a statement that would wait for a lock, so one
 /// request's locked row never holds up the others on the one backend.
@@ -33,17 +36,7 @@ package final class PostgresPipeline: @unchecked Sendable {
     /// WAL flush, about a millisecond on an SSD), so two sign-ins meeting on one row rarely need the other way.
     package static let lockTimeoutMilliseconds = 5
 
-    private struct Statement {
-        let completion: Completion
-        let isWrite: Bool
-    }
-
-    private enum Expected {
-        /// The Parse of a statement's text, named once per connection.
-        case prepare(sql: String)
-        case statement(Statement)
-        case sync
-    }
+    private typealias Machine = PostgresPipelineStateMachine<Completion, PostgresResult>
 
     private let loop: EventLoop
     private let url: String
@@ -51,31 +44,11 @@ package final class PostgresPipeline: @unchecked Sendable {
     /// What is in front of PostgreSQL: behind a session pooler the timeouts are set after connecting.
     private let pooler: PostgresPooler
     private let logger: Logger
+    /// The protocol's state: what is in flight, what to send, when to close. This class only performs its actions.
+    private var machine = Machine()
+    /// The open connection, while `machine` says it is open.
     private var connection: OpaquePointer?
     private var descriptor: Int32 = -1
-    /// The name each statement's text is prepared under on this connection.
-    private var statements: [String: String] = [:]
-    /// Prepared statements named so far: a name is never given twice, since one whose Parse failed may still
-    /// stand beside those that exist on the server.
-    private var statementsNamed = 0
-    /// What PostgreSQL will answer, in order; `head` is the next.
-    private var expected: [Expected] = []
-    private var head = 0
-    /// The result of the statement at `head` until its end (libpq's NULL).
-    private var currentResult: OpaquePointer?
-    /// Why the Parse just answered failed: the statement it was for (next in `expected`) fails with this.
-    private var prepareFailure: PostgresError?
-    /// The group's commit just failed: libpq ends its error with a NULL before the Sync result.
-    private var commitFailed = false
-    /// Outcomes waiting for their group's Sync.
-    private var settled: [(Statement, Result<PostgresResult, PostgresError>)] = []
-    /// Reads queued since the last Sync.
-    private var unsynced = false
-    private var waitingToWrite = false
-    private var connecting = false
-    /// The loop has stopped: nothing is sent or connected any more.
-    private var loopStopped = false
-    private var nextAttempt = ContinuousClock.now
 
     /// A pipeline on `loop` (call it on the loop's thread); it connects on first use.
     package init(loop: EventLoop, url: String, statementTimeoutMilliseconds: Int?, pooler: PostgresPooler = .none, logger: Logger) {
@@ -90,13 +63,12 @@ package final class PostgresPipeline: @unchecked Sendable {
 
     deinit {
         if let connection { PQfinish(connection) }
-        currentResult.map { PQclear($0) }
     }
 
     /// Whether statements can be queued now; when not, a connection is being opened.
     package var isReady: Bool {
-        if connection == nil && !loopStopped { connect() }
-        return connection != nil
+        if !machine.isOpen, machine.shouldConnect(now: .now) { connect() }
+        return machine.isOpen
     }
 
     /// Queues `query`; `completion` runs on the loop's thread with its outcome, once its group is over. A `write`
@@ -118,56 +90,35 @@ package final class PostgresPipeline: @unchecked Sendable {
             completion(.failure(refused))
             return true
         }
-        if write && unsynced { guard sync() else { return false } }
-        var name = statements[query.sql]
-        if name == nil {
-            let newName = "baton_p\(statementsNamed)"
-            statementsNamed += 1
-            guard PQsendPrepare(connection, newName, query.sql, parameters.count, parameters.types) == 1 else { return broke() }
-            expected.append(.prepare(sql: query.sql))
-            statements[query.sql] = newName
-            name = newName
+        guard let steps = machine.enqueue(completion, sql: query.sql, isWrite: write) else { return false }
+        guard !steps.syncFirst || PQpipelineSync(connection) == 1,
+              !steps.prepare || PQsendPrepare(connection, steps.name, query.sql, parameters.count, parameters.types) == 1,
+              parameters.withPointers({ pointers in
+                  PQsendQueryPrepared(connection, steps.name, parameters.count, pointers, parameters.lengths, parameters.formats, 0)
+              }) == 1,
+              !steps.syncAfter || PQpipelineSync(connection) == 1 else {
+            close(machine.queueingFailed(lastFailure(connection)))
+            return false
         }
-        let sent = parameters.withPointers { pointers in
-            PQsendQueryPrepared(connection, name, parameters.count, pointers, parameters.lengths, parameters.formats, 0)
-        }
-        guard sent == 1 else { return broke() }
-        let statement = Expected.statement(Statement(completion: completion, isWrite: write))
-        if write { return sync(after: statement) }
-        expected.append(statement)
-        unsynced = true
         return true
     }
 
     // MARK: Writing
 
-    /// Ends the group: PostgreSQL commits it and answers with a Sync result. A write's `statement` joins the group
-    /// only once its Sync is queued, so when queueing fails, the failure of everything in flight does not reach it.
-    private func sync(after statement: Expected? = nil) -> Bool {
-        guard let connection else { return false }
-        unsynced = false
-        guard PQpipelineSync(connection) == 1 else { return broke() }
-        if let statement { expected.append(statement) }
-        expected.append(.sync)
-        return true
-    }
-
     /// At the end of every round: closes the open group and writes what is queued; what the socket does not take
     /// now is written when it is writable.
     private func flush() {
-        guard connection != nil else { return }
-        if unsynced { guard sync() else { return } }
+        guard case .flush(let syncFirst) = machine.endOfRound(), let connection else { return }
+        if syncFirst && PQpipelineSync(connection) != 1 { return close(machine.connectionLost(lastFailure(connection))) }
         writePending()
     }
 
     private func writePending() {
         guard let connection else { return }
         let left = PQflush(connection)
-        if left < 0 { return failAll(PostgresError(.connectionFailure, reason: PostgresConnection.lastError(connection))) }
-        let wantsWrite = left == 1
-        if wantsWrite != waitingToWrite {
-            waitingToWrite = wantsWrite
-            loop.change(descriptor, readable: true, writable: wantsWrite)
+        if left < 0 { return close(machine.connectionLost(lastFailure(connection))) }
+        if let writable = machine.flushed(pending: left == 1) {
+            loop.change(descriptor, readable: true, writable: writable)
         }
     }
 
@@ -175,115 +126,47 @@ package final class PostgresPipeline: @unchecked Sendable {
 
     private func readable() {
         guard let connection else { return }
-        guard PQconsumeInput(connection) == 1 else {
-            return failAll(PostgresError(.connectionFailure, reason: PostgresConnection.lastError(connection)))
-        }
-        var lostServer = false
-        reading: while head < expected.count, PQisBusy(connection) == 0 {
-            let result = PQgetResult(connection)
-            switch expected[head] {
-            case .sync:
-                // A Sync result, not followed by a NULL. (A NULL here is libpq's idle answer, wait for more, unless
-                // it ends a failed commit's error.)
-                guard let result else {
-                    guard commitFailed else { break reading }
-                    commitFailed = false
-                    continue
-                }
-                guard PQresultStatus(result) == PGRES_PIPELINE_SYNC else {
-                    // The group's commit failed (a deferred constraint, say): nothing of it is kept. A NULL and the
-                    // Sync result follow.
-                    let error = PostgresConnection.failure(of: result, on: connection)
-                    PQclear(result)
-                    settled = settled.map { statement, _ in (statement, .failure(error)) }
-                    commitFailed = true
-                    continue
-                }
-                PQclear(result)
-                head += 1
-                let outcomes = settled
-                settled.removeAll(keepingCapacity: true)
+        guard PQconsumeInput(connection) == 1 else { return close(machine.connectionLost(lastFailure(connection))) }
+        var serverGone = false
+        reading: while !serverGone, machine.awaitsResult, PQisBusy(connection) == 0 {
+            let received = Self.read(PQgetResult(connection), on: connection)
+            switch machine.received(received, lastError: { PostgresConnection.lastError(connection) }) {
+            case .readMore:
+                break
+            case .waitForInput:
+                break reading
+            case .deliver(let outcomes, let gone):
                 // Every outcome is handed over, even when a callback breaks the connection (a write it queues that
                 // cannot be sent drops it): these statements are over, whatever comes next.
-                for (statement, outcome) in outcomes {
-                    if case .failure(let error) = outcome, error.code == .connectionFailure || error.code == .readOnly { lostServer = true }
-                    statement.completion(outcome)
-                }
+                for (completion, outcome) in outcomes { completion(outcome) }
                 if self.connection == nil { return }
-            case .prepare, .statement:
-                if let result {
-                    // The first result is the statement's; anything more before its NULL is dropped.
-                    if currentResult == nil { currentResult = result } else { PQclear(result) }
-                    continue
-                }
-                finishStatement(expected[head], connection)
-                head += 1
+                serverGone = gone
+            case .close(let closing):
+                return close(closing)
             }
-            if PQstatus(connection) != CONNECTION_OK { lostServer = true }
-            if lostServer { break reading }
+            if PQstatus(connection) != CONNECTION_OK { serverGone = true }
         }
-        // Answered entries are dropped from the front, so a pipeline that never runs dry does not keep them all.
-        if head == expected.count {
-            expected.removeAll(keepingCapacity: true)
-            head = 0
-        } else if head >= 64 {
-            expected.removeFirst(head)
-            head = 0
-        }
-        if lostServer || PQstatus(connection) != CONNECTION_OK {
-            failAll(PostgresError(.connectionFailure, reason: "the server is gone or read-only"))
+        if serverGone || PQstatus(connection) != CONNECTION_OK {
+            close(machine.connectionLost(PostgresError(.connectionFailure, reason: "the server is gone or read-only")))
         }
     }
 
-    /// The statement or Parse at `head` ended: a statement's outcome waits for the group's Sync.
-    private func finishStatement(_ entry: Expected, _ connection: OpaquePointer) {
-        let result = currentResult
-        currentResult = nil
-        var outcome: Result<PostgresResult, PostgresError>
-        if let result {
-            let status = PQresultStatus(result)
-            if status == PGRES_TUPLES_OK || status == PGRES_COMMAND_OK {
-                outcome = .success(PostgresResult(handle: ResultHandle(result)))
-            } else if status == PGRES_PIPELINE_ABORTED {
-                PQclear(result)
-                var skipped = PostgresError(.server, reason: "not run: an earlier statement of its group failed")
-                skipped.notRun = true
-                outcome = .failure(skipped)
-            } else {
-                outcome = .failure(PostgresConnection.failure(of: result, on: connection))
-                PQclear(result)
-            }
-        } else {
-            outcome = .failure(PostgresError(.connectionFailure, reason: PostgresConnection.lastError(connection)))
-        }
-        switch entry {
-        case .prepare(let sql):
-            guard case .failure(let error) = outcome else { return }
-            // No statement by that name exists now: the text gets a new name next time. Other names stand.
-            statements[sql] = nil
-            if !error.notRun { prepareFailure = error }
-        case .statement(let statement):
-            if let failure = prepareFailure {
-                // It was skipped because its own Parse failed: that error says why.
-                prepareFailure = nil
-                var notRun = failure
-                notRun.notRun = true
-                outcome = .failure(notRun)
-            }
-            settled.append((statement, outcome))
-        case .sync:
-            break
-        }
+    /// libpq's result (NULL: the end of a statement's results) as a value, cleared once its value is made.
+    private static func read(_ result: OpaquePointer?, on connection: OpaquePointer) -> Machine.Received {
+        guard let result else { return .end }
+        let status = PQresultStatus(result)
+        if status == PGRES_TUPLES_OK || status == PGRES_COMMAND_OK { return .rows(PostgresResult(handle: ResultHandle(result))) }
+        defer { PQclear(result) }
+        if status == PGRES_PIPELINE_SYNC { return .sync }
+        if status == PGRES_PIPELINE_ABORTED { return .aborted }
+        return .failed(PostgresConnection.failure(of: result, on: connection))
     }
 
-    // MARK: Connecting and breaking
+    // MARK: Connecting and closing
 
-    /// Opens a connection on another thread (libpq's connect blocks), at most once a second; the loop adopts it,
-    /// already non-blocking and in pipeline mode.
+    /// Opens a connection on another thread (libpq's connect blocks); the loop adopts it, already non-blocking and in
+    /// pipeline mode.
     private func connect() {
-        guard !connecting, ContinuousClock.now >= nextAttempt else { return }
-        connecting = true
-        nextAttempt = ContinuousClock.now + .seconds(1)
         let (url, timeout, pooler, loop) = (url, statementTimeoutMilliseconds, pooler, loop)
         DispatchQueue.global().async { [weak self] in
             let opened = Result { try OpenedHandle(PostgresPipeline.openForPipeline(url: url, statementTimeoutMilliseconds: timeout, pooler: pooler)) }
@@ -311,15 +194,14 @@ package final class PostgresPipeline: @unchecked Sendable {
     }
 
     private func adopt(_ opened: Result<OpenedHandle, any Error>) {
-        connecting = false
         switch opened {
         case .failure(let error):
+            machine.connectFailed()
             logger.warning("pipeline connection failed", ["error": String(describing: error)])
         case .success(let handle):
-            let pointer = handle.pointer
-            connection = pointer
-            descriptor = PQsocket(pointer)
-            waitingToWrite = false
+            guard machine.connected() else { return PQfinish(handle.pointer) }
+            connection = handle.pointer
+            descriptor = PQsocket(handle.pointer)
             loop.watch(descriptor) { [weak self] readable, writable in
                 if writable { self?.writePending() }
                 if readable { self?.readable() }
@@ -330,45 +212,27 @@ package final class PostgresPipeline: @unchecked Sendable {
     /// The loop has stopped (its server's shutdown deadline passed with statements in flight): each of them fails as
     /// `pool_closed`, so its callback runs as ``send(_:write:_:)`` promised, and the connection closes.
     private func loopHasStopped() {
-        loopStopped = true
-        failAll(PostgresError(.poolClosed, reason: "the pipeline's event loop stopped"))
+        close(machine.loopStopped())
     }
 
-    /// A write to libpq failed: the connection is done for.
-    private func broke() -> Bool {
-        failAll(PostgresError(.connectionFailure, reason: connection.map(PostgresConnection.lastError) ?? "no connection"))
-        return false
+    /// Why libpq failed on `connection`.
+    private func lastFailure(_ connection: OpaquePointer) -> PostgresError {
+        PostgresError(.connectionFailure, reason: PostgresConnection.lastError(connection))
     }
 
-    /// Fails everything in flight with `error` and drops the connection; the next use reconnects. A read's failure
-    /// says it wrote nothing (``PostgresError/didNotRun``); a write's cannot: its Sync may have reached the server.
-    private func failAll(_ error: PostgresError) {
-        guard let connection else { return }
-        if error.code == .poolClosed {
+    /// Finishes the connection, then fails what was in flight as `closing` says; the next use reconnects.
+    private func close(_ closing: Machine.Closing?) {
+        guard let closing, let connection else { return }
+        if closing.error.code == .poolClosed {
             logger.debug("pipeline closed with its event loop")
         } else {
-            logger.info("pipeline connection dropped", ["error": error.reason])
+            logger.info("pipeline connection dropped", ["error": closing.error.reason])
         }
         loop.unwatch(descriptor)
         PQfinish(connection)
         self.connection = nil
         descriptor = -1
-        currentResult.map { PQclear($0) }
-        currentResult = nil
-        prepareFailure = nil
-        commitFailed = false
-        statements.removeAll()
-        unsynced = false
-        let outcomes = settled
-        let pending = expected[head...]
-        settled.removeAll()
-        expected.removeAll()
-        head = 0
-        var readFailure = error
-        readFailure.notRun = true
-        let fail = { (statement: Statement) in statement.completion(.failure(statement.isWrite ? error : readFailure)) }
-        for (statement, _) in outcomes { fail(statement) }
-        for case .statement(let statement) in pending { fail(statement) }
+        for (completion, error) in closing.failures { completion(.failure(error)) }
     }
 }
 

@@ -1,8 +1,9 @@
 import Foundation
 import FoundationNetworking
+import BatonBench
 import BatonConcurrency
 import BatonErrors
-import BatonTools
+import BatonRawHTTP
 import TestSupport
 import Testing
 @testable import BatonHTTPServer

@@ -89,41 +89,73 @@ struct DbMigrateCommandTests {
         (["merge"], ["dry-run", "yes", "config", "max-replica-lag", "max-active-backends"]),
         (["transfer-ids"], ["target", "yes", "workers", "rate", "dry-run", "config", "lease", "max-failures", "retry-failed"]),
         (["exchange"], ["workers", "rate", "dry-run", "config", "lease", "max-failures", "retry-failed"]),
-        (["bench", "verify"], ["seconds"]),
-        (["bench", "emulator"], ["concurrency", "requests", "tokens", "exchanges"]),
-        (["bench", "signin"], ["database-url", "users", "transfers", "migrations", "wrk-migrations", "current-requests", "concurrency", "pgbench-seconds", "pool-size",
-                                 "schema", "wrk-seconds", "perf", "log-level", "nonce"]),
-        (["bench", "exchange"], ["database-url", "users", "backlog", "limit", "latency-ms", "workers", "sequential-seconds"]),
         (["report"], ["format", "out", "config", "limit", "unmasked", "now", "accepted-at"]),
         (["demo"], ["database-url", "users", "concurrency", "rate", "stragglers", "out", "keep-data"]),
+    ]
+
+    /// The same contract for the workbench, `baton-bench`.
+    static let workbenchOptions: [([String], [String])] = [
+        (["verify"], ["seconds"]),
+        (["emulator"], ["concurrency", "requests", "tokens", "exchanges"]),
+        (["signin"], ["database-url", "users", "transfers", "migrations", "wrk-migrations", "current-requests", "concurrency", "pgbench-seconds", "pool-size",
+                      "schema", "wrk-seconds", "perf", "log-level", "nonce", "baton"]),
+        (["exchange"], ["database-url", "users", "backlog", "limit", "latency-ms", "workers", "sequential-seconds"]),
         (["fuzz", "http"], ["url", "requests", "seed", "concurrency", "paths", "probe", "pid", "max-rss-growth-mb", "seconds"]),
     ]
 
     @Test("each command's --help lists every option it accepts, and exits 0", arguments: options)
     func commandHelp(command: [String], options: [String]) throws {
-        let result = try runBaton(command + ["--help"])
+        try expectHelp(of: "baton", command, lists: options, run: runBaton(command + ["--help"]))
+    }
+
+    @Test("each baton-bench command's --help lists every option it accepts, and exits 0", arguments: workbenchOptions)
+    func workbenchHelp(command: [String], options: [String]) throws {
+        try expectHelp(of: "baton-bench", command, lists: options, run: runBatonBench(command + ["--help"]))
+    }
+
+    private func expectHelp(of program: String, _ command: [String], lists options: [String], run result: ProcessResult) {
+        let words = ([program] + command).joined(separator: " ")
         #expect(result.status == 0)
-        #expect(result.stdout.hasPrefix("usage: baton \(command.joined(separator: " "))"))
+        #expect(result.stdout.hasPrefix("usage: \(words)"))
         for option in options {
-            #expect(result.stdout.contains("  --\(option)"), "--\(option) missing from 'baton \(command.joined(separator: " ")) --help'")
+            #expect(result.stdout.contains("  --\(option)"), "--\(option) missing from '\(words) --help'")
         }
     }
 
-    @Test("bench --help lists the benchmarks under 'benchmarks:', one per line, as scripts/bench.sh reads them")
+    @Test("baton-bench --help lists the benchmarks under 'benchmarks:', one per line, as scripts/bench.sh reads them")
     func benchList() throws {
-        let lines = try runBaton(["bench", "--help"]).stdout.split(separator: "\n", omittingEmptySubsequences: false)
+        let lines = try runBatonBench(["--help"]).stdout.split(separator: "\n", omittingEmptySubsequences: false)
         let start = try #require(lines.firstIndex(of: "benchmarks:"))
         let names = lines[(start + 1)...].prefix { !$0.isEmpty }.map { $0.split(separator: " ")[0] }
         #expect(names == ["verify", "emulator", "signin", "exchange"])
     }
 
+    @Test("the benchmarks and the fuzzer are not baton's: it lists neither, and names baton-bench for them (exit 2)")
+    func workbenchApart() throws {
+        let help = try runBaton(["--help"]).stdout
+        #expect(!help.contains("\n  bench ") && !help.contains("\n  fuzz "))
+        for (arguments, hint) in [(["bench", "signin", "--users", "1000"], "run 'baton-bench signin --users 1000'"), (["fuzz", "http"], "run 'baton-bench fuzz http'"),
+                                  (["bench"], "run 'baton-bench --help'")] {
+            let result = try runBaton(arguments)
+            #expect(result.status == 2)
+            #expect(result.stderr.split(separator: "\n").count == 1)
+            #expect(result.stderr.contains(hint), "\(result.stderr)")
+        }
+    }
+
     @Test("commands with subcommands name them when none or an unknown one is given")
     func subcommandExpected() throws {
-        for (arguments, expected) in [(["db"], "expected 'migrate' or 'status'"), (["bench", "nope"], "expected 'verify', 'emulator', 'signin' or 'exchange'")] {
+        for (arguments, expected) in [(["db"], "expected 'migrate' or 'status'"), (["db", "nope"], "unknown db command 'nope'")] {
             let result = try runBaton(arguments)
             #expect(result.status == 2)
             #expect(result.stderr.contains(expected))
         }
+        let workbench = try runBatonBench(["fuzz"])
+        #expect(workbench.status == 2)
+        #expect(workbench.stderr == "baton-bench fuzz: expected 'http'; run 'baton-bench fuzz --help' for usage\n")
+        let unknown = try runBatonBench(["signup"])
+        #expect(unknown.status == 2)
+        #expect(unknown.stderr.contains("baton-bench: unknown command 'signup'"))
     }
 
     @Test("values are checked against the declaration: a number out of range or a word not among the choices exits 2")

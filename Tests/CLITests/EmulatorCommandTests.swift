@@ -4,7 +4,7 @@ import FoundationNetworking
 import Testing
 import TestSupport
 
-@Suite("baton emulator and baton bench emulator")
+@Suite("baton emulator and baton-bench emulator")
 struct EmulatorCommandTests {
     @Test("serves on the port it prints, saves its state, and stops on SIGTERM with exit 0")
     func runsAndStops() async throws {
@@ -43,14 +43,18 @@ struct EmulatorCommandTests {
         ["emulator", "extra"],
         ["emulator", "--log-level", "loud"],
         ["emulator", "--host", "not-an-address", "--port", "0"],
-        ["bench"],
-        ["bench", "nothing"],
-        ["bench", "emulator", "--concurrency", "0"],
     ])
     func usageErrors(arguments: [String]) async throws {
         let result = try await offPool { try runBaton(arguments) }
         #expect(result.status == 2)
         #expect(result.stderr.split(separator: "\n").count == 1)
+    }
+
+    @Test("baton-bench emulator: a bad option value exits 2 with one line")
+    func benchUsageError() async throws {
+        let result = try await offPool { try runBatonBench(["emulator", "--concurrency", "0"]) }
+        #expect(result.status == 2)
+        #expect(result.stderr == "baton-bench emulator: --concurrency must be a whole number from 1 to 1024; run 'baton-bench emulator --help' for usage\n")
     }
 
     @Test("a state file that cannot be read fails with exit 1")
@@ -63,9 +67,9 @@ struct EmulatorCommandTests {
         #expect(result.stderr.contains("state_file"))
     }
 
-    @Test("bench emulator ends with one JSON line of figures")
+    @Test("baton-bench emulator ends with one JSON line of figures")
     func bench() async throws {
-        let result = try await offPool { try runBaton(["bench", "emulator", "--requests", "500", "--tokens", "100", "--exchanges", "100", "--concurrency", "4"]) }
+        let result = try await offPool { try runBatonBench(["emulator", "--requests", "500", "--tokens", "100", "--exchanges", "100", "--concurrency", "4"]) }
         #expect(result.status == 0, "\(result.stderr)")
         let last = try #require(result.stdout.split(separator: "\n").last)
         let figures = try #require(try JSONSerialization.jsonObject(with: Data(last.utf8)) as? [String: Any])

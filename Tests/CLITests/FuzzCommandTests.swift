@@ -4,7 +4,7 @@ import FoundationNetworking
 import Testing
 import TestSupport
 
-@Suite("baton fuzz http")
+@Suite("baton-bench fuzz http")
 struct FuzzCommandTests {
     @Test("2,000 random and mutated requests leave the emulator up, answering as before, its memory bounded")
     func emulatorSurvives() async throws {
@@ -16,7 +16,7 @@ struct FuzzCommandTests {
 
             let url = emulator.baseURL.absoluteString
             let result = try await offPool {
-                try runBaton(["fuzz", "http", "--url", url, "--requests", "2000", "--seed", "7", "--pid", String(getpid()), "--concurrency", "4"])
+                try runBatonBench(["fuzz", "http", "--url", url, "--requests", "2000", "--seed", "7", "--pid", String(getpid()), "--concurrency", "4"])
             }
             #expect(result.status == 0, "\(result.stdout)\n\(result.stderr)")
             let last = try #require(result.stdout.split(separator: "\n").last)
@@ -65,7 +65,7 @@ struct FuzzCommandTests {
         let emulator = try await AppleEmulator.start()
         let url = emulator.baseURL.absoluteString
         await emulator.stop()
-        let result = try await offPool { try runBaton(["fuzz", "http", "--url", url, "--requests", "10"]) }
+        let result = try await offPool { try runBatonBench(["fuzz", "http", "--url", url, "--requests", "10"]) }
         #expect(result.status == 1)
         #expect(result.stdout.contains("FAILURE: probe GET /auth/keys got no answer before fuzzing"))
     }
@@ -82,7 +82,7 @@ struct FuzzCommandTests {
         ["fuzz", "http", "--url", "http://127.0.0.1:8080", "--pid", "0"],
     ])
     func usageErrors(arguments: [String]) async throws {
-        let result = try await offPool { try runBaton(arguments) }
+        let result = try await offPool { try runBatonBench(arguments) }
         #expect(result.status == 2)
         #expect(result.stderr.split(separator: "\n").count == 1)
     }

@@ -4,7 +4,7 @@ import BatonJSON
 import Testing
 import TestSupport
 
-/// `baton verify` and `baton bench verify`, run as the built binary.
+/// `baton verify` and `baton-bench verify`, run as the built binaries.
 @Suite("baton verify")
 struct VerifyCommandTests {
     static let key = try! RSAPrivateKey.generate()
@@ -103,8 +103,6 @@ struct VerifyCommandTests {
             ["verify", "--client-id", "com.example.app", "--jwks", Self.directory.path, token],
             ["verify", "--client-id", "com.example.app", "--jwks-url", "file:///etc/passwd", token],
             ["verify", "--client-id", "com.example.app", "--jwks", Self.jwksPath, "--frobnicate", token],
-            ["bench"],
-            ["bench", "nonsense"],
         ]
         for arguments in cases {
             let result = try runBaton(arguments)
@@ -141,9 +139,9 @@ struct VerifyCommandTests {
         #expect(result.stderr.hasPrefix("rejected: "))
     }
 
-    @Test("bench verify ends with one JSON object of figures")
+    @Test("baton-bench verify ends with one JSON object of figures")
     func bench() throws {
-        let result = try runBaton(["bench", "verify", "--seconds", "0.1"])
+        let result = try runBatonBench(["verify", "--seconds", "0.1"])
         #expect(result.status == 0, "\(result.stderr)")
         let last = try #require(result.stdout.split(separator: "\n").last)
         let figures = try JSON.parseObject(Array(last.utf8))

@@ -10,12 +10,27 @@ public var batonBinaryPath: String {
     return packageRoot.appendingPathComponent(".build/debug/baton").path
 }
 
+/// Path of the built `baton-bench` executable, the workbench: beside `baton`.
+public var batonBenchBinaryPath: String {
+    URL(fileURLWithPath: batonBinaryPath).deletingLastPathComponent().appendingPathComponent("baton-bench").path
+}
+
 /// Runs the built `baton` binary with `arguments` and returns its exit status and output.
 public func runBaton(_ arguments: [String], input: Data? = nil, environment: [String: String]? = nil, timeout: TimeInterval = 120) throws -> ProcessResult {
-    guard FileManager.default.isExecutableFile(atPath: batonBinaryPath) else {
-        throw TestSupportError("baton binary missing at \(batonBinaryPath): run 'swift build' first")
+    try runBuilt(batonBinaryPath, arguments, input: input, environment: environment, timeout: timeout)
+}
+
+/// Runs the built `baton-bench` binary (the benchmarks, the HTTP fuzzer) with `arguments`.
+public func runBatonBench(_ arguments: [String], environment: [String: String]? = nil, timeout: TimeInterval = 120) throws -> ProcessResult {
+    try runBuilt(batonBenchBinaryPath, arguments, input: nil, environment: environment, timeout: timeout)
+}
+
+/// Runs the executable the package built at `path`; a missing one says how to build it.
+private func runBuilt(_ path: String, _ arguments: [String], input: Data?, environment: [String: String]?, timeout: TimeInterval) throws -> ProcessResult {
+    guard FileManager.default.isExecutableFile(atPath: path) else {
+        throw TestSupportError("\(URL(fileURLWithPath: path).lastPathComponent) binary missing at \(path): run 'swift build' first")
     }
-    return try runProcess(batonBinaryPath, arguments, input: input, environment: environment, timeout: timeout)
+    return try runProcess(path, arguments, input: input, environment: environment, timeout: timeout)
 }
 
 /// Runs the built binary on a Dispatch thread, so in-process servers keep Swift's cooperative threads.

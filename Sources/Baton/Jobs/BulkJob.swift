@@ -95,44 +95,6 @@ public struct BulkJobSummary: Sendable, Equatable {
     public var hasFailures: Bool { stopReason != nil || counts.unresolvable > 0 || counts.failedForGood > 0 }
 }
 
-/// How an error from a step is handled; Apple's errors by their ``AppleSignIn/AppleClientError/cause``.
-enum FailureKind: Equatable {
-    /// 429: wait as Apple says, lower the rate, try the same user again; past the limit, an outage.
-    case rateLimited
-    /// Apple out of reach or failing (no connection, timeout, 5xx): retry with backoff; while Apple answers no
-    /// one, pause up to the outage limit; when it answers others, defer the row.
-    case outage
-    /// An unexpected answer, a transient database error: retry with backoff, then defer the row.
-    case transient
-    /// Apple refused this user for good: record `unresolvable` and go on.
-    case user
-    /// Credentials refused, configuration wrong, database failing: stop the job.
-    case fatal
-
-    static func of(_ error: any Error) -> FailureKind {
-        if let error = error as? AppleClientError {
-            if error.code == .rateLimited { return .rateLimited }
-            switch error.cause {
-            case .outage: return .outage
-            case .unexpectedAnswer: return .transient
-            case .refused: return .user
-            case .configuration: return .fatal
-            }
-        }
-        if let error = error as? PostgresError { return error.isTransient ? .transient : .fatal }
-        return .fatal
-    }
-
-    /// A short reason for `last_error`: Apple's error code or the failure kind, never an identifier.
-    static func reason(_ error: any Error) -> String {
-        if let error = error as? AppleClientError {
-            return error.appleError ?? error.code.rawValue + (error.status.map { " (HTTP \($0))" } ?? "")
-        }
-        if let error = error as? PostgresError { return "database: \(error.code.rawValue)" }
-        return "\(type(of: error))"
-    }
-}
-
 /// A bulk job waiting for Apple, which has answered no one for ``seconds``; it stops once that reaches ``limit``.
 public struct BulkJobPause: Sendable, Equatable {
     /// Seconds since Apple last answered (since the first failure after its last answer).
@@ -157,12 +119,13 @@ public struct BulkJobPause: Sendable, Equatable {
 ///
 /// Resumable by construction: a row is finished in the same transaction that stores Apple's answer, and an
 /// unfinished lease simply expires, so a crash loses nothing and a rerun continues.
+///
+/// What a worker does after each request (retry, defer, record, pause, stop) is ``BulkJobPolicy``'s decision; this
+/// class only carries it out: claims, requests, waits and the database's writes.
 public final class BulkJob: Sendable {
     private let queue: TransferQueue
     private let step: any BulkJobStep
     private let options: BulkJobOptions
-    private let window: TransferWindow
-    private let requireOpenWindow: Bool
     private let now: @Sendable () -> Date
     private let logger: Logger
     /// Pauses claims while the database is busy, if given.
@@ -171,21 +134,8 @@ public final class BulkJob: Sendable {
     public let limiter: RateLimiter
     /// The counts, for a progress reporter.
     public let counters = JobCounters()
-    private let control = Mutex(Control())
-
-    private struct Control {
-        var stopReason: BulkJobError?
-        var consecutiveFailures = 0
-        var identicalFailures = 0
-        var lastFailure = ""
-        /// Requests Apple answered in this run (anything but an outage's failure or a 429).
-        var answers = 0
-        /// The first outage failure since Apple last answered, and the outage failures since then.
-        var unreachableSince: ContinuousClock.Instant?
-        var unreachableFailures = 0
-        /// Whether a worker is past its quick retries, waiting for Apple to answer anyone.
-        var paused = false
-    }
+    /// The job's rules and their state, shared by its workers.
+    private let policy: Mutex<BulkJobPolicy>
 
     /// Creates a job.
     /// - Parameters:
@@ -199,8 +149,7 @@ public final class BulkJob: Sendable {
         self.queue = queue
         self.step = step
         self.options = options
-        self.window = window
-        self.requireOpenWindow = requireOpenWindow
+        policy = Mutex(BulkJobPolicy(options: options, window: window, requireOpenWindow: requireOpenWindow))
         self.now = now
         self.logger = logger
         self.throttle = throttle
@@ -209,24 +158,11 @@ public final class BulkJob: Sendable {
         limiter = RateLimiter(rate: options.rate, burst: max(1, min(10, options.rate / 20)))
     }
 
-    /// Whether the window allows requests at `date`.
-    private func windowAllows(_ date: Date) -> Bool {
-        switch window.status(at: date) {
-        case .open, .closingSoon: true
-        case .closed, .notOpenYet: false
-        case .notAccepted: !requireOpenWindow
-        }
-    }
-
-    private var stopReason: BulkJobError? { control.withLock { $0.stopReason } }
+    private var stopReason: BulkJobError? { policy.withLock { $0.stopReason } }
 
     /// The pause in progress while Apple answers no one (once a worker is past its quick retries), or nil.
     public var pause: BulkJobPause? {
-        control.withLock { $0.paused ? $0.unreachableSince : nil }.map { BulkJobPause(seconds: Self.seconds(ContinuousClock.now - $0), limit: options.maxOutageSeconds) }
-    }
-
-    private static func seconds(_ duration: Duration) -> Double {
-        Double(duration.components.seconds) + Double(duration.components.attoseconds) / 1e18
+        policy.withLock { $0.pausedSince }.map { BulkJobPause(seconds: BulkJobPolicy.seconds(ContinuousClock.now - $0), limit: options.maxOutageSeconds) }
     }
 
     /// Waits the job's one backoff after the `failures`-th failure in a row (retries, Apple's outages and the
@@ -238,9 +174,7 @@ public final class BulkJob: Sendable {
 
     /// Stops the job (the first reason wins); workers finish their current request and give back their rows.
     public func stop(_ reason: BulkJobError) {
-        control.withLock { control in
-            if control.stopReason == nil { control.stopReason = reason }
-        }
+        policy.withLock { $0.stop(reason) }
     }
 
     /// Runs the job to its end and returns its summary. Never throws: failures end up in the summary.
@@ -261,7 +195,7 @@ public final class BulkJob: Sendable {
             counts: counters.snapshot,
             remaining: remaining,
             stopReason: stopReason,
-            elapsed: Self.seconds(ContinuousClock.now - started),
+            elapsed: BulkJobPolicy.seconds(ContinuousClock.now - started),
             finalRate: limiter.currentRate,
             throttledSeconds: throttle?.throttledSeconds ?? 0
         )
@@ -282,8 +216,7 @@ public final class BulkJob: Sendable {
                 return
             }
             guard let item else { return }
-            guard windowAllows(now()) else {
-                stop(windowClosedError())
+            guard !policy.withLock({ $0.stopIfWindowClosed(at: now()) }) else {
                 try? await queue.release([item])
                 return
             }
@@ -320,192 +253,81 @@ public final class BulkJob: Sendable {
         }
     }
 
-    private func windowClosedError() -> BulkJobError {
-        if case .notOpenYet = window.status(at: now()) {
-            return BulkJobError(.notAccepted, "the transfer's acceptance time has not come yet")
-        }
-        return BulkJobError(.windowClosed, "the 60-day transfer window closed at \(window.closesAt.map { "\($0)" } ?? "?"): Apple no longer answers")
-    }
-
-    /// Works on `item` until it is finished, recorded, deferred or given back; `holdingSlot` says whether the
-    /// rate limiter's slot for the first request was already taken (later requests wait for their own).
+    /// Works on `item` until it is finished, recorded, deferred or given back, as ``BulkJobPolicy`` decides after
+    /// each request; `holdingSlot` says whether the rate limiter's slot for the first request was already taken
+    /// (later requests wait for their own).
     private func process(_ item: TransferQueue.Item, holdingSlot: Bool) async {
-        var retries = 0
-        var rateLimitedTries = 0
-        var outage = UserOutage()
+        var attempts = BulkJobPolicy.Attempts()
         var holdingSlot = holdingSlot
         while true {
-            if stopReason != nil || Date() >= item.leaseEnds {
+            guard mayAsk(item) else {
                 try? await queue.release([item])
                 return
             }
+            let outcome: AttemptOutcome
             do {
                 if !holdingSlot { try await limiter.acquire() }
                 holdingSlot = false
                 // The wait for the limiter may have outlived the lease: the row may be someone else's by now.
-                if stopReason != nil || Date() >= item.leaseEnds {
+                guard mayAsk(item) else {
                     try? await queue.release([item])
                     return
                 }
                 counters.update { $0.requests += 1 }
-                let outcome = try await step.perform(item)
-                appleAnswered()
-                switch outcome {
-                case .done: counters.update { $0.succeeded += 1 }
-                case .alreadyDone: counters.update { $0.alreadyDone += 1 }
-                case .unresolvable(let reason):
-                    await recordUnresolvable(item, reason: reason)
-                    return
-                }
-                control.withLock {
-                    $0.consecutiveFailures = 0
-                    $0.identicalFailures = 0
-                    $0.lastFailure = ""
-                }
-                return
+                outcome = .answered(try await step.perform(item))
             } catch is CancellationError {
                 return
-            } catch where BulkJob.isDatabaseOutage(error) {
-                // Apple answered, but the database did not store it: wait for the database, then give the row
-                // back; it is simply leased again (the answer is asked for again, and applying it twice is a no-op).
-                appleAnswered()
+            } catch {
+                outcome = AttemptOutcome(error: error)
+                if case .failed(.rateLimited, _, _) = outcome {
+                    counters.update { $0.rateLimited += 1 }
+                    limiter.rateLimited(retryAfter: (error as? AppleClientError)?.retryAfter)
+                }
+            }
+            let decision = policy.withLock { $0.decide(outcome, attempts: &attempts, at: now(), instant: .now) }
+            switch decision.notice {
+            case .pausing(let reason): logger.warning("Apple answers no one; pausing until it does", ["error": reason, "limit_s": String(Int(options.maxOutageSeconds))])
+            case .resumed(let seconds): logger.info("Apple answers again; going on", ["paused_s": String(Int(seconds))])
+            case nil: break
+            }
+            switch decision.action {
+            case .finished(let alreadyDone):
+                counters.update { counts in
+                    if alreadyDone { counts.alreadyDone += 1 } else { counts.succeeded += 1 }
+                }
+                return
+            case .retry:
+                continue
+            case .retryAfterBackoff(let failures):
+                await backOff(afterFailure: failures)
+                continue
+            case .markUnresolvable(let reason):
+                await markUnresolvable(item, reason: reason)
+                return
+            case .deferRow(let reason, let sharedCause):
+                await deferRow(item, reason: reason, sharedCause: sharedCause)
+                return
+            case .release:
+                try? await queue.release([item])
+                return
+            case .releaseOnceDatabaseAnswers:
                 do {
                     try await ridingOutage { try await queue.release([item]) }
                 } catch {
                     stop(BulkJobError(.stopped, "the database failed for \(Int(options.databaseRetrySeconds)) s: \(FailureKind.reason(error)); rerun to continue"))
                 }
                 return
-            } catch {
-                let kind = FailureKind.of(error)
-                let reason = FailureKind.reason(error)
-                switch kind {
-                case .rateLimited:
-                    counters.update { $0.rateLimited += 1 }
-                    limiter.rateLimited(retryAfter: (error as? AppleClientError)?.retryAfter)
-                    rateLimitedTries += 1
-                    if rateLimitedTries <= options.maxRateLimitedRetries { continue }
-                    // Throttled past the limit: as good as unreachable.
-                    outage.tries = max(outage.tries, options.transientRetries)
-                    fallthrough
-                case .outage:
-                    switch appleDidNotAnswer(&outage, reason: reason) {
-                    case .wait(let failures):
-                        await backOff(afterFailure: failures)
-                        continue
-                    case .deferUser:
-                        await recordFailure(item, reason: reason, sharedCause: false)
-                        return
-                    case .stop:
-                        try? await queue.release([item])
-                        return
-                    }
-                case .transient:
-                    appleAnswered()
-                    retries += 1
-                    if retries <= options.transientRetries {
-                        await backOff(afterFailure: retries)
-                        continue
-                    }
-                    await recordFailure(item, reason: reason, sharedCause: true)
-                    return
-                case .user:
-                    appleAnswered()
-                    // After the window, Apple refuses everyone with invalid_request: that is the window, not the user.
-                    guard windowAllows(now()) else {
-                        stop(windowClosedError())
-                        try? await queue.release([item])
-                        return
-                    }
-                    await recordUnresolvable(item, reason: reason)
-                    return
-                case .fatal:
-                    appleAnswered()
-                    // After the window the sender no longer owns the app: invalid_client is the window too.
-                    guard windowAllows(now()) else {
-                        stop(windowClosedError())
-                        try? await queue.release([item])
-                        return
-                    }
-                    let detail = (error as? AppleClientError).map { "\($0.description)\n\($0.explanation)" } ?? "\(error)"
-                    stop(BulkJobError(.stopped, "stopped: \(detail)"))
-                    try? await queue.release([item])
-                    return
-                }
             }
         }
     }
 
-    /// One user's run of failures while Apple did not answer: how many, and how many requests Apple had answered
-    /// (for anyone) before the first.
-    private struct UserOutage {
-        var tries = 0
-        var answersBefore: Int?
+    /// Whether the worker holding `item` may ask Apple for it now.
+    private func mayAsk(_ item: TransferQueue.Item) -> Bool {
+        policy.withLock { $0.mayAsk(leaseEnds: item.leaseEnds, at: Date()) }
     }
 
-    /// What a worker does after Apple did not answer its user.
-    private enum OutageAction {
-        /// Waits the backoff after this many failures in a row, then asks again for the same user.
-        case wait(failures: Int)
-        /// Apple answers others: the trouble is this user's, so the row is deferred.
-        case deferUser
-        /// Apple has answered no one for longer than the limit: the job is stopped.
-        case stop
-    }
-
-    /// Notes that Apple answered a request (whatever it said): an outage, if any, is over.
-    private func appleAnswered() {
-        let ended = control.withLock { control -> ContinuousClock.Instant? in
-            control.answers += 1
-            defer {
-                control.unreachableSince = nil
-                control.unreachableFailures = 0
-                control.paused = false
-            }
-            return control.paused ? control.unreachableSince : nil
-        }
-        if let ended { logger.info("Apple answers again; going on", ["paused_s": String(Int(Self.seconds(ContinuousClock.now - ended)))]) }
-    }
-
-    /// Notes that Apple did not answer the request for a user (`outage` its failures so far) and decides what
-    /// the worker does: a few quick retries of its own; then, while Apple answers no one, waits for it up to
-    /// ``BulkJobOptions/maxOutageSeconds`` (counted from Apple's last answer); when Apple answered others since
-    /// this user's first failure, defers the user.
-    private func appleDidNotAnswer(_ outage: inout UserOutage, reason: String) -> OutageAction {
-        outage.tries += 1
-        let now = ContinuousClock.now
-        let (answers, since, failures) = control.withLock { control in
-            let since = control.unreachableSince ?? now
-            control.unreachableSince = since
-            control.unreachableFailures += 1
-            return (control.answers, since, control.unreachableFailures)
-        }
-        let answersBefore = outage.answersBefore ?? answers
-        outage.answersBefore = answersBefore
-        if outage.tries <= options.transientRetries { return .wait(failures: failures) }
-        if answers > answersBefore { return .deferUser }
-        let unreachable = Self.seconds(now - since)
-        guard unreachable < options.maxOutageSeconds else {
-            stop(BulkJobError(.appleUnreachable, "Apple has not answered for \(Int(unreachable)) s (the limit, --max-outage, is \(Int(options.maxOutageSeconds)) s; last error: \(reason)); no user was marked failed for it; rerun to continue once Apple answers"))
-            return .stop
-        }
-        let pausing = control.withLock { control in
-            defer { control.paused = true }
-            return !control.paused
-        }
-        if pausing { logger.warning("Apple answers no one; pausing until it does", ["error": reason, "limit_s": String(Int(options.maxOutageSeconds))]) }
-        return .wait(failures: failures)
-    }
-
-    /// Counts a failure and records the row `unresolvable`; the failure that makes
-    /// ``BulkJobOptions/maxIdenticalFailures`` in a row (a shared cause), and any with its reason after it, stops the
-    /// job and gives the row back instead.
-    private func recordUnresolvable(_ item: TransferQueue.Item, reason: String) async {
-        // Counted before the row is marked, in one step with the check: workers refused at the same moment all
-        // passed a separate check while the first of them was still marking its row, and marked a row each.
-        if noteFailure(reason, sharedCause: true) {
-            try? await ridingOutage { try await queue.release([item]) }
-            return
-        }
+    /// Records the row `unresolvable` (its failure already counted by the policy) and counts it.
+    private func markUnresolvable(_ item: TransferQueue.Item, reason: String) async {
         do {
             // Fenced by the lease: a row another worker took over after this lease ended is left alone.
             guard try await ridingOutage({ try await queue.markUnresolvable(item, reason: reason) }) else { return }
@@ -519,7 +341,7 @@ public final class BulkJob: Sendable {
 
     /// Defers the row (or fails it after its last attempt) and counts a failure; `sharedCause` says whether it
     /// counts towards ``BulkJobOptions/maxIdenticalFailures``.
-    private func recordFailure(_ item: TransferQueue.Item, reason: String, sharedCause: Bool) async {
+    private func deferRow(_ item: TransferQueue.Item, reason: String, sharedCause: Bool) async {
         let final: Bool
         do {
             final = try await ridingOutage { try await queue.postpone(item, reason: reason) }
@@ -532,30 +354,7 @@ public final class BulkJob: Sendable {
             if final { $0.failedForGood += 1 }
         }
         logger.info("attempt failed", ["reason": reason])
-        noteFailure(reason, sharedCause: sharedCause)
-    }
-
-    /// Counts a failure in a row, and when `sharedCause` (a refusal or an unexpected answer, never an outage) one
-    /// with the same reason; stops the job at either limit. Returns whether the failures with the same reason
-    /// have reached their limit.
-    @discardableResult
-    private func noteFailure(_ reason: String, sharedCause: Bool) -> Bool {
-        let (count, identical, stopNow) = control.withLock { control -> (Int, Int, Bool) in
-            control.consecutiveFailures += 1
-            if sharedCause {
-                control.identicalFailures = control.lastFailure == reason ? control.identicalFailures + 1 : 1
-                control.lastFailure = reason
-            }
-            return (control.consecutiveFailures, control.identicalFailures,
-                    control.consecutiveFailures >= options.maxConsecutiveFailures || control.identicalFailures >= options.maxIdenticalFailures)
-        }
-        guard stopNow else { return false }
-        if identical >= options.maxIdenticalFailures {
-            stop(BulkJobError(.stopped, "stopped after \(identical) consecutive failures with the same error (\(reason)): a shared cause, such as a wrong target team or client ID, rather than these users; fix it, then rerun with --retry-unresolvable"))
-            return true
-        }
-        stop(BulkJobError(.stopped, "stopped after \(count) consecutive failures (last: \(reason)); rerun to continue once the cause is fixed"))
-        return false
+        policy.withLock { _ = $0.noteFailure(reason, sharedCause: sharedCause) }
     }
 }
 

@@ -1,4 +1,4 @@
-import BatonTools
+import BatonCommandLine
 import Foundation
 
 /// `baton completions bash`: prints a completion script made from the commands' own declarations, the same

@@ -1,4 +1,4 @@
-import BatonTools
+import BatonCommandLine
 import BatonAppleSignIn
 import Baton
 import Foundation

@@ -1,7 +1,7 @@
 import BatonEmulator
 import BatonHTTPServer
 import BatonLogging
-import BatonTools
+import BatonCommandLine
 import Foundation
 
 /// `baton emulator`: runs the Apple stand-in until SIGINT or SIGTERM.

@@ -1,5 +1,5 @@
 import BatonConcurrency
-import BatonTools
+import BatonCommandLine
 import BatonAppleSignIn
 import Baton
 import Foundation

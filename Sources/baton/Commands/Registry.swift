@@ -1,4 +1,6 @@
-import BatonTools
+import BatonCommandLine
+import BatonDemo
+import BatonRehearsal
 
 /// Every subcommand, in the order `baton --help` lists them.
 let commands: [Command] = [
@@ -13,10 +15,8 @@ let commands: [Command] = [
     exchangeCommand,
     mergeCommand,
     rollbackCommand,
-    benchCommand,
     reportCommand,
     demoCommand,
     rehearseCommand,
-    fuzzCommand,
     completionsCommand,
 ]

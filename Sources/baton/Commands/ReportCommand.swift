@@ -1,5 +1,5 @@
 import BatonConcurrency
-import BatonTools
+import BatonCommandLine
 import Baton
 import Foundation
 import BatonPostgres

@@ -1,4 +1,4 @@
-import BatonTools
+import BatonCommandLine
 import Baton
 import BatonService
 import Foundation

@@ -1,6 +1,6 @@
 import Baton
 import BatonLogging
-import BatonTools
+import BatonCommandLine
 import Dispatch
 
 /// The bulk jobs' throttle options: when they yield to the production database.
