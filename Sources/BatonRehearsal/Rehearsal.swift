@@ -4,6 +4,7 @@ import Baton
 import BatonAppleSignIn
 import BatonEmulator
 import BatonHTTPServer
+import BatonLogging
 import BatonPostgres
 import BatonService
 import Foundation
@@ -92,6 +93,7 @@ struct Rehearsal {
         let bin = ThrowawayCluster.serverBinaries() ?? "/usr/bin"
         let (source, credentials) = try dumpSource(serviceFile: cluster.directory + "/source.service")
         let environment = ProcessInfo.processInfo.environment.merging(["PGOPTIONS": "-c default_transaction_read_only=on"].merging(credentials) { $1 }) { $1 }
+        await waitForQuietSource()
         do {
             try await offPool {
                 try ThrowawayCluster.run("\(bin)/pg_dump", ["--dbname=\(source)", "--format=custom", "--compress=0"] + tables.map { "--table=\($0.quoted)" },
@@ -132,6 +134,16 @@ struct Rehearsal {
             let words = failure.output.firstRange(of: "error: ").map { String(failure.output[$0.upperBound...]) } ?? failure.output
             throw CommandFailure.failed("baton rehearse: copying the tables stopped at the first error: \(words)\n\(Self.copyScope)")
         }
+    }
+
+    /// Waits while the application's database is busy (the configuration's `jobs.max_replica_lag_seconds` and
+    /// `jobs.max_active_backends`, as the bulk jobs yield to), so the copy's one long read starts when it is clear.
+    /// The rehearsal's other phases run on the throwaway copy, which serves no one: they do not wait.
+    private func waitForQuietSource() async {
+        let pool = PostgresPool(url: options.source, maxConnections: 1)
+        let throttle = JobThrottle(limits: options.configuration.jobs.throttleLimits, probe: ThrottleProbe(pool: pool), logger: Logger(label: "baton.rehearse"))
+        await throttle.monitoring { await throttle.waitUntilClear() }
+        await pool.close()
     }
 
     /// The source as pg_dump gets it. Its command line, which any user sees in `ps` and `/proc/PID/cmdline`,

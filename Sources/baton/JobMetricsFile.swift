@@ -70,7 +70,8 @@ final class JobMetricsFile: Sendable {
     }
 
     /// The exposition: whether the job runs, when it last finished a user, whether it is paused while Apple
-    /// answers no one, users done by outcome, users left, and Apple's 429 answers.
+    /// answers no one, users done by outcome, users left, Apple's 429 answers, and the time the job spent throttled
+    /// and whether it is now (by the limit crossed).
     private func render(running: Bool, remaining: Int?) -> String {
         let counts = job.counters.snapshot
         let now = Date()
@@ -96,6 +97,13 @@ final class JobMetricsFile: Sendable {
         out += "baton_job_remaining{\(label)} \(remaining ?? max(0, total - counts.processed))\n"
         out += "# HELP baton_job_rate_limited_total Requests Apple answered with 429 in this run.\n# TYPE baton_job_rate_limited_total counter\n"
         out += "baton_job_rate_limited_total{\(label)} \(counts.rateLimited)\n"
+        out += "# HELP baton_job_throttled_seconds_total Seconds the job claimed nothing new because the database was busy (--max-replica-lag, --max-active-backends).\n# TYPE baton_job_throttled_seconds_total counter\n"
+        out += "baton_job_throttled_seconds_total{\(label)} \(String(format: "%.1f", job.throttle?.throttledSeconds ?? 0))\n"
+        out += "# HELP baton_job_throttled Whether the job is throttled now, by the limit crossed: 1 yes, 0 no.\n# TYPE baton_job_throttled gauge\n"
+        let signal = running ? job.throttle?.signal : nil
+        for reason in ThrottleSignal.allCases {
+            out += "baton_job_throttled{\(label),reason=\"\(reason.rawValue)\"} \(signal == reason ? 1 : 0)\n"
+        }
         return out
     }
 }

@@ -4,20 +4,41 @@ import Testing
 
 @Suite("Throttle: the decision")
 struct ThrottleTests {
-    @Test("limits and signals in, run or pause with a reason out", arguments: [
+    @Test("limits and signals in, run, slow down or pause with a reason out", arguments: [
         (ThrottleLimits(), ThrottleSignals(), Throttle.run),
         (ThrottleLimits(maxReplicaLag: 1), ThrottleSignals(replicaLag: 0.4, replica: "baton_standby"), .run),
-        (ThrottleLimits(maxReplicaLag: 1), ThrottleSignals(replicaLag: 1, replica: "baton_standby"), .run),
+        // Half the limit: still full speed; past it, a wait before each claim growing to half a second at the limit.
+        (ThrottleLimits(maxReplicaLag: 1), ThrottleSignals(replicaLag: 0.5, replica: "baton_standby"), .run),
+        (ThrottleLimits(maxReplicaLag: 1), ThrottleSignals(replicaLag: 0.75, replica: "baton_standby"),
+         .slow(seconds: 0.25, reason: "slowed: replica lag 0.8 s of 1.0 s (baton_standby)")),
+        (ThrottleLimits(maxReplicaLag: 1), ThrottleSignals(replicaLag: 1, replica: "baton_standby"),
+         .slow(seconds: 0.5, reason: "slowed: replica lag 1.0 s of 1.0 s (baton_standby)")),
         (ThrottleLimits(maxReplicaLag: 1), ThrottleSignals(replicaLag: 3.24, replica: "baton_standby"),
-         .pause(reason: "throttled: replica lag 3.2 s > 1.0 s (baton_standby)")),
+         .pause(signal: .replicaLag, reason: "throttled: replica lag 3.2 s > 1.0 s (baton_standby)")),
         (ThrottleLimits(maxReplicaLag: nil), ThrottleSignals(replicaLag: 500, replica: "baton_standby"), .run),
-        (ThrottleLimits(maxReplicaLag: 10, maxActiveBackends: 4), ThrottleSignals(activeBackends: 4), .run),
+        (ThrottleLimits(maxReplicaLag: 10, maxActiveBackends: 4), ThrottleSignals(activeBackends: 2), .run),
+        (ThrottleLimits(maxReplicaLag: 10, maxActiveBackends: 4), ThrottleSignals(activeBackends: 3),
+         .slow(seconds: 0.25, reason: "slowed: active backends 3 of 4")),
+        (ThrottleLimits(maxReplicaLag: 10, maxActiveBackends: 4), ThrottleSignals(activeBackends: 4),
+         .slow(seconds: 0.5, reason: "slowed: active backends 4 of 4")),
         (ThrottleLimits(maxReplicaLag: 10, maxActiveBackends: 4), ThrottleSignals(activeBackends: 5),
-         .pause(reason: "throttled: active backends 5 > 4")),
+         .pause(signal: .activeBackends, reason: "throttled: active backends 5 > 4")),
         (ThrottleLimits(maxReplicaLag: 10, maxActiveBackends: nil), ThrottleSignals(activeBackends: 5_000), .run),
+        // A limit of 0 backends: any other active one pauses; there is no half of it to slow down in.
+        (ThrottleLimits(maxReplicaLag: nil, maxActiveBackends: 0), ThrottleSignals(activeBackends: 0), .run),
+        (ThrottleLimits(maxReplicaLag: nil, maxActiveBackends: 0), ThrottleSignals(activeBackends: 1),
+         .pause(signal: .activeBackends, reason: "throttled: active backends 1 > 0")),
         // Both crossed: the replica lag is named first.
         (ThrottleLimits(maxReplicaLag: 1, maxActiveBackends: 4), ThrottleSignals(replicaLag: 2, replica: "this standby", activeBackends: 9),
-         .pause(reason: "throttled: replica lag 2.0 s > 1.0 s (this standby)")),
+         .pause(signal: .replicaLag, reason: "throttled: replica lag 2.0 s > 1.0 s (this standby)")),
+        // A pause on one signal wins over a slow-down on the other.
+        (ThrottleLimits(maxReplicaLag: 1, maxActiveBackends: 4), ThrottleSignals(replicaLag: 0.9, replica: "s", activeBackends: 5),
+         .pause(signal: .activeBackends, reason: "throttled: active backends 5 > 4")),
+        // Both slowed: the longer wait wins.
+        (ThrottleLimits(maxReplicaLag: 1, maxActiveBackends: 4), ThrottleSignals(replicaLag: 0.6, replica: "s", activeBackends: 4),
+         .slow(seconds: 0.5, reason: "slowed: active backends 4 of 4")),
+        (ThrottleLimits(maxReplicaLag: 1, maxActiveBackends: 4), ThrottleSignals(replicaLag: 1, replica: "s", activeBackends: 3),
+         .slow(seconds: 0.5, reason: "slowed: replica lag 1.0 s of 1.0 s (s)")),
     ])
     func decide(limits: ThrottleLimits, signals: ThrottleSignals, expected: Throttle) {
         #expect(Throttle.decide(limits, signals) == expected)
@@ -46,21 +67,26 @@ struct ThrottleTests {
         #expect(tracker.observe("t", replayLSN: nil, reply: "c", behind: true, now: 20) == 0)
     }
 
-    @Test("time throttled is counted across pauses, and the reason is held while paused")
+    @Test("time throttled is counted across pauses (not while slowed down), and the reason and signal are held while paused")
     func accounting() async throws {
         // No connection is opened: the decisions are applied by hand.
         let throttle = JobThrottle(limits: ThrottleLimits(), probe: ThrottleProbe(pool: PostgresPool(url: "postgresql:///unused")))
-        #expect(throttle.reason == nil)
-        throttle.apply(.pause(reason: "throttled: active backends 5 > 4"))
+        #expect(throttle.reason == nil && throttle.signal == nil && throttle.status == nil)
+        throttle.apply(.pause(signal: .activeBackends, reason: "throttled: active backends 5 > 4"))
         #expect(throttle.reason == "throttled: active backends 5 > 4")
+        #expect(throttle.signal == .activeBackends)
         try await Task.sleep(for: .milliseconds(20))
-        throttle.apply(.pause(reason: "throttled: active backends 6 > 4"))
-        #expect(throttle.reason == "throttled: active backends 6 > 4")
-        throttle.apply(.run)
-        #expect(throttle.reason == nil)
+        throttle.apply(.pause(signal: .replicaLag, reason: "throttled: replica lag 2.0 s > 1.0 s (s)"))
+        #expect(throttle.reason == "throttled: replica lag 2.0 s > 1.0 s (s)")
+        #expect(throttle.signal == .replicaLag)
+        throttle.apply(.slow(seconds: 0.25, reason: "slowed: active backends 3 of 4"))
+        #expect(throttle.reason == nil && throttle.signal == nil)
+        #expect(throttle.status == "slowed: active backends 3 of 4")
         let first = throttle.throttledSeconds
         #expect(first >= 0.02)
+        try await Task.sleep(for: .milliseconds(20))
         throttle.apply(.run)
+        #expect(throttle.status == nil)
         #expect(throttle.throttledSeconds == first)
     }
 
@@ -68,6 +94,15 @@ struct ThrottleTests {
     func configurationLimits() {
         #expect(BatonConfiguration.Jobs().throttleLimits == ThrottleLimits(maxReplicaLag: 10, maxActiveBackends: nil))
         #expect(BatonConfiguration.Jobs(maxReplicaLagSeconds: 0, maxActiveBackends: 8).throttleLimits == ThrottleLimits(maxReplicaLag: nil, maxActiveBackends: 8))
+    }
+
+    @Test("the time left comes from the wall-clock rate, time throttled included")
+    func estimateIncludesThrottledTime() {
+        // 100 users done in 20 s, 10 of them throttled: 5 a second, so the 100 left take 20 s more (not 10).
+        let formatter = ProgressFormatter(total: 200)
+        let (perSecond, left) = formatter.rates(JobCounters.Snapshot(succeeded: 100), elapsed: 20)
+        #expect(perSecond == 5)
+        #expect(left == 20)
     }
 
     @Test("the progress line says why the job is throttled")

@@ -76,9 +76,12 @@ struct ExchangeCommandTests {
             #expect(samples["baton_job_remaining{command=\"exchange\"}"] == 0)
             #expect(samples["baton_job_rate_limited_total{command=\"exchange\"}"] == 0)
             #expect(samples["baton_job_paused{command=\"exchange\",reason=\"apple_unreachable\"}"] == 0)
+            #expect(samples["baton_job_throttled_seconds_total{command=\"exchange\"}"] == 0, "\(text)")
+            #expect(samples["baton_job_throttled{command=\"exchange\",reason=\"replica_lag\"}"] == 0, "\(text)")
+            #expect(samples["baton_job_throttled{command=\"exchange\",reason=\"active_backends\"}"] == 0, "\(text)")
             let progress = try #require(samples["baton_job_last_progress_timestamp_seconds{command=\"exchange\"}"])
             #expect(Int(progress) >= started && progress <= Date().timeIntervalSince1970, "\(text)")
-            for family in ["baton_job_running gauge", "baton_job_done_total counter", "baton_job_rate_limited_total counter"] {
+            for family in ["baton_job_running gauge", "baton_job_done_total counter", "baton_job_rate_limited_total counter", "baton_job_throttled_seconds_total counter", "baton_job_throttled gauge"] {
                 #expect(text.contains("# TYPE \(family)\n"))
             }
             // Written beside it and renamed: no temporary file is left.

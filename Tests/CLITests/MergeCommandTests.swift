@@ -7,7 +7,9 @@ import Testing
 /// after acceptance and got a second Apple row under the new identifier; `baton exchange` meets the pair and
 /// records it, `baton report` lists it, `baton merge` moves the identifier onto the real row.
 enum MergeScenario {
-    static func run(_ framework: Framework, sameAccount: Bool = false) async throws {
+    /// With `busy`, two other client backends are active while `baton merge --max-active-backends 1` runs: it waits
+    /// (the pair stays unmerged) until they end, then merges it.
+    static func run(_ framework: Framework, sameAccount: Bool = false, busy: Bool = false) async throws {
         try await SchemaWorld.run(framework, apple: 2) { world in
             let table = (framework.legacy["table"] as! String).split(separator: ".").map { "\"\($0)\"" }.joined(separator: ".")
             try world.addMissingSubjectIndex()
@@ -57,8 +59,23 @@ enum MergeScenario {
             #expect(dryRun.status == 0 && dryRun.stdout.hasSuffix("would merge 1\n"), "\(dryRun.stdout)\(dryRun.stderr)")
             #expect(try subjects() == pairSubjects, "a dry run changes nothing")
 
-            let merge = try await runBatonOffPool(["merge", "--yes", "--config", config])
-            #expect(merge.status == 0 && merge.stdout.hasSuffix("merged 1\n"), "\(merge.stdout)\(merge.stderr)")
+            let merge: ProcessResult
+            if busy {
+                let backends = try await BusyBackends(2, on: world.databaseURL)
+                let running = try runProcessAsync(batonBinaryPath, ["merge", "--yes", "--max-active-backends", "1", "--config", config])
+                for _ in 0..<4 {
+                    try await Task.sleep(for: .seconds(1))
+                    #expect(try world.count("SELECT count(*) FROM baton.duplicates WHERE merged_at IS NULL") == 1, "merged while the database was busy")
+                }
+                try await backends.end()
+                merge = try await offPool { try running.wait(timeout: 120) }
+                #expect(merge.stderr.contains("throttled: active backends"), "\(merge.stderr)")
+                let throttled = merge.stdout.components(separatedBy: "merged 1; throttled ").last.flatMap { Double($0.prefix { $0 == "." || $0.isNumber }) } ?? -1
+                #expect(merge.status == 0 && throttled >= 3, "\(merge.stdout)\(merge.stderr)")
+            } else {
+                merge = try await runBatonOffPool(["merge", "--yes", "--config", config])
+                #expect(merge.status == 0 && merge.stdout.hasSuffix("merged 1; throttled 0.0 s (0%)\n"), "\(merge.stdout)\(merge.stderr)")
+            }
             #expect(merge.stdout.contains("nothing for the application to move") == sameAccount, "\(merge.stdout)")
             // Every framework's subject column is NOT NULL: the fresh row keeps a marker, nothing else of it changes.
             #expect(try subjects() == [person.newSub, "baton-released:\(person.newSub)"].sorted().joined(separator: ","))
@@ -74,7 +91,7 @@ enum MergeScenario {
             // Other providers' rows, the other columns and JSON keys, every users row but the emails Baton may write.
             #expect(try world.psql(framework.invariant) == before)
             let again = try await runBatonOffPool(["merge", "--yes", "--config", config])
-            #expect(again.status == 0 && again.stdout == "merged 0\n", "\(again.stdout)")
+            #expect(again.status == 0 && again.stdout == "merged 0; throttled 0.0 s (0%)\n", "\(again.stdout)")
         }
     }
 }
@@ -95,6 +112,11 @@ struct MergeCommandTests {
     func frameworks(_ name: String) async throws {
         let frameworks = [Framework.allauth, .authjs, .betterAuth, .omniauth, .supabase]
         try await MergeScenario.run(try #require(frameworks.first { $0.name == name }))
+    }
+
+    @Test("client backends busy: merge --max-active-backends waits before the pair, and merges it once they end")
+    func busyDatabase() async throws {
+        try await MergeScenario.run(.authjs, busy: true)
     }
 
     @Test("Supabase Auth: both identity rows under one user; merged with nothing for the application to do")

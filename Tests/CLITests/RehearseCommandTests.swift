@@ -11,11 +11,12 @@ struct RehearseCommandTests {
         String(format: "%06d.%032x.%04d", i, i * 7_919, i % 10_000)
     }
 
-    /// A configuration of `legacy`, with no secret files, written to a fresh directory.
-    static func configuration(_ legacy: [String: Any]) throws -> String {
+    /// A configuration of `legacy` (and `jobs`, when given), with no secret files, written to a fresh directory.
+    static func configuration(_ legacy: [String: Any], jobs: [String: Any]? = nil) throws -> String {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("rehearse-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
-        let tree: [String: Any] = ["database": ["url": "postgresql:///unused"], "apple": ["client_ids": ["com.example.app"]], "legacy": legacy]
+        var tree: [String: Any] = ["database": ["url": "postgresql:///unused"], "apple": ["client_ids": ["com.example.app"]], "legacy": legacy]
+        tree["jobs"] = jobs
         let path = directory.appendingPathComponent("baton.json")
         try JSONSerialization.data(withJSONObject: tree).write(to: path)
         return path.path
@@ -124,6 +125,41 @@ struct RehearseCommandTests {
             #expect(out.by_signin == 9 && out.by_exchange == 21)
             #expect(out.projection.rate_per_s == 10 && out.projection.processes == 1)
             #expect(result.stdout.contains("no problem found"))
+        }
+    }
+
+    @Test("the application's database busy (jobs.max_active_backends): the rehearsal waits before it copies the tables, then runs")
+    func busySource() async throws {
+        try await withDatabase("rehearse") { source in
+            let framework = Framework.allauth
+            var sql = framework.ddl
+            for i in 1...10 { sql += framework.addApple(i, Self.sub(i), "a\(i)@privaterelay.appleid.com") + ";\n" }
+            let script = sql
+            _ = try await offPool { try TestDatabase.psql(source, script) }
+            let config = try Self.configuration(framework.legacy, jobs: ["max_active_backends": 1])
+            let busy = try await BusyBackends(2, on: source)
+            let json = (config as NSString).deletingLastPathComponent + "/out.json"
+            let rehearsal = try runProcessAsync(batonBinaryPath, ["rehearse", "--config", config, "--from", source, "--json", json])
+            // The throwaway cluster starts first; then the throttle's probe connects to the source (as `baton`).
+            var probing = false
+            for _ in 0..<600 where !probing {
+                probing = try await offPool { try TestDatabase.psql(source, "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'baton'") } != "0"
+                if !probing { try await Task.sleep(for: .milliseconds(50)) }
+            }
+            #expect(probing, "the rehearsal never probed the source")
+            // Nothing is read from the source while it is busy.
+            for _ in 0..<3 {
+                try await Task.sleep(for: .seconds(1))
+                #expect(try await offPool { try TestDatabase.psql(source, "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'pg_dump'") } == "0")
+            }
+            try await busy.end()
+            let result = try await offPool { try rehearsal.wait(timeout: 300) }
+            #expect(result.status == 0, "\(result.stdout)\(result.stderr)")
+            let paused = try #require(result.stderr.range(of: "pausing: claiming no new work until the database is clear"), "\(result.stderr)")
+            let clear = try #require(result.stderr.range(of: "database clear; going on"), "\(result.stderr)")
+            let copied = try #require(result.stderr.range(of: "rehearse phase=copy "), "\(result.stderr)")
+            #expect(paused.lowerBound < clear.lowerBound && clear.lowerBound < copied.lowerBound, "\(result.stderr)")
+            #expect(result.stderr.contains("throttled: active backends"), "\(result.stderr)")
         }
     }
 

@@ -44,7 +44,7 @@ public struct BulkRun: Sendable {
     public func run(total: Int, isTerminal: Bool = isatty(STDERR_FILENO) == 1, logInterval: Double = 5,
                     write: @escaping @Sendable (String) -> Void = { FileHandle.standardError.write(Data($0.utf8)) }) async -> BulkJobSummary {
         let reporter = ProgressReporter(total: total, counters: job.counters, window: window, isTerminal: isTerminal, logInterval: logInterval, write: write,
-                                        paused: { [job] in job.pause }, throttled: { [job] in job.throttle?.reason })
+                                        paused: { [job] in job.pause }, throttled: { [job] in job.throttle?.status })
         reporter.start()
         let summary = await job.run()
         await reporter.finish()

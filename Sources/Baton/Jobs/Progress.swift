@@ -54,7 +54,9 @@ public struct ProgressFormatter: Sendable {
         self.window = window
     }
 
-    /// Requests per second over the run, and the estimated seconds left (nil when unknown).
+    /// Users finished per second over the run, and the estimated seconds left (nil when unknown). `elapsed` is the
+    /// wall-clock time since the job started, time spent throttled included, so the estimate (and the day-60
+    /// projection from it) counts the job's yielding at the share it has had so far.
     public func rates(_ counts: JobCounters.Snapshot, elapsed: TimeInterval) -> (perSecond: Double, secondsLeft: Double?) {
         let perSecond = elapsed > 0 ? Double(counts.processed) / elapsed : 0
         let left = max(0, total - counts.processed)

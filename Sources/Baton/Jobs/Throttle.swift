@@ -36,24 +36,63 @@ public struct ThrottleSignals: Sendable, Equatable {
     }
 }
 
-/// The throttle's decision. Pure: limits and signals in, a decision out.
-public enum Throttle: Sendable, Equatable {
-    /// Every signal is within its limit: claim work.
-    case run
-    /// A limit is crossed: claim nothing new until it is not; the reason is for people
-    /// (`throttled: replica lag 3.2 s > 1 s`).
-    case pause(reason: String)
+/// Which limit throttles a job (the `reason` label of `baton_job_throttled`).
+public enum ThrottleSignal: String, Sendable, CaseIterable {
+    /// A standby fell behind (`--max-replica-lag`).
+    case replicaLag = "replica_lag"
+    /// Too many client backends are active (`--max-active-backends`).
+    case activeBackends = "active_backends"
+}
 
-    /// Decides from `signals` against `limits`; the replica lag is checked first. A limit is crossed when the
-    /// signal is strictly above it.
+/// The throttle's decision. Pure: limits and signals in, a decision out.
+///
+/// The rule, per signal with a limit: above the limit, pause (claim nothing new); above half of it, slow down: wait
+/// between claims, from nothing at half the limit growing linearly to ``maxSlowDown`` (half a second) at the limit;
+/// at or below half, run at full speed. Replica lag is checked first; a pause on either signal wins over a slow-down,
+/// and the longer of two slow-downs wins.
+public enum Throttle: Sendable, Equatable {
+    /// Every signal is within half its limit: claim work.
+    case run
+    /// A signal is past half its limit: wait `seconds` before each claim; the reason is for people
+    /// (`slowed: replica lag 0.8 s of 1.0 s (baton_standby)`).
+    case slow(seconds: Double, reason: String)
+    /// A limit is crossed: claim nothing new until it is not; the reason is for people
+    /// (`throttled: replica lag 3.2 s > 1.0 s (baton_standby)`).
+    case pause(signal: ThrottleSignal, reason: String)
+
+    /// The wait before each claim when a signal is at its limit.
+    public static let maxSlowDown = 0.5
+
+    /// Decides from `signals` against `limits`. A limit is crossed when the signal is strictly above it; a limit of
+    /// 0 pauses on any positive signal and never slows down.
     public static func decide(_ limits: ThrottleLimits, _ signals: ThrottleSignals) -> Throttle {
-        if let limit = limits.maxReplicaLag, let lag = signals.replicaLag, lag > limit {
-            return .pause(reason: "throttled: replica lag \(format(lag)) s > \(format(limit)) s (\(signals.replica))")
+        var slowest: Throttle = .run
+        func consider(_ value: Double, limit: Double) -> Double? {
+            guard limit > 0, value > limit / 2 else { return nil }
+            return maxSlowDown * min(1, (value - limit / 2) / (limit / 2))
         }
-        if let limit = limits.maxActiveBackends, signals.activeBackends > limit {
-            return .pause(reason: "throttled: active backends \(signals.activeBackends) > \(limit)")
+        if let limit = limits.maxReplicaLag, let lag = signals.replicaLag {
+            if lag > limit {
+                return .pause(signal: .replicaLag, reason: "throttled: replica lag \(format(lag)) s > \(format(limit)) s (\(signals.replica))")
+            }
+            if let seconds = consider(lag, limit: limit) {
+                slowest = .slow(seconds: seconds, reason: "slowed: replica lag \(format(lag)) s of \(format(limit)) s (\(signals.replica))")
+            }
         }
-        return .run
+        if let limit = limits.maxActiveBackends {
+            if signals.activeBackends > limit {
+                return .pause(signal: .activeBackends, reason: "throttled: active backends \(signals.activeBackends) > \(limit)")
+            }
+            if let seconds = consider(Double(signals.activeBackends), limit: Double(limit)), seconds > slowest.slowDown {
+                slowest = .slow(seconds: seconds, reason: "slowed: active backends \(signals.activeBackends) of \(limit)")
+            }
+        }
+        return slowest
+    }
+
+    /// The wait before each claim this decision asks for (0 unless ``slow(seconds:reason:)``).
+    public var slowDown: Double {
+        if case .slow(let seconds, _) = self { seconds } else { 0 }
     }
 
     private static func format(_ value: Double) -> String { String(format: "%.1f", value) }
@@ -177,7 +216,7 @@ public final class JobThrottle: Sendable {
 
     private struct State {
         var limits: ThrottleLimits
-        var reason: String?
+        var decision = Throttle.run
         var since: ContinuousClock.Instant?
         var total: Duration = .zero
     }
@@ -206,8 +245,29 @@ public final class JobThrottle: Sendable {
 
     private static func describe(_ value: Double?) -> String { value.map { String(format: "%g", $0) } ?? "off" }
 
-    /// Why the job is throttled now, or nil.
-    public var reason: String? { state.withLock { $0.reason } }
+    /// Why the job is paused now, or nil.
+    public var reason: String? {
+        state.withLock { state in
+            if case .pause(_, let reason) = state.decision { reason } else { nil }
+        }
+    }
+
+    /// Which limit pauses the job now, or nil.
+    public var signal: ThrottleSignal? {
+        state.withLock { state in
+            if case .pause(let signal, _) = state.decision { signal } else { nil }
+        }
+    }
+
+    /// What the progress line says: why the job is paused or slowed down now, or nil when it runs at full speed.
+    public var status: String? {
+        state.withLock { state in
+            switch state.decision {
+            case .run: nil
+            case .slow(_, let reason), .pause(_, let reason): reason
+            }
+        }
+    }
 
     /// Seconds spent throttled so far, the current pause included.
     public var throttledSeconds: Double {
@@ -219,37 +279,46 @@ public final class JobThrottle: Sendable {
     /// lost database, up to `--db-retry-seconds`, and stop it after that; a pause held meanwhile would wait forever);
     /// the first failure in a row is logged.
     public func monitor() async {
-        var failing = false
-        while !Task.isCancelled {
-            do {
-                apply(Throttle.decide(limits, try await probe.read()))
-                failing = false
-            } catch is CancellationError {
-                break
-            } catch {
-                if !failing { logger.warning("throttle probe failed; not throttling until it answers", ["error": "\(error)"]) }
-                failing = true
-                apply(.run)
-            }
+        await monitor(failing: false, sleepFirst: false)
+    }
+
+    private func monitor(failing: Bool, sleepFirst: Bool) async {
+        var failing = failing
+        if sleepFirst { try? await Task.sleep(for: .milliseconds(Int64(interval * 1000))) }
+        while !Task.isCancelled, let failed = await probeOnce(failing: failing) {
+            failing = failed
             try? await Task.sleep(for: .milliseconds(Int64(interval * 1000)))
         }
         apply(.run)
+    }
+
+    /// Probes once and applies the decision; returns whether the probe failed, or nil when the task was cancelled.
+    private func probeOnce(failing: Bool) async -> Bool? {
+        do {
+            apply(Throttle.decide(limits, try await probe.read()))
+            return false
+        } catch is CancellationError {
+            return nil
+        } catch {
+            if !failing { logger.warning("throttle probe failed; not throttling until it answers", ["error": "\(error)"]) }
+            apply(.run)
+            return true
+        }
     }
 
     /// Applies a decision: starts or ends a pause, logging each.
     func apply(_ decision: Throttle) {
         let now = ContinuousClock.now
         let change: (String?, Duration?) = state.withLock { state in
+            state.decision = decision
             switch decision {
-            case .pause(let reason):
-                let started = state.reason == nil
-                state.reason = reason
-                if started { state.since = now }
-                return (started ? reason : nil, nil)
-            case .run:
+            case .pause(_, let reason):
+                guard state.since == nil else { return (nil, nil) }
+                state.since = now
+                return (reason, nil)
+            case .run, .slow:
                 guard let since = state.since else { return (nil, nil) }
                 state.total += now - since
-                state.reason = nil
                 state.since = nil
                 return (nil, now - since)
             }
@@ -258,11 +327,32 @@ public final class JobThrottle: Sendable {
         if let paused = change.1 { logger.info("database clear; going on", ["throttled_s": String(format: "%.1f", Double(paused.components.seconds))]) }
     }
 
-    /// Returns once the job is not throttled (at once when it is not), or once `isStopped` says so; checks every
-    /// quarter second.
-    func waitUntilClear(isStopped: () -> Bool) async {
+    /// Returns once the job is not paused (checking every quarter second) and, while it is slowed down, after the
+    /// slow-down's wait; at once when it runs at full speed, or once `isStopped` says so. The bulk jobs call it
+    /// before each claim, the import and the merge before each batch.
+    public func waitUntilClear(isStopped: () -> Bool = { false }) async {
         while reason != nil, !isStopped(), !Task.isCancelled {
             try? await Task.sleep(for: .milliseconds(250))
+        }
+        let slowDown = state.withLock { $0.decision.slowDown }
+        if slowDown > 0, !isStopped() { try? await Task.sleep(for: .milliseconds(Int64(slowDown * 1000))) }
+    }
+
+    /// Runs `body` while the throttle monitors the database (``monitor()``), for jobs that wait between their own
+    /// batches (``waitUntilClear(isStopped:)``).
+    public func monitoring<T: Sendable>(_ body: () async throws -> T) async rethrows -> T {
+        // The first probe before the body starts, so a database already busy is waited for at once.
+        let failing = await probeOnce(failing: false) ?? false
+        let monitor = Task { await self.monitor(failing: failing, sleepFirst: true) }
+        do {
+            let result = try await body()
+            monitor.cancel()
+            await monitor.value
+            return result
+        } catch {
+            monitor.cancel()
+            await monitor.value
+            throw error
         }
     }
 }

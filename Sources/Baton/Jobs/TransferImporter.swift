@@ -93,11 +93,15 @@ public struct TransferImporter: Sendable {
 
     private let pool: PostgresPool
     private let batchSize: Int
+    private let throttle: JobThrottle?
 
-    /// An importer writing through `pool`; `batchSize` lines travel per statement (default 5,000).
-    public init(pool: PostgresPool, batchSize: Int = 5_000) {
+    /// An importer writing through `pool`; `batchSize` lines travel per statement (default 5,000). With a
+    /// `throttle`, it waits before its transaction and between its batches while the database is busy, holding its
+    /// transaction open meanwhile (``JobThrottle/waitUntilClear(isStopped:)``).
+    public init(pool: PostgresPool, batchSize: Int = 5_000, throttle: JobThrottle? = nil) {
         self.pool = pool
         self.batchSize = max(1, batchSize)
+        self.throttle = throttle
     }
 
     /// Why `line` is not a valid `old_sub,transfer_sub` pair, or the pair.
@@ -140,11 +144,17 @@ public struct TransferImporter: Sendable {
         default:
             throw BulkJobError(.missingHeader, "the first line must be the header '\(TransferImporter.header)' (one company) or '\(TransferImporter.keyHeader)' (between companies)")
         }
-        let batchSize = self.batchSize
+        guard let throttle else { return try await load(reader: reader, form: form, dryRun: dryRun, reject: reject) }
+        return try await throttle.monitoring { try await load(reader: reader, form: form, dryRun: dryRun, reject: reject) }
+    }
+
+    /// The import's one transaction.
+    private func load(reader: LineReader, form: Form, dryRun: Bool, reject: @Sendable (Rejection) -> Void) async throws -> Summary {
+        await throttle?.waitUntilClear()
         return try await pool.withConnection { connection in
             try await connection.query("BEGIN")
             do {
-                let summary = try await Self.load(reader: reader, form: form, connection: connection, batchSize: batchSize, reject: reject)
+                let summary = try await load(reader: reader, form: form, connection: connection, reject: reject)
                 try await connection.query(dryRun ? "ROLLBACK" : "COMMIT")
                 return summary
             } catch {
@@ -154,7 +164,7 @@ public struct TransferImporter: Sendable {
         }
     }
 
-    private static func load(reader: LineReader, form: Form, connection: PostgresConnection, batchSize: Int, reject: @Sendable (Rejection) -> Void) async throws -> Summary {
+    private func load(reader: LineReader, form: Form, connection: PostgresConnection, reject: @Sendable (Rejection) -> Void) async throws -> Summary {
         try await connection.executeScript(unsafeSQL: """
             CREATE TEMPORARY TABLE import_rows (line bigint PRIMARY KEY, old_sub text NOT NULL, transfer_sub text NOT NULL) ON COMMIT DROP;
             CREATE TEMPORARY TABLE import_rejects (line bigint PRIMARY KEY, reason text NOT NULL) ON COMMIT DROP;
@@ -164,6 +174,7 @@ public struct TransferImporter: Sendable {
         while true {
             let lines = try await reader.next(batchSize)
             if lines.isEmpty { break }
+            await throttle?.waitUntilClear()
             var numbers: [String] = [], olds: [String] = [], transfers: [String] = []
             var rejectNumbers: [String] = [], reasons: [String] = []
             for line in lines {
@@ -173,7 +184,7 @@ public struct TransferImporter: Sendable {
                     rejectNumbers.append(String(lineNumber)); reasons.append("empty line")
                     continue
                 }
-                switch parse(line, first: form.name) {
+                switch Self.parse(line, first: form.name) {
                 case .success(let pair):
                     numbers.append(String(lineNumber)); olds.append(pair.oldSub); transfers.append(pair.transferSub)
                 case .failure(let problem):
@@ -232,20 +243,29 @@ public struct TransferImporter: Sendable {
             SELECT count(*) FROM import_rows i JOIN baton.transfers t ON t.\(unsafeRaw: column) = i.old_sub AND t.transfer_sub = i.transfer_sub
             """)
         summary.alreadyPresent = try present[0].decode(Int.self, at: 0)
-        if form == .oldSub {
-            summary.loaded = try await connection.execute("""
-                INSERT INTO baton.transfers AS t (old_sub, transfer_sub)
-                SELECT old_sub, transfer_sub FROM import_rows ORDER BY line
-                ON CONFLICT (old_sub) DO UPDATE SET transfer_sub = EXCLUDED.transfer_sub, updated_at = now()
-                WHERE t.transfer_sub IS NULL
-                """)
-        } else {
-            summary.loaded = try await connection.execute("""
-                INSERT INTO baton.transfers (legacy_key, transfer_sub)
-                SELECT i.old_sub, i.transfer_sub FROM import_rows i
-                WHERE NOT EXISTS (SELECT 1 FROM baton.transfers t WHERE t.transfer_sub = i.transfer_sub)
-                ORDER BY i.line
-                """)
+        // The rows go in a batch of lines at a time, so the throttle can hold the writes between them (the repeats
+        // were rejected above: no batch conflicts with another).
+        var first = 2
+        while first <= lineNumber {
+            await throttle?.waitUntilClear()
+            let last = first + batchSize - 1
+            if form == .oldSub {
+                summary.loaded += try await connection.execute("""
+                    INSERT INTO baton.transfers AS t (old_sub, transfer_sub)
+                    SELECT old_sub, transfer_sub FROM import_rows WHERE line BETWEEN \(first) AND \(last) ORDER BY line
+                    ON CONFLICT (old_sub) DO UPDATE SET transfer_sub = EXCLUDED.transfer_sub, updated_at = now()
+                    WHERE t.transfer_sub IS NULL
+                    """)
+            } else {
+                summary.loaded += try await connection.execute("""
+                    INSERT INTO baton.transfers (legacy_key, transfer_sub)
+                    SELECT i.old_sub, i.transfer_sub FROM import_rows i
+                    WHERE i.line BETWEEN \(first) AND \(last)
+                      AND NOT EXISTS (SELECT 1 FROM baton.transfers t WHERE t.transfer_sub = i.transfer_sub)
+                    ORDER BY i.line
+                    """)
+            }
+            first = last + 1
         }
         if summary.loaded > 0 {
             try await connection.execute("""

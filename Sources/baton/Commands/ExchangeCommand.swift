@@ -179,7 +179,7 @@ func runBulkCommand(_ parsed: Parsed<BulkOptions>, side: BatonConfiguration.Tran
     } else {
         work = .transferIdentifiers(targetTeamID: targetTeamID)
     }
-    let throttle = JobThrottle(limits: parsed.throttle.limits(configuration), probe: ThrottleProbe(pool: pool), logger: logger)
+    let throttle = JobThrottle(limits: parsed.throttle.limits(configuration.jobs), probe: ThrottleProbe(pool: pool), logger: logger)
     let hangUps = rereadingThrottleLimits(throttle, configurationPath: parsed.config, logger: logger)
     defer { hangUps.cancel() }
     let run = try BulkRun(queue: queue, work: work, client: client, options: job, window: window, logger: logger, throttle: throttle)
@@ -217,7 +217,7 @@ func printSummary(_ name: String, _ summary: BulkJobSummary) {
     let counts = summary.counts
     let remaining = summary.remaining.map(String.init) ?? "unknown (the database did not answer)"
     let perSecond = summary.elapsed > 0 ? Double(counts.requests) / summary.elapsed : 0
-    print("\(name): done \(counts.succeeded), already done \(counts.alreadyDone), unresolvable \(counts.unresolvable), failed \(counts.failed), remaining \(remaining); \(counts.requests) requests in \(String(format: "%.1f", summary.elapsed)) s (\(String(format: "%.1f", perSecond))/s), \(counts.rateLimited) rate-limited, throttled \(String(format: "%.1f", summary.throttledSeconds)) s")
+    print("\(name): done \(counts.succeeded), already done \(counts.alreadyDone), unresolvable \(counts.unresolvable), failed \(counts.failed), remaining \(remaining); \(counts.requests) requests in \(String(format: "%.1f", summary.elapsed)) s (\(String(format: "%.1f", perSecond))/s), \(counts.rateLimited) rate-limited, \(throttledText(summary.throttledSeconds, of: summary.elapsed))")
     if let reason = summary.stopReason {
         printError("baton \(name): \(reason.reason)")
         let left = summary.remaining.map { "\($0) users were" } ?? "users were"

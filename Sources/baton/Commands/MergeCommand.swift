@@ -2,6 +2,7 @@ import BatonCommandLine
 import Baton
 import Foundation
 import BatonPostgres
+import BatonLogging
 
 /// `baton merge`: moves the Apple identity of each recorded duplicate (`baton.duplicates`) onto the legacy record.
 let mergeCommand = Command(
@@ -15,6 +16,7 @@ let mergeCommand = Command(
     pair: the fresh record's subject is released (NULL, or 'baton-released:' + the identifier when the
     column is NOT NULL), then the real record is migrated as on a sign-in, with events holding every old
     value. No row is deleted and nothing else of the fresh record changes. Running it again merges 0.
+    While the database is busy (--max-replica-lag, --max-active-backends), it waits before each pair.
     """,
     options: MergeOptions.self,
     discussion: "Exit status: 0 done, 1 the database failed, 2 usage or configuration errors (neither --dry-run nor --yes).",
@@ -26,6 +28,7 @@ private struct MergeOptions: CommandOptions {
     let dryRun = Option.flag("dry-run", "print the pairs it would merge and change nothing")
     let yes = Option.flag("yes", "merge them")
     let config = Option.config
+    let throttle = ThrottleOptions()
 }
 
 @Sendable
@@ -36,6 +39,13 @@ private func runMerge(_ parsed: Parsed<MergeOptions>) async throws -> Int32 {
     }
     let configuration = try await loadConfiguration(parsed.config)
     let pool = configuration.database.pool(maxConnections: 1)
+    // The throttle probes on a connection of its own, so a long merge never holds it up.
+    let probePool = configuration.database.pool(maxConnections: 1)
+    let logger = Logger(label: "baton.merge")
+    let throttle = JobThrottle(limits: parsed.throttle.limits(configuration.jobs), probe: ThrottleProbe(pool: probePool), logger: logger)
+    let hangUps = rereadingThrottleLimits(throttle, configurationPath: parsed.config, logger: logger)
+    defer { hangUps.cancel() }
+    let started = ContinuousClock.now
     try await withTeardown {
         let store = try await checkedLegacyStore("merge", configuration: configuration, pool: pool)
         do {
@@ -46,18 +56,19 @@ private func runMerge(_ parsed: Parsed<MergeOptions>) async throws -> Int32 {
                 }
                 print("would merge \(pending.count)")
             } else {
-                let merged = try await store.mergeDuplicates()
+                let merged = try await store.mergeDuplicates(throttle: throttle)
                 for merge in merged {
                     let account = merge.sameAccount ? "; one account: nothing for the application to move" : ""
                     print("merged fresh \(merge.freshKey) into legacy \(merge.user.key)\(account)")
                 }
-                print("merged \(merged.count)")
+                print("merged \(merged.count); \(throttledText(throttle, since: started))")
             }
         } catch let error as PostgresError {
             throw CommandFailure.failed("baton merge: \(error)")
         }
     } teardown: {
         await pool.close()
+        await probePool.close()
     }
     return 0
 }
