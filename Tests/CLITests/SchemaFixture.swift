@@ -205,6 +205,20 @@ enum SchemaScenario {
             let before = try world.psql(framework.invariant)
             let people = world.people
 
+            // doctor explains the table in one line per check; a missing unique index comes with the SQL that adds it.
+            var doctor = try await runBatonOffPool(["doctor", "--config", try world.configuration()])
+            let missingIndex = doctor.stdout.split(separator: "\n").first { $0.hasPrefix("FAIL  subject uniqueness") }
+            #expect((missingIndex == nil) == framework.hasSubjectIndex, "\(doctor.stdout)")
+            if let line = missingIndex, let fix = line.range(of: "; fix: ") {
+                let refused = try await runBatonOffPool(["serve", "--config", try world.configuration()])
+                #expect(refused.status == 1 && refused.stderr.contains("has no unique constraint"), "\(refused.stderr)")
+                // Every command that touches the application's table runs serve's checks: the sender's walk too.
+                let walk = try await runBatonOffPool(["transfer-ids", "--yes", "--rate", "100", "--config", try world.configuration()])
+                #expect(walk.status == 1 && walk.stderr.contains("has no unique constraint"), "\(walk.stderr)")
+                #expect(try world.count("SELECT count(*) FROM baton.transfers") == 0)
+                _ = try world.psql(String(line[fix.upperBound...]))
+                doctor = try await runBatonOffPool(["doctor", "--config", try world.configuration()])
+            }
             // The sender's walk (baton transfer-ids) takes the Apple rows only; the same pairs imported
             // (old_sub,transfer_sub) are then already present.
             let ids = try await runBatonOffPool(["transfer-ids", "--yes", "--rate", "100", "--config", try world.configuration()])
@@ -218,16 +232,6 @@ enum SchemaScenario {
             #expect(imported.status == 0, "\(imported.stderr)")
             #expect(imported.stdout.contains("already present \(people.count)"), "\(imported.stdout)")
 
-            // doctor explains the table in one line per check; a missing unique index comes with the SQL that adds it.
-            var doctor = try await runBatonOffPool(["doctor", "--config", try world.configuration()])
-            let missingIndex = doctor.stdout.split(separator: "\n").first { $0.hasPrefix("FAIL  subject uniqueness") }
-            #expect((missingIndex == nil) == framework.hasSubjectIndex, "\(doctor.stdout)")
-            if let line = missingIndex, let fix = line.range(of: "; fix: ") {
-                let refused = try await runBatonOffPool(["serve", "--config", try world.configuration()])
-                #expect(refused.status == 1 && refused.stderr.contains("has no unique constraint"), "\(refused.stderr)")
-                _ = try world.psql(String(line[fix.upperBound...]))
-                doctor = try await runBatonOffPool(["doctor", "--config", try world.configuration()])
-            }
             #expect(doctor.stdout.contains("ok    apple rows: legacy.where selects 6 rows"), "\(doctor.stdout)")
             #expect(doctor.stdout.contains("ok    subject uniqueness: unique index"), "\(doctor.stdout)")
             #expect(doctor.stdout.contains("ok    key uniqueness: unique index"), "\(doctor.stdout)")

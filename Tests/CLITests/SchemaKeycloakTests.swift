@@ -7,7 +7,7 @@ import Testing
 /// `user_entity.email`, with `email_constraint` beside it (the same address while the realm forbids duplicate
 /// emails), unique per realm. As keycloak/keycloak's Liquibase changelogs
 /// (model/jpa/src/main/resources/META-INF/jpa-changelog-*.xml, from 1.2.0.Beta1's FEDERATED_IDENTITY on) leave them in
-/// Keycloak 26, names taken from a pg_dump of a Keycloak 26 database (PostgreSQL 17). Then the two unique indexes
+/// Keycloak 26, names taken from a pg_dump of a Keycloak 26 database (PostgreSQL 17). Then the unique index
 /// docs/schemas.md tells the operator to run for a database with several realms (without `CONCURRENTLY`, which the
 /// test's single transaction refuses). A second realm with the same
 /// `apple` alias holds Apple rows with the Apple users' old identifiers; Google rows of the first their new ones.
@@ -51,7 +51,6 @@ extension Framework {
             CREATE INDEX idx_fedidentity_feduser ON public.federated_identity USING btree (federated_user_id);
             CREATE INDEX idx_fedidentity_user ON public.federated_identity USING btree (user_id);
             CREATE UNIQUE INDEX ON "public"."federated_identity" ("identity_provider", "realm_id", "federated_user_id");
-            CREATE UNIQUE INDEX ON "public"."federated_identity" ("identity_provider", "realm_id", "user_id");
 
             """,
         addApple: { i, sub, email in keycloakUser(name: "apple\(i)", realm: keycloakRealm, alias: "apple", sub: sub, email: email) },
@@ -121,15 +120,16 @@ struct SchemaKeycloakTests {
 }
 
 extension SchemaKeycloakTests {
-    /// Without the two indexes docs/schemas.md gives, `baton doctor` fails on the subject's uniqueness with the first
-    /// statement, then on the key's (a primary key without the realm), which the second settles.
-    @Test("doctor asks for the two unique indexes docs/schemas.md gives")
+    /// Without the index docs/schemas.md gives, `baton doctor` fails on the subject's uniqueness with that statement;
+    /// the key needs none: the primary key `(identity_provider, user_id)` already implies it among the rows the
+    /// filters select (fewer columns than the key and the filters).
+    @Test("doctor asks for the one unique index docs/schemas.md gives; the primary key settles the key")
     func indexes() async throws {
         var framework = Framework.keycloak
         let statements = framework.ddl.split(separator: "\n").filter { $0.contains("CREATE UNIQUE INDEX ON") }
             .map { $0.trimmingCharacters(in: .whitespaces).replacingOccurrences(of: "INDEX ON", with: "INDEX CONCURRENTLY ON").dropLast() }
             .map(String.init)
-        #expect(statements.count == 2)
+        #expect(statements.count == 1)
         framework.ddl = framework.ddl.split(separator: "\n").filter { !$0.contains("CREATE UNIQUE INDEX ON") }.joined(separator: "\n") + "\n"
         let docs = try String(contentsOf: packageRoot.appendingPathComponent("docs/schemas.md"), encoding: .utf8)
         for statement in statements { #expect(docs.contains(statement + ";"), "docs/schemas.md gives \(statement)") }
@@ -138,23 +138,10 @@ extension SchemaKeycloakTests {
                 let doctor = try await runBatonOffPool(["doctor", "--config", try world.configuration()])
                 return doctor.stdout.split(separator: "\n").filter { $0.hasPrefix("FAIL") }.map(String.init)
             }
-            var failed = try await failures()
-            #expect(failed.count == 2 && failed[0].hasSuffix("; fix: " + statements[0]) && failed[1].hasPrefix("FAIL  key uniqueness"), "\(failed)")
+            let failed = try await failures()
+            #expect(failed.count == 1 && failed[0].hasPrefix("FAIL  subject uniqueness") && failed[0].hasSuffix("; fix: " + statements[0]), "\(failed)")
             _ = try world.psql(statements[0])
-            failed = try await failures()
-            #expect(failed.count == 1 && failed[0].hasPrefix("FAIL  key uniqueness"), "\(failed)")
-            _ = try world.psql(statements[1])
             #expect(try await failures().isEmpty)
         }
     }
-}
-
-extension Framework {
-    /// docs/schemas.md's statement bringing `user_entity.email_constraint` in step with the email Baton rewrote.
-    static let keycloakEmailConstraintFix = """
-        UPDATE public.user_entity u SET email_constraint = u.email
-        FROM public.federated_identity f
-        WHERE f.user_id = u.id AND f.identity_provider = 'apple' AND f.realm_id = '\(keycloakRealm)'
-          AND u.email_constraint LIKE '%@privaterelay.appleid.com' AND u.email_constraint <> u.email
-        """
 }
