@@ -145,3 +145,13 @@ extension SchemaKeycloakTests {
         }
     }
 }
+
+extension Framework {
+    /// docs/schemas.md's statement bringing `user_entity.email_constraint` in step with the email Baton rewrote.
+    static let keycloakEmailConstraintFix = """
+        UPDATE public.user_entity u SET email_constraint = u.email
+        FROM public.federated_identity f
+        WHERE f.user_id = u.id AND f.identity_provider = 'apple' AND f.realm_id = '\(keycloakRealm)'
+          AND u.email_constraint LIKE '%@privaterelay.appleid.com' AND u.email_constraint <> u.email
+        """
+}
