@@ -164,10 +164,13 @@ final class LosingStore: PipelinedSignInStore {
     }
 
     func pipeline(on loop: EventLoop) -> PostgresPipeline? { base.pipeline(on: loop) }
-    func pipelinedStatement(for step: SignInStep, now: Date) -> PostgresQuery? { base.pipelinedStatement(for: step, now: now) }
-    func event(after step: SignInStep, rows: PostgresResult) throws -> SignInEvent {
-        if case .consumeNonce = step { try loseFirst(.nonce) }
-        return try base.event(after: step, rows: rows)
+    func statement(for step: SignInStep, now: Date) -> SignInStatement? {
+        guard let statement = base.statement(for: step, now: now) else { return nil }
+        guard case .consumeNonce = step else { return statement }
+        return SignInStatement(statement.query) { [self] rows in
+            try loseFirst(.nonce)
+            return try statement.event(rows)
+        }
     }
 
     // The rest as the fixture's store.
