@@ -147,37 +147,35 @@ public struct IdentityTokenVerifier: Sendable {
         self.now = now
     }
 
-    /// Verifies `token` and returns its claims.
+    /// Verifies `token` and returns its claims, waiting for the key provider when it must fetch
+    /// (``VerificationKeyProvider/key(withID:)``).
     /// - Parameter nonce: the nonce to require, or `nil` when the caller has none.
     /// - Throws: ``VerificationError`` with the reason of the first failed check.
     public func verify(_ token: some StringProtocol, nonce: ExpectedNonce? = nil) async throws -> AppleIDToken {
         let (jws, kid) = try parse(token)
-        let key = try await keys.key(withID: kid)
-        return try check(jws, kid: kid, key: key, nonce: nonce)
-    }
-
-    /// Verifies `token` and returns its claims: the `String` form of the generic ``verify(_:nonce:)``.
-    /// - Throws: ``VerificationError`` with the reason of the first failed check.
-    public func verify(_ token: String, nonce: ExpectedNonce? = nil) async throws -> AppleIDToken {
-        let (jws, kid) = try parse(token)
-        let key = try await keys.key(withID: kid)
-        return try check(jws, kid: kid, key: key, nonce: nonce)
+        return try check(jws, kid: kid, key: try await keys.key(withID: kid), nonce: nonce)
     }
 
     /// Verifies `token` synchronously when its key is at hand (``VerificationKeyProvider/keyWithoutWaiting(withID:)``);
     /// nil when getting the key needs a wait (a fetch), and then the async ``verify(_:nonce:)`` is the way.
     /// - Throws: ``VerificationError`` with the reason of the first failed check.
-    public func verifyWithoutWaiting(_ token: String, nonce: ExpectedNonce? = nil) throws -> AppleIDToken? {
-        let (jws, kid) = try parse(token)
-        guard let key = try keys.keyWithoutWaiting(withID: kid) else { return nil }
-        return try check(jws, kid: kid, key: key, nonce: nonce)
+    public func verifyWithoutWaiting(_ token: some StringProtocol, nonce: ExpectedNonce? = nil) throws -> AppleIDToken? {
+        try verify(token, nonce: nonce, key: keys.keyWithoutWaiting(withID:))
     }
 
     /// Verifies `token` against a fixed key set, synchronously (no fetching).
     /// - Throws: ``VerificationError`` with the reason of the first failed check.
     public func verify(_ token: some StringProtocol, nonce: ExpectedNonce? = nil, keySet: JWKSet) throws -> AppleIDToken {
+        // A fixed set always answers: `requireKey` returns its key or throws.
+        try verify(token, nonce: nonce) { kid in try requireKey(keySet, kid) }!
+    }
+
+    /// Steps 1 to 6, with the key `key` gives for the token's `kid`: the entries differ only in where the key comes
+    /// from. Nil when `key` has none without waiting.
+    private func verify(_ token: some StringProtocol, nonce: ExpectedNonce?, key: (String) throws -> JWK?) throws -> AppleIDToken? {
         let (jws, kid) = try parse(token)
-        return try check(jws, kid: kid, key: requireKey(keySet, kid), nonce: nonce)
+        guard let key = try key(kid) else { return nil }
+        return try check(jws, kid: kid, key: key, nonce: nonce)
     }
 
     /// Steps 1–3 and the presence of `kid`.

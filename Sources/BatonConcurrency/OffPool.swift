@@ -30,6 +30,20 @@ package enum NowOrLater<Value: Sendable>: Sendable {
     /// loop's thread, what the work came to (a value, async work still to run, or a further step on the loop).
     case soon(@Sendable (_ deliver: @escaping Delivery) -> Void)
 
+    /// The value, waited for when it is not there yet: the work run on the calling task, a ``soon(_:)`` step's
+    /// delivery awaited (it comes on the loop's thread, which the wait never blocks).
+    package var value: Value {
+        get async throws {
+            switch self {
+            case .now(let value): return value
+            case .later(let work): return try await work()
+            case .soon(let start):
+                let next: NowOrLater<Value> = try await withCheckedThrowingContinuation { continuation in start { continuation.resume(with: $0) } }
+                return try await next.value
+            }
+        }
+    }
+
     /// The same with `transform` applied to the value, now or later.
     package func map<Other: Sendable>(_ transform: @escaping @Sendable (Value) throws -> Other) rethrows -> NowOrLater<Other> {
         switch self {

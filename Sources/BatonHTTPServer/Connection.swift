@@ -109,6 +109,45 @@ final class ServerCore: Sendable {
     }
 }
 
+/// What a daemon's libmicrohttpd callbacks are given (its `cls`): the server's core and, for a daemon an event loop
+/// polls, that loop, passed from where the daemon is made instead of looked up on the calling thread.
+final class DaemonContext: Sendable {
+    /// The server's shared state.
+    let core: ServerCore
+    /// The loop that polls the daemon; nil with libmicrohttpd's own threads.
+    let serving: ServingLoop?
+
+    init(core: ServerCore, serving: ServingLoop?) {
+        self.core = core
+        self.serving = serving
+    }
+}
+
+/// An event loop with the state of the requests its daemon started (``LoopRequests``), which belongs to the loop:
+/// the loop can be carried to any thread, the requests are reached only on its thread (checked).
+final class ServingLoop: @unchecked Sendable {
+    // `@unchecked Sendable`: `loopRequests` is touched only on `loop`'s thread, which `requests` asserts.
+    /// The loop.
+    let loop: EventLoop
+    private let loopRequests = LoopRequests()
+
+    init(_ loop: EventLoop) {
+        self.loop = loop
+    }
+
+    /// The loop's requests; call it on the loop's thread.
+    var requests: LoopRequests {
+        precondition(EventLoop.current === loop, "a loop's requests are used on its own thread")
+        return loopRequests
+    }
+
+    /// Runs `work` on the loop's thread: now when the caller is on it (`onLoopThread`, which the caller knows), else in
+    /// the loop's next round.
+    func run(_ work: @escaping @Sendable () -> Void, onLoopThread: Bool) {
+        if onLoopThread { work() } else { loop.execute(work) }
+    }
+}
+
 /// Per-request state, owned by libmicrohttpd's `con_cls` slot from the first callback until
 /// the completion callback releases it.
 final class RequestContext: Sendable {
@@ -218,7 +257,8 @@ func batonAccessHandler(
     _ contextSlot: UnsafeMutablePointer<UnsafeMutableRawPointer?>?
 ) -> MHD_Result {
     guard let cls, let connection, let url, let method, let uploadDataSize, let contextSlot else { return CMicroHTTPD_no() }
-    let core = Unmanaged<ServerCore>.fromOpaque(cls).takeUnretainedValue()
+    let daemon = Unmanaged<DaemonContext>.fromOpaque(cls).takeUnretainedValue()
+    let core = daemon.core
     let limit = core.configuration.maxBodySize
 
     guard let slot = contextSlot.pointee else {
@@ -264,7 +304,7 @@ func batonAccessHandler(
             return queue(HTTPError.tooManyConnections(limit: core.configuration.connectionsPerAddress).response, on: connection, core: core, closing: true)
         case .wait(let until):
             core.readingEnded(connection)
-            return waitForSlot(connection, of: counted.address, until: until, context, core)
+            return waitForSlot(connection, of: counted.address, until: until, context, daemon)
         }
     }
     guard let body = context.takeBody() else {
@@ -281,25 +321,26 @@ func batonAccessHandler(
     )
     core.readingEnded(connection)
     // Answered on this thread when the route can (no hop at all); otherwise the connection waits for the answer.
-    let loop = EventLoop.current
-    let answer = core.router.respondWithoutWaiting(to: request, context: HTTPRequestContext(loop: loop), logger: core.logger)
+    let serving = daemon.serving
+    let answer = core.router.respondWithoutWaiting(to: request, context: HTTPRequestContext(loop: serving?.loop), logger: core.logger)
     if case .now(let response) = answer { return queue(response, on: connection, core: core) }
     if let refused = suspendAsHandler(connection, context, core) { return refused }
     let suspended = SuspendedConnection(pointer: connection)
-    // The handler and its deadline race; whichever answers first resumes the connection, exactly once.
-    let deliver: @Sendable (HTTPResponse) -> Void = { response in
+    // The handler and its deadline race; whichever answers first resumes the connection, exactly once. Each caller
+    // says whether it runs on the loop's thread.
+    let deliver: @Sendable (HTTPResponse, _ onLoopThread: Bool) -> Void = { response, onLoopThread in
         guard context.answerOnce(response) else { return }
-        resume(suspended, on: loop)
+        resume(suspended, on: serving, onLoopThread: onLoopThread)
     }
     switch answer {
     case .now: break
-    case .later(let work): runOnTask(work, request, context, core, deliver)
+    case .later(let work): runOnTask(work, request, context, core) { deliver($0, false) }
     case .soon(let start):
         // Work on this thread's event loop: the loop's round answers it past its deadline.
         if let timeout = core.configuration.handlerTimeout {
-            LoopRequests.forCurrentLoop()?.add(ContinuousClock.now + timeout, context) {
+            serving?.requests.add(ContinuousClock.now + timeout, context) {
                 core.logger.warning("request timed out", ["method": request.method, "path": request.path])
-                deliver(HTTPError.timeout(after: timeout).response)
+                deliver(HTTPError.timeout(after: timeout).response, true)
             }
         }
         start { settle($0, deliver) }
@@ -321,29 +362,30 @@ private func suspendAsHandler(_ connection: OpaquePointer, _ context: RequestCon
     return nil
 }
 
-/// Resumes a suspended connection. An event loop's daemon is resumed on the loop's thread, which then runs
-/// libmicrohttpd in the same round (the daemon's own wake-up does not reach the loop's epoll when it comes from
-/// another thread); libmicrohttpd's own threads are woken by the library.
-private func resume(_ connection: SuspendedConnection, on loop: EventLoop?) {
-    guard let loop else { return MHD_resume_connection(connection.pointer) }
-    let resume: @Sendable () -> Void = {
+/// Resumes a suspended connection. An event loop's daemon is resumed on the loop's thread (at once when the caller is
+/// on it, `onLoopThread`), which then runs libmicrohttpd in the same round (the daemon's own wake-up does not reach
+/// the loop's epoll when it comes from another thread); libmicrohttpd's own threads are woken by the library.
+private func resume(_ connection: SuspendedConnection, on serving: ServingLoop?, onLoopThread: Bool) {
+    guard let serving else { return MHD_resume_connection(connection.pointer) }
+    serving.run({
         MHD_resume_connection(connection.pointer)
-        LoopRequests.forCurrentLoop()?.resumed = true
-    }
-    if EventLoop.current === loop { resume() } else { loop.execute(resume) }
+        serving.requests.resumed = true
+    }, onLoopThread: onLoopThread)
 }
 
 /// Suspends a connection over its address's limit, its request read, until one of its address's connections closes
 /// and hands it a slot (it is then served) or its wait ends at `until` (it is then refused): ``AddressLimit``. It
 /// counts as a running handler meanwhile, so ``HTTPServer/stop()`` waits for it.
 private func waitForSlot(_ connection: OpaquePointer, of address: ClientAddress, until: ContinuousClock.Instant,
-                         _ context: RequestContext, _ core: ServerCore) -> MHD_Result {
+                         _ context: RequestContext, _ daemon: DaemonContext) -> MHD_Result {
+    let core = daemon.core
     if let refused = suspendAsHandler(connection, context, core) { return refused }
     // Only a suspended connection may be resumed, so it is handed to other threads only now; a slot freed since its
-    // verdict leaves it to be resumed here.
-    let suspended = SuspendedConnection(pointer: connection), loop = EventLoop.current
-    guard core.park(connection, from: address, resume: { resume(suspended, on: loop) }) else {
-        resume(suspended, on: loop)
+    // verdict leaves it to be resumed here. A slot is freed by a connection closing on any daemon's thread, or by a
+    // task: resumed in the loop's next round.
+    let suspended = SuspendedConnection(pointer: connection), serving = daemon.serving
+    guard core.park(connection, from: address, resume: { resume(suspended, on: serving, onLoopThread: false) }) else {
+        resume(suspended, on: serving, onLoopThread: true)
         return CMicroHTTPD_yes()
     }
     let id = UInt(bitPattern: connection)
@@ -375,13 +417,14 @@ private func runOnTask(_ work: @escaping @Sendable () async throws -> HTTPRespon
     context.handlerTask.withLock { $0 = handler }
 }
 
-/// Answers through `deliver` with what a step on the event loop came to: a response, async work, or another step.
-private func settle(_ outcome: Result<NowOrLater<HTTPResponse>, any Error>, _ deliver: @escaping @Sendable (HTTPResponse) -> Void) {
+/// Answers through `deliver` with what a step on the event loop came to (delivered on the loop's thread): a response,
+/// async work, or another step.
+private func settle(_ outcome: Result<NowOrLater<HTTPResponse>, any Error>, _ deliver: @escaping @Sendable (HTTPResponse, _ onLoopThread: Bool) -> Void) {
     switch outcome {
-    case .success(.now(let response)): deliver(response)
-    case .success(.later(let work)): Task { deliver((try? await work()) ?? HTTPError.internalError.response) }
+    case .success(.now(let response)): deliver(response, true)
+    case .success(.later(let work)): Task { deliver((try? await work()) ?? HTTPError.internalError.response, false) }
     case .success(.soon(let next)): next { settle($0, deliver) }
-    case .failure: deliver(HTTPError.internalError.response)
+    case .failure: deliver(HTTPError.internalError.response, true)
     }
 }
 
@@ -393,11 +436,6 @@ final class LoopRequests {
     var resumed = false
     private var entries: [(deadline: ContinuousClock.Instant, context: RequestContext, answer: () -> Void)] = []
     private var head = 0
-
-    /// The calling event loop's, nil on any other thread.
-    static func forCurrentLoop() -> LoopRequests? {
-        EventLoop.current?.local(ObjectIdentifier(LoopRequests.self)) { LoopRequests() }
-    }
 
     func add(_ deadline: ContinuousClock.Instant, _ context: RequestContext, answer: @escaping () -> Void) {
         entries.append((deadline, context, answer))
@@ -434,7 +472,7 @@ func batonRequestCompleted(
     _ termination: MHD_RequestTerminationCode
 ) {
     guard let cls, let contextSlot, let slot = contextSlot.pointee else { return }
-    let core = Unmanaged<ServerCore>.fromOpaque(cls).takeUnretainedValue()
+    let core = Unmanaged<DaemonContext>.fromOpaque(cls).takeUnretainedValue().core
     // A resumed connection that ended before its response was queued (the client went away) is taken back here.
     if Unmanaged<RequestContext>.fromOpaque(slot).takeUnretainedValue().endSuspension() { core.handlerEnded() }
     Unmanaged<RequestContext>.fromOpaque(slot).release()
@@ -453,7 +491,7 @@ func batonConnectionNotified(
     _ code: MHD_ConnectionNotificationCode
 ) {
     guard let cls, let connection else { return }
-    let core = Unmanaged<ServerCore>.fromOpaque(cls).takeUnretainedValue()
+    let core = Unmanaged<DaemonContext>.fromOpaque(cls).takeUnretainedValue().core
     switch code {
     case .CONNECTION_NOTIFY_STARTED:
         if core.countsConnectionsPerAddress, let socketContext, let address = CMicroHTTPD_client_address(connection).flatMap(ClientAddress.init) {

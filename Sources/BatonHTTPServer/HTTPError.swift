@@ -89,6 +89,13 @@ public struct HTTPError: HTTPResponseError, Sendable, Equatable, CustomStringCon
         let milliseconds = limit.components.seconds * 1000 + limit.components.attoseconds / 1_000_000_000_000_000
         return HTTPError(503, code: "timeout", reason: "the request was not answered within \(milliseconds) ms", headers: ["Retry-After": "1"])
     }
+    /// What answers a handler's `error`, the one rule for every route: the error itself when it is an
+    /// ``HTTPResponseError``, else ``internalError`` (which reveals nothing of it). ``Router`` answers with it, and a
+    /// route's middleware reads the status and code it will be answered with.
+    package static func answering(_ error: any Error) -> any HTTPResponseError {
+        error as? any HTTPResponseError ?? internalError
+    }
+
     /// 500 `internal_error`, the answer for any unexpected failure.
     public static let internalError = HTTPError(500, code: "internal_error", reason: "internal server error")
 

@@ -170,11 +170,12 @@ enum Serving: Sendable {
         do {
             for index in 0..<count {
                 // The first binds the port asked for (a free one for 0); the others bind the same one.
-                let daemon = try Daemon(core: core, host: host, port: started.first?.daemon.port ?? port, polledBy: count)
                 let loop = try EventLoop()
+                let serving = ServingLoop(loop)
+                let daemon = try Daemon(core: core, host: host, port: started.first?.daemon.port ?? port, polledBy: (serving, count))
                 started.append((daemon, loop))
                 loop.start(name: "baton.http.loop\(index)", batchScheduling: core.configuration.batchScheduledLoops,
-                           setUp: { daemon.attach(to: loop, core: core) })
+                           setUp: { daemon.attach(to: serving) })
             }
         } catch {
             Serving.loops(started).stop()
@@ -217,14 +218,16 @@ final class Daemon: @unchecked Sendable {
     // stop) and `stop()` runs once, serialized by the owning actor; a daemon polled by an event loop is only used on
     // that loop's thread.
     private var pointer: OpaquePointer?
-    private let retainedCore: Unmanaged<ServerCore>
+    /// The callbacks' `cls`, released when the daemon stops.
+    private let retainedContext: Unmanaged<DaemonContext>
     let port: UInt16
 
-    /// Starts a daemon on `host:port`: with libmicrohttpd's own threads, or, when `loops` is given, one of that
-    /// many daemons sharing the port, each polled by an ``EventLoop`` (``attach(to:core:)``).
-    init(core: ServerCore, host: String, port: UInt16, polledBy loops: Int? = nil) throws {
-        retainedCore = Unmanaged.passRetained(core)
-        let context = retainedCore.toOpaque()
+    /// Starts a daemon on `host:port`: with libmicrohttpd's own threads, or, when `polledBy` is given, one of `count`
+    /// daemons sharing the port, polled by `serving`'s loop (``attach(to:)``), which its callbacks are given.
+    init(core: ServerCore, host: String, port: UInt16, polledBy polling: (serving: ServingLoop, count: Int)? = nil) throws {
+        retainedContext = Unmanaged.passRetained(DaemonContext(core: core, serving: polling?.serving))
+        let context = retainedContext.toOpaque()
+        let loops = polling?.count
         let configuration = core.configuration
         let started: OpaquePointer? = try withSocketAddress(host: host, port: port) { address, ipv6 in
             CMicroHTTPD_start_daemon(
@@ -241,7 +244,7 @@ final class Daemon: @unchecked Sendable {
                 loops.map { $0 > 1 ? 1 : 0 } ?? 0)
         }
         guard let started else {
-            retainedCore.release()
+            retainedContext.release()
             throw HTTPServerError(code: .startFailed, reason: "\(host):\(port)")
         }
         pointer = started
@@ -251,8 +254,9 @@ final class Daemon: @unchecked Sendable {
     /// Has `loop` poll this daemon (call it on the loop's thread): its epoll descriptor is watched, libmicrohttpd
     /// runs when it is ready, when a connection was resumed (``LoopRequests``) or a connection's timeout is due, and
     /// requests started on the loop meet their deadline there.
-    func attach(to loop: EventLoop, core: ServerCore) {
-        guard let pointer, let requests = LoopRequests.forCurrentLoop() else { return }
+    func attach(to serving: ServingLoop) {
+        guard let pointer else { return }
+        let loop = serving.loop, requests = serving.requests
         let descriptor = CMicroHTTPD_epoll_fd(pointer)
         var ranThisRound = false
         let run = { [self] in
@@ -288,7 +292,7 @@ final class Daemon: @unchecked Sendable {
         guard let pointer else { return }
         self.pointer = nil
         MHD_stop_daemon(pointer)
-        retainedCore.release()
+        retainedContext.release()
     }
 
     deinit { stop() }

@@ -21,38 +21,34 @@ package struct HTTPRequestContext: Sendable {
 /// one of libmicrohttpd's. It must not block that thread, ever: no libpq call that can wait, no connect, no file
 /// read, no lock held across I/O. It answers at once with what it can compute (``NowOrLater/now(_:)``), starts work
 /// on `context.loop` that answers in a later round of the loop (``NowOrLater/soon(_:)``), or hands the request to a
-/// task (``NowOrLater/later(_:)``), where waiting is allowed.
+/// task (``NowOrLater/later(_:)``), where waiting is allowed. A route has one handler: in-process callers
+/// (``Router/respond(to:logger:)``) run the same, with no loop in its context.
 package typealias HTTPLoopHandler = @Sendable (HTTPRequest, HTTPRequestContext) throws -> NowOrLater<HTTPResponse>
 
 /// Routes requests by method and exact path.
 ///
 /// An unknown path answers 404 `not_found`; a known path with another method answers 405
 /// `method_not_allowed` with an `Allow` header. `HEAD` is served by the `GET` route (the server
-/// sends no body). A handler's ``HTTPResponseError`` becomes its response; any other error a 500
-/// `internal_error` with no detail, logged at error level.
+/// sends no body). A route has one handler, of either shape: an async ``HTTPHandler`` runs as the loop handler that
+/// hands the request to a task. A handler's error becomes its response in one place, ``HTTPError/answering(_:)``:
+/// an ``HTTPResponseError`` its own, any other error a 500 `internal_error` with no detail, logged at error level.
 public struct Router: Sendable {
-    private var routes: [String: [String: Route]] = [:]
-
-    private struct Route {
-        var handler: HTTPHandler
-        /// Answers on the thread that received the request when given; ``handler`` answers in-process callers
-        /// (``respond(to:logger:)``).
-        var onLoop: HTTPLoopHandler?
-    }
+    private var routes: [String: [String: HTTPLoopHandler]] = [:]
 
     /// Creates a router with no routes.
     public init() {}
 
-    /// Adds a route; a later route for the same method and path replaces the earlier one.
+    /// Adds a route answered by `handler` on a task; a later route for the same method and path replaces the earlier
+    /// one.
     public mutating func on(_ method: String, _ path: String, _ handler: @escaping HTTPHandler) {
-        routes[path, default: [:]][method.uppercased()] = Route(handler: handler)
+        on(method, path, onLoop: { request, _ in .later { try await handler(request) } })
     }
 
-    /// Adds a route whose requests the server answers on the thread that received them with `onLoop` (see
-    /// ``HTTPLoopHandler``: it never blocks, and may hand the request on as async work); `handler` answers the same
-    /// requests for ``respond(to:logger:)`` (in-process callers, on the cooperative pool). Both must answer alike.
-    package mutating func on(_ method: String, _ path: String, onLoop: @escaping HTTPLoopHandler, _ handler: @escaping HTTPHandler) {
-        routes[path, default: [:]][method.uppercased()] = Route(handler: handler, onLoop: onLoop)
+    /// Adds a route whose requests are answered with `handler` on the thread that received them (see
+    /// ``HTTPLoopHandler``: it never blocks, and may hand the request on as async work); in-process callers
+    /// (``respond(to:logger:)``) run it with no loop in its context.
+    package mutating func on(_ method: String, _ path: String, onLoop handler: @escaping HTTPLoopHandler) {
+        routes[path, default: [:]][method.uppercased()] = handler
     }
 
     /// Adds a `GET` route.
@@ -68,54 +64,54 @@ public struct Router: Sendable {
             .sorted { ($0.path, $0.method) < ($1.path, $1.method) }
     }
 
-    /// Answers `request`: runs the matching handler and maps errors to responses. Never throws.
+    /// Answers `request` in process: runs the matching handler, with no event loop, to its response. Never throws.
     public func respond(to request: HTTPRequest, logger: Logger = .disabled()) async -> HTTPResponse {
-        switch route(request) {
-        case .failure(let error): return error.response
-        case .success(let route):
-            do {
-                return try await route.handler(request)
-            } catch {
-                return Router.response(for: error, request, logger)
-            }
+        let answer = respondWithoutWaiting(to: request, context: HTTPRequestContext(loop: nil), logger: logger)
+        do {
+            return try await answer.value
+        } catch {
+            // Unreachable: the answer's errors are responses already.
+            return Router.response(for: error, request, logger)
         }
     }
 
-    /// Answers `request` on the thread that received it, without blocking it: through the route's loop handler
-    /// when it has one, else as async work that calls ``respond(to:logger:)``. Never throws.
+    /// Answers `request` on the thread that received it, without blocking it, through the route's handler; its
+    /// errors, thrown at once or by the work it starts, become responses. Never throws.
     package func respondWithoutWaiting(to request: HTTPRequest, context: HTTPRequestContext, logger: Logger) -> NowOrLater<HTTPResponse> {
+        let handler: HTTPLoopHandler
         switch route(request) {
         case .failure(let error): return .now(error.response)
-        case .success(let route):
-            guard let onLoop = route.onLoop else { return .later { await respond(to: request, logger: logger) } }
-            do {
-                return try onLoop(request, context).settled { outcome in
-                    switch outcome {
-                    case .success(let response): return response
-                    case .failure(let error): return Router.response(for: error, request, logger)
-                    }
-                }
-            } catch {
-                return .now(Router.response(for: error, request, logger))
+        case .success(let found): handler = found
+        }
+        let settle = { @Sendable (outcome: Result<HTTPResponse, any Error>) -> HTTPResponse in
+            switch outcome {
+            case .success(let response): response
+            case .failure(let error): Router.response(for: error, request, logger)
             }
+        }
+        do {
+            return try handler(request, context).settled(settle)
+        } catch {
+            return .now(settle(.failure(error)))
         }
     }
 
-    /// The route for `request`, or the 404 or 405 to answer.
-    private func route(_ request: HTTPRequest) -> Result<Route, HTTPError> {
+    /// The handler for `request`, or the 404 or 405 to answer.
+    private func route(_ request: HTTPRequest) -> Result<HTTPLoopHandler, HTTPError> {
         guard let byMethod = routes[request.path] else { return .failure(HTTPError.notFound) }
-        guard let route = byMethod[request.method] ?? (request.method == "HEAD" ? byMethod["GET"] : nil) else {
+        guard let handler = byMethod[request.method] ?? (request.method == "HEAD" ? byMethod["GET"] : nil) else {
             let allowed = byMethod.keys.sorted().joined(separator: ", ")
             return .failure(HTTPError(405, code: "method_not_allowed", reason: "\(request.method) is not allowed here",
                                       headers: ["Allow": allowed]))
         }
-        return .success(route)
+        return .success(handler)
     }
 
-    /// A handler's ``HTTPResponseError`` as its response; anything else a 500, logged.
+    /// A handler's error as its response (``HTTPError/answering(_:)``); one that is not an ``HTTPResponseError`` is logged.
     private static func response(for error: any Error, _ request: HTTPRequest, _ logger: Logger) -> HTTPResponse {
-        if let error = error as? any HTTPResponseError { return error.response }
-        logger.error("handler failed", ["method": request.method, "path": request.path, "error": String(describing: error)])
-        return HTTPError.internalError.response
+        if !(error is any HTTPResponseError) {
+            logger.error("handler failed", ["method": request.method, "path": request.path, "error": String(describing: error)])
+        }
+        return HTTPError.answering(error).response
     }
 }

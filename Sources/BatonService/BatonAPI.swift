@@ -62,33 +62,26 @@ public final class BatonAPI: Sendable {
     /// The routes, for an ``HTTPServer``.
     public func router() -> Router {
         var router = Router()
-        router.on("POST", "/v1/signin", onLoop: instrumentedOnLoop("signin", signInOnLoop), instrumented("signin", signIn))
-        router.get("/v1/credential-state", instrumented("credential_state", credentialState))
-        router.post("/v1/link/session", instrumented("link_session", linkSession))
-        router.post("/v1/link", instrumented("link", link))
-        router.post("/v1/notifications", instrumented("notifications", notification))
-        router.get("/v1/report", instrumented("report", report))
-        router.get("/report", instrumented("report_page", reportPage))
-        router.get("/healthz", instrumented("healthz") { _ in (HTTPResponse.json(["status": "ok"]), nil) })
-        router.get("/readyz", instrumented("readyz", readiness))
-        router.get("/metrics", instrumented("metrics", renderMetrics))
+        router.on("POST", "/v1/signin", onLoop: instrumented("signin", signIn))
+        router.on("GET", "/v1/credential-state", onLoop: instrumented("credential_state", onTask(credentialState)))
+        router.on("POST", "/v1/link/session", onLoop: instrumented("link_session", onTask(linkSession)))
+        router.on("POST", "/v1/link", onLoop: instrumented("link", onTask(link)))
+        router.on("POST", "/v1/notifications", onLoop: instrumented("notifications", onTask(notification)))
+        router.on("GET", "/v1/report", onLoop: instrumented("report", onTask(report)))
+        router.on("GET", "/report", onLoop: instrumented("report_page", onTask(reportPage)))
+        router.on("GET", "/healthz", onLoop: instrumented("healthz", onTask { _ in (HTTPResponse.json(["status": "ok"]), nil) }))
+        router.on("GET", "/readyz", onLoop: instrumented("readyz", onTask(readiness)))
+        router.on("GET", "/metrics", onLoop: instrumented("metrics", onTask(renderMetrics)))
         return router
     }
 
     // MARK: - Routes
 
-    private func signIn(_ request: HTTPRequest) async throws -> (HTTPResponse, String?) {
-        let (token, nonce) = try signInFields(request)
-        let result = try await engine.signIn(idToken: token, nonce: nonce)
-        return (signInAnswer(result), result.outcome.rawValue)
-    }
-
     /// `POST /v1/signin` on the thread that received it: on an event loop, the sign-in's statements go through the
     /// loop's pipeline; elsewhere, and for what the pipeline cannot do, on a task.
-    private func signInOnLoop(_ request: HTTPRequest, _ context: HTTPRequestContext) throws -> NowOrLater<(HTTPResponse, String?)> {
+    private func signIn(_ request: HTTPRequest, _ context: HTTPRequestContext) throws -> NowOrLater<(HTTPResponse, String?)> {
         let (token, nonce) = try signInFields(request)
-        guard let loop = context.loop else { return .later { [self] in try await signIn(request) } }
-        return try engine.signIn(idToken: token, nonce: nonce, on: loop).map { [self] result in
+        return try engine.signIn(idToken: token, nonce: nonce, on: context.loop).map { [self] result in
             (signInAnswer(result), result.outcome.rawValue)
         }
     }
@@ -277,68 +270,64 @@ public final class BatonAPI: Sendable {
 
     // MARK: - Plumbing
 
-    /// Wraps a route: maps errors to `{"error","reason"}` answers, counts it, and logs one line.
-    private func instrumented(_ route: String, _ handler: @escaping @Sendable (HTTPRequest) async throws -> (HTTPResponse, String?)) -> HTTPHandler {
-        { [self] request in
-            let start = ContinuousClock.now
-            do {
-                return finish(route, since: start, .success(try await handler(request)))
-            } catch {
-                return finish(route, since: start, .failure(error))
-            }
-        }
+    /// A route's handler: its response and the outcome it counts (a sign-in's), now, soon on the loop, or later.
+    private typealias Handler = @Sendable (HTTPRequest, HTTPRequestContext) throws -> NowOrLater<(HTTPResponse, String?)>
+
+    /// An async route as a ``Handler`` that hands the request to a task.
+    private func onTask(_ handler: @escaping @Sendable (HTTPRequest) async throws -> (HTTPResponse, String?)) -> Handler {
+        { request, _ in .later { try await handler(request) } }
     }
 
-    /// ``instrumented(_:_:)`` for a loop handler, and for the work it hands on.
-    private func instrumentedOnLoop(_ route: String,
-                                    _ handler: @escaping @Sendable (HTTPRequest, HTTPRequestContext) throws -> NowOrLater<(HTTPResponse, String?)>)
-        -> HTTPLoopHandler {
+    /// A route with its middleware: sees what the handler answered or threw (at once or from the work it started),
+    /// counts it and logs one line, and passes it on; the router answers an error (``HTTPError/answering(_:)``).
+    private func instrumented(_ route: String, _ handler: @escaping Handler) -> HTTPLoopHandler {
         { [self] request, context in
             let start = ContinuousClock.now
             let answer: NowOrLater<(HTTPResponse, String?)>
             do {
                 answer = try handler(request, context)
             } catch {
-                return .now(finish(route, since: start, .failure(error)))
+                record(route, since: start, .failure(error))
+                throw error
             }
-            return answer.settled { [self] outcome in finish(route, since: start, outcome) }
+            return try answer.settled { [self] outcome in
+                record(route, since: start, outcome)
+                return outcome
+            }.map { try $0.get().0 }
         }
     }
 
-    /// The response for a route's result (errors mapped to `{"error","reason"}`), counted and logged.
-    private func finish(_ route: String, since start: ContinuousClock.Instant, _ result: Result<(HTTPResponse, String?), any Error>) -> HTTPResponse {
-        var response: HTTPResponse
+    /// Counts a route's answer (`result`: its response and outcome, or the error it is answered with) and logs its line.
+    private func record(_ route: String, since start: ContinuousClock.Instant, _ result: Result<(HTTPResponse, String?), any Error>) {
+        let status: Int
         var outcome: String?
         var rejection: String?
         var tokenRejection: String?
         switch result {
-        case .success(let value):
-            (response, outcome) = value
+        case .success(let (response, label)):
+            status = response.status
+            outcome = label
         case .failure(let error as BatonError) where error.code == .invalidToken || error.code == .invalidNotification:
-            response = error.response
+            status = error.status
             rejection = error.reason  // the rejection's own code: `expired`, `bad_signature`, …
             tokenRejection = rejection
-        case .failure(let error as any HTTPResponseError):
-            response = error.response
-            rejection = error.errorCode
         case .failure(let error):
-            logger.error("request failed", ["route": route, "error": String(describing: error)])
-            response = HTTPError.internalError.response
-            rejection = HTTPError.internalError.code
+            let answer = HTTPError.answering(error)
+            status = answer.status
+            rejection = answer.errorCode
         }
         let elapsed = ContinuousClock.now - start
         let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
         // `baton_rejections_total` counts refused identity tokens and notifications only; any other refusal (a missing
         // admin token, a malformed body) shows in `baton_http_requests_total` by its status.
-        metrics.record(route: route, status: response.status, seconds: seconds, outcome: route == "signin" ? outcome : nil, rejection: tokenRejection)
+        metrics.record(route: route, status: status, seconds: seconds, outcome: route == "signin" ? outcome : nil, rejection: tokenRejection)
         // The line's fields are only built when the line is written: above info, a request logs nothing and costs nothing.
         if logger.level <= .info {
-            var fields = ["route": route, "status": String(response.status), "duration_ms": BatonAPI.milliseconds(seconds)]
+            var fields = ["route": route, "status": String(status), "duration_ms": BatonAPI.milliseconds(seconds)]
             if let outcome { fields["outcome"] = outcome }
             if let rejection { fields["error"] = rejection }
             logger.info("request", fields)
         }
-        return response
     }
 
     /// `seconds` as milliseconds with two decimals (`0.25` → `250.00`), without Foundation's `String(format:)`,

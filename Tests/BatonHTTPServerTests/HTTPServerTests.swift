@@ -261,7 +261,7 @@ struct HTTPServerTests {
             return .text("late")
         }
         // Work started on the event loop that never reports back: the loop's round answers it at the deadline.
-        router.on("GET", "/stuck-on-loop", onLoop: { _, _ in .soon { _ in } }, { _ in .text("in-process") })
+        router.on("GET", "/stuck-on-loop", onLoop: { _, _ in .soon { _ in } })
         var configuration = serving(loops: loops)
         configuration.handlerTimeout = .milliseconds(300)
         let server = HTTPServer(router: router, configuration: configuration)
@@ -282,7 +282,7 @@ struct HTTPServerTests {
         #expect(try await stuck.0 == 503)
     }
 
-    @Test("a loop route answers on the thread that received the request, hands the request to a task, or (on an event loop, given in its context) starts work that answers in a later round; in-process callers get the async handler",
+    @Test("a loop route answers on the thread that received the request, hands the request to a task, or (on an event loop, given in its context) starts work that answers in a later round; in-process callers run the same handler without a loop",
           arguments: [0, 2])
     func blockingRoutes(loops: Int) async throws {
         var router = Router()
@@ -307,7 +307,7 @@ struct HTTPServerTests {
             case "soon-throw": return onLoop(.failure(HTTPError(411, code: "loop_refused", reason: "refused on the loop")))
             default: return .later { throw HTTPError(410, code: "later_refused", reason: "refused on the task") }
             }
-        }, { _ in .text("async handler") })
+        })
         var configuration = serving(loops: loops)
         configuration.pollingThreads = 2
         try await withServer(router, configuration: configuration) { _, port in
@@ -329,8 +329,10 @@ struct HTTPServerTests {
             // The other methods of the path and unknown paths answer as for any route.
             #expect(try await fetch(port, "/mode").0 == 405)
         }
-        let inProcess = await router.respond(to: HTTPRequest(method: "POST", path: "/mode", body: Array("now".utf8)))
-        #expect(String(decoding: inProcess.body, as: UTF8.self) == "async handler")
+        // In process, the same handler runs with no event loop in its context.
+        let inProcess = await router.respond(to: HTTPRequest(method: "POST", path: "/mode", body: Array("soon".utf8)))
+        #expect(String(decoding: inProcess.body, as: UTF8.self) == "no event loop")
+        #expect(await router.respond(to: HTTPRequest(method: "POST", path: "/mode", body: Array("throw-now".utf8))).status == 409)
     }
 
     @Test("event loops run under SCHED_BATCH when batchScheduledLoops asks for it, and under the default policy otherwise",
@@ -338,7 +340,7 @@ struct HTTPServerTests {
     func batchScheduledLoops(batch: Bool) async throws {
         var router = Router()
         // The policy of the thread that runs a blocking handler: the loop's own.
-        router.on("GET", "/policy", onLoop: { _, _ in .now(.text("\(sched_getscheduler(0))")) }, { _ in .text("in process") })
+        router.on("GET", "/policy", onLoop: { _, _ in .now(.text("\(sched_getscheduler(0))")) })
         var configuration = serving(loops: 2)
         configuration.batchScheduledLoops = batch
         try await withServer(router, configuration: configuration) { _, port in

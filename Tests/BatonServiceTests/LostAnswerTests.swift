@@ -33,22 +33,25 @@ struct LostAnswerTests {
     func nonceOnLoop() async throws {
         try await ServiceFixture.run(.inProcess, people: 2) { f in
             let (store, engine) = try Self.losing(.nonce, in: f)
-            let claim = Digest.sha256Hex(Array("lost-on-loop".utf8))
-            let token = try f.token(f.people[0], nonce: claim)
-            let loop = try EventLoop()
-            loop.start(name: "lost-answer-test")
-            defer { loop.stop() }
-            let started = try await signInOnLoop(engine, token, nonce: .native(raw: "lost-on-loop"), loop: loop, pool: f.pool)
-            guard case .later(let work) = started else {
-                Issue.record("a lost answer on the pipeline was not handed to the async driver")
-                return
-            }
+            guard let work = try await Self.handedOver(engine, f, nonce: "lost-on-loop") else { return }
             #expect(store.lost.load(ordering: .relaxed) == 1)
             #expect(try f.count("SELECT count(*) FROM baton.nonces") == 1)  // the first performance did commit
             let result = try await work()
             #expect(result.outcome == .migrated)
             #expect(try f.count("SELECT count(*) FROM baton.nonces") == 1)
             #expect(try f.count("SELECT count(*) FROM baton.events WHERE kind = 'migrated'") == 1)
+        }
+    }
+
+    @Test("the loop's pipeline: an answer the store refuses fails the sign-in as the async driver fails (the nonce released), not performed again")
+    func refusedOnLoop() async throws {
+        try await ServiceFixture.run(.inProcess, people: 2) { f in
+            let (store, engine) = try Self.losing(.refusedLookup, in: f)
+            guard let work = try await Self.handedOver(engine, f, nonce: "refused-on-loop") else { return }
+            await #expect(throws: BatonError(.inconsistentDatabaseAnswer, "")) { try await work() }
+            #expect(store.lost.load(ordering: .relaxed) == 1)
+            #expect(try f.count("SELECT count(*) FROM baton.nonces") == 0)
+            #expect(try f.count("SELECT count(*) FROM baton.events WHERE kind = 'migrated'") == 0)
         }
     }
 
@@ -114,6 +117,20 @@ struct LostAnswerTests {
         await f.close()
     }
 
+    /// The async work the first person's sign-in (its token carrying `nonce`), started on a loop's pipeline, was handed
+    /// to; nil, with an issue recorded, when it was not handed over.
+    static func handedOver(_ engine: BatonEngine, _ f: ServiceFixture, nonce: String) async throws -> (@Sendable () async throws -> SignInResult)? {
+        let token = try f.token(f.people[0], nonce: Digest.sha256Hex(Array(nonce.utf8)))
+        let loop = try EventLoop()
+        loop.start(name: "lost-answer-test")
+        defer { loop.stop() }
+        guard case .later(let work) = try await signInOnLoop(engine, token, nonce: .native(raw: nonce), loop: loop, pool: f.pool) else {
+            Issue.record("the sign-in on the pipeline was not handed to the async driver")
+            return nil
+        }
+        return work
+    }
+
     /// An engine like the fixture's over a ``LosingStore`` that loses the first answer of `kind`.
     static func losing(_ kind: LosingStore.Kind, in f: ServiceFixture) throws -> (LosingStore, BatonEngine) {
         let store = LosingStore(base: try #require(f.engine.store as? LegacyStore), losing: kind)
@@ -124,9 +141,10 @@ struct LostAnswerTests {
 }
 
 /// The fixture's ``LegacyStore``, except that the first nonce consumption, link session record or use, migration or merge
-/// (on the pipeline or the async way) runs and commits, and then its answer is lost as with a connection that broke.
+/// (on the pipeline or the async way) runs and commits, and then its answer is lost as with a connection that broke;
+/// or (`refusedLookup`) that every lookup answered on the pipeline is refused as inconsistent.
 final class LosingStore: PipelinedSignInStore {
-    enum Kind: Sendable { case nonce, createLinkSession, linkSession, migration, merge }
+    enum Kind: Sendable { case nonce, createLinkSession, linkSession, migration, merge, refusedLookup }
     let base: LegacyStore
     let kind: Kind
     /// How many answers were lost (at most one).
@@ -164,10 +182,22 @@ final class LosingStore: PipelinedSignInStore {
     }
 
     func pipeline(on loop: EventLoop) -> PostgresPipeline? { base.pipeline(on: loop) }
-    func pipelinedStatement(for step: SignInStep, now: Date) -> PostgresQuery? { base.pipelinedStatement(for: step, now: now) }
-    func event(after step: SignInStep, rows: PostgresResult) throws -> SignInEvent {
-        if case .consumeNonce = step { try loseFirst(.nonce) }
-        return try base.event(after: step, rows: rows)
+    func statement(for step: SignInStep, now: Date) -> SignInStatement? {
+        guard let statement = base.statement(for: step, now: now) else { return nil }
+        switch step {
+        case .consumeNonce:
+            return SignInStatement(statement.query) { [self] rows in
+                try loseFirst(.nonce)
+                return try statement.event(rows)
+            }
+        case .lookup where kind == .refusedLookup:
+            return SignInStatement(statement.query) { [self] _ in
+                lost.add(1, ordering: .relaxed)
+                throw BatonError(.inconsistentDatabaseAnswer, "a database answer did not match its question")
+            }
+        default:
+            return statement
+        }
     }
 
     // The rest as the fixture's store.

@@ -12,31 +12,25 @@ extension LegacyStore: PipelinedSignInStore {
         pool.pipeline(on: loop)
     }
 
-    package func pipelinedStatement(for step: SignInStep, now: Date) -> PostgresQuery? {
+    package func statement(for step: SignInStep, now: Date) -> SignInStatement? {
         switch step {
-        case .consumeNonce(let use): nonceInsertQuery(use, now: now)
-        case .lookup(let sub, let transferSub): lookupQuery(subject: sub, transferSub: transferSub)
-        case .migrate(let request): pipelinedMigrationQuery(request)
-        case .restoreAuthorization(let sub): restoreAuthorizationQuery(subject: sub)
-        case .recordUnmatched(let transferSub, let sub): unmatchedQuery(transferSub: transferSub, sub: sub)
-        case .releaseNonce(let use): releaseNonceQuery(use)
+        case .consumeNonce(let use):
+            SignInStatement(nonceInsertQuery(use, now: now)) { .nonceConsumed(try Self.nonceConsumed($0, use)) }
+        case .lookup(let sub, let transferSub):
+            SignInStatement(lookupQuery(subject: sub, transferSub: transferSub)) { .lookedUp(try Self.subjectMatch($0)) }
+        case .migrate(let request):
+            SignInStatement(pipelinedMigrationQuery(request)) { .migration(try Self.pipelinedMigrationOutcome($0, newSub: request.newSub)) }
+        case .restoreAuthorization(let sub):
+            SignInStatement(restoreAuthorizationQuery(subject: sub)) { _ in .authorizationRestored }
+        case .recordUnmatched(let transferSub, let sub):
+            SignInStatement(unmatchedQuery(transferSub: transferSub, sub: sub)) { _ in .unmatchedRecorded }
+        case .releaseNonce(let use):
+            SignInStatement(releaseNonceQuery(use)) { _ in .nonceReleased }
         case .recordDuplicate(let newSub, let oldSub, let transferSub, let foundBy):
-            recordDuplicateQuery(newSub: newSub, oldSub: oldSub, transferSub: transferSub, foundBy: foundBy)
+            SignInStatement(recordDuplicateQuery(newSub: newSub, oldSub: oldSub, transferSub: transferSub, foundBy: foundBy)) {
+                .duplicateRecorded(try Self.recordedDuplicate($0))
+            }
         case .updateEmail, .mergeDuplicate, .consumeLinkSession, .checkLinkable, .finish, .fail: nil
-        }
-    }
-
-    package func event(after step: SignInStep, rows: PostgresResult) throws -> SignInEvent {
-        switch step {
-        case .consumeNonce(let use): return .nonceConsumed(try Self.nonceConsumed(rows, use))
-        case .lookup: return .lookedUp(try Self.subjectMatch(rows))
-        case .migrate(let request): return .migration(try Self.pipelinedMigrationOutcome(rows, newSub: request.newSub))
-        case .restoreAuthorization: return .authorizationRestored
-        case .recordUnmatched: return .unmatchedRecorded
-        case .releaseNonce: return .nonceReleased
-        case .recordDuplicate: return .duplicateRecorded(try Self.recordedDuplicate(rows))
-        case .updateEmail, .mergeDuplicate, .consumeLinkSession, .checkLinkable, .finish, .fail:
-            preconditionFailure("no pipelined statement for \(step)")
         }
     }
 }

@@ -150,36 +150,41 @@ public final class BatonEngine: Sendable {
     /// - Throws: ``BatonError`` `invalid_request` (no nonce while one is required), `invalid_token` (reason: the
     ///   verifier's code), `nonce_reused`, `keys_unavailable`, `database_unavailable`, `inconsistent_database_answer`.
     public func signIn(idToken: String, nonce: ExpectedNonce? = nil) async throws -> SignInResult {
-        try checkNoncePresence(nonce)
-        return try await driver.run(signInDecision(for: try await verify(idToken, with: verifier, nonce: nonce)))
+        try await signIn(idToken: idToken, nonce: nonce, on: nil).value
     }
 
-    /// ``signIn(idToken:nonce:)`` started on `loop`'s thread (call it there), which it never blocks: the token is
-    /// verified on the spot when its key is cached, and the decision's steps run on the loop's pipeline connection
-    /// (``PipelineSignInDriver``), answered in later rounds of the loop. What the pipeline cannot do (no connection
-    /// yet, a key to fetch, a locked row, a failed statement, a store without pipelined statements) continues on the
-    /// async pool from the step it reached.
+    /// ``signIn(idToken:nonce:)`` as far as the calling thread gets without waiting, the one sign-in both the async
+    /// API and an event loop run: the token is verified on the spot when its key is cached, then the decision's steps
+    /// run on `loop`'s pipeline connection (``PipelineSignInDriver``, answered in later rounds of the loop: `.soon`)
+    /// or on the async pool (``SignInDriver``: `.later`). Called on `loop`'s thread, it never blocks it.
+    ///
+    /// Where the async pool takes over, the rule: the whole sign-in when the token's key must be fetched; the whole
+    /// decision when there is no `loop`, the store has no pipelined statements, or the loop has no pipeline
+    /// connection; and, on the pipeline, a step by the rule of ``PipelineSignInDriver``.
     /// - Throws: ``BatonError`` `invalid_request` and `invalid_token` at once; the rest as ``signIn(idToken:nonce:)``,
     ///   from the work.
-    package func signIn(idToken: String, nonce: ExpectedNonce?, on loop: EventLoop) throws -> NowOrLater<SignInResult> {
+    package func signIn(idToken: String, nonce: ExpectedNonce?, on loop: EventLoop?) throws -> NowOrLater<SignInResult> {
         try checkNoncePresence(nonce)
         let token: AppleIDToken
         do {
             guard let verified = try verifier.verifyWithoutWaiting(idToken, nonce: nonce) else {
-                return .later { try await self.signIn(idToken: idToken, nonce: nonce) }
+                return .later { [self] in try await driver.run(signInDecision(for: try await verify(idToken, with: verifier, nonce: nonce))) }
             }
             token = verified
         } catch let error as VerificationError {
             throw BatonError.rejected(error)
         }
-        var starting = signInDecision(for: token)
-        let first = starting.start()
-        let (decision, driver) = (starting, self.driver)
-        guard let store = store as? any PipelinedSignInStore, let pipeline = store.pipeline(on: loop) else {
-            return .later { try await driver.run(decision, from: first) }
-        }
-        let onLoop = PipelineSignInDriver(store: store, pipeline: pipeline, fallback: driver)
-        return .soon { deliver in onLoop.run(decision, from: first, deliver) }
+        var decision = signInDecision(for: token)
+        let first = decision.start()
+        guard let onLoop = pipelineDriver(on: loop) else { return .later { [decision, driver] in try await driver.run(decision, from: first) } }
+        return .soon { [decision] deliver in onLoop.run(decision, from: first, deliver) }
+    }
+
+    /// The driver of `loop`'s pipeline connection; nil when there is no loop, the store has no pipelined statements or
+    /// the loop no pipeline connection.
+    private func pipelineDriver(on loop: EventLoop?) -> PipelineSignInDriver? {
+        guard let loop, let store = store as? any PipelinedSignInStore, let pipeline = store.pipeline(on: loop) else { return nil }
+        return PipelineSignInDriver(store: store, pipeline: pipeline, fallback: driver)
     }
 
     private func checkNoncePresence(_ nonce: ExpectedNonce?) throws {

@@ -39,12 +39,20 @@ package struct SignInDriver: Sendable {
                 do {
                     event = try await BatonError.retryingTransient { try await perform(step) }
                 } catch {
-                    if let cleanUp = decision.cleanUpAfterFailure() { _ = try? await perform(cleanUp) }
-                    throw BatonError.mapDatabase(error)
+                    throw await failure(of: decision, error)
                 }
                 step = decision.next(event)
             }
         }
+    }
+
+    /// What a sign-in that `error` stopped throws: the error mapped by ``BatonError/mapDatabase(_:)``, after the
+    /// decision's clean-up (a consumed nonce released), whose own failure is not thrown: `error` is the answer, and a
+    /// nonce left consumed only refuses a retry with it until it expires.
+    func failure(of decision: SignInDecision, _ error: any Error) async -> any Error {
+        var decision = decision
+        if let cleanUp = decision.cleanUpAfterFailure() { _ = try? await perform(cleanUp) }
+        return BatonError.mapDatabase(error)
     }
 
     /// Performs one step against the store.
@@ -88,22 +96,40 @@ package protocol PipelinedSignInStore: BatonStore {
     /// The pipeline connection of `loop` (called on that loop's thread); nil when there is none.
     func pipeline(on loop: EventLoop) -> PostgresPipeline?
 
-    /// The statement of `step`, one that never waits for a row lock (a lock another transaction holds fails it at
-    /// once, having written nothing); nil for a step this store runs only the async way.
-    func pipelinedStatement(for step: SignInStep, now: Date) -> PostgresQuery?
+    /// The statement of `step` and how to read its rows, one statement that never waits for a row lock (a lock
+    /// another transaction holds fails it at once, having written nothing); nil for a step this store runs only the
+    /// async way. The store's one table from step to statement: a step it forgets does not compile.
+    func statement(for step: SignInStep, now: Date) -> SignInStatement?
+}
 
-    /// What the statement of `step` came to.
-    func event(after step: SignInStep, rows: PostgresResult) throws -> SignInEvent
+/// A sign-in step's statement, its parameters bound, and what its rows say of the step: an entry of
+/// ``PipelinedSignInStore/statement(for:now:)``.
+package struct SignInStatement: Sendable {
+    /// The statement.
+    package let query: PostgresQuery
+    /// The step's event from the statement's rows.
+    /// - Throws: what the rows cannot answer (`inconsistent_database_answer`, a `PostgresError` decoding them).
+    package let event: @Sendable (PostgresResult) throws -> SignInEvent
+
+    /// `query`, read by `event`.
+    package init(_ query: PostgresQuery, event: @escaping @Sendable (PostgresResult) throws -> SignInEvent) {
+        self.query = query
+        self.event = event
+    }
 }
 
 /// Runs a ``SignInDecision`` on an event loop's pipeline, on the loop's thread, with no thread waiting: each step's
-/// statement is queued, and the next step starts in the callback that receives its outcome. A step the pipeline
-/// cannot take (not connected, no statement for it) or whose statement failed is handed, with the decision as it
-/// stands, to ``SignInDriver``, which performs that same step on the async pool; the signature is not checked again.
-/// A failed statement wrote nothing (a write commits alone, and a locked row fails at once), except a write whose
-/// connection broke after it was sent, whose commit is unknown: performed again, each step's statement finds what
-/// its own request did (the nonce and link session carry the request's attempt, a migration already made is
-/// `alreadyMigrated`, a signal or a duplicate is recorded once).
+/// statement is queued, and the next step starts in the callback that receives its outcome.
+///
+/// Where ``SignInDriver`` takes over a step, the one rule (``takeOver(_:_:stoppedBy:)``): a step the pipeline cannot send (no
+/// statement for it, no connection) or that a database error stopped (its statement failed, or its rows could not be
+/// read: a `PostgresError`) is performed again there, with the decision as it stands (the signature is not checked
+/// again), where a locked row is waited for and a transient failure retried; any other error of the step (its answer
+/// refused: `inconsistent_database_answer`) fails the sign-in there as that driver's own failure would
+/// (``SignInDriver/failure(of:_:)``). A failed statement wrote nothing (a write commits alone, and a locked row fails
+/// at once), except a write whose connection broke after it was sent, whose commit is unknown: performed again, each
+/// step's statement finds what its own request did (the nonce and link session carry the request's attempt, a
+/// migration already made is `alreadyMigrated`, a signal or a duplicate is recorded once).
 struct PipelineSignInDriver: Sendable {
     /// The store.
     let store: any PipelinedSignInStore
@@ -120,15 +146,27 @@ struct PipelineSignInDriver: Sendable {
         case .fail(let error): return deliver(.failure(error))
         default: break
         }
-        let fallback = self.fallback
-        let handOver = { deliver(.success(.later { try await fallback.run(decision, from: step) })) }
-        guard let query = store.pipelinedStatement(for: step, now: fallback.now()) else { return handOver() }
-        let sent = pipeline.send(query, write: step.writes) { outcome in
-            guard case .success(let rows) = outcome, let event = try? store.event(after: step, rows: rows) else { return handOver() }
+        let handOver = { (stop: (any Error)?) in deliver(.success(takeOver(decision, step, stoppedBy: stop))) }
+        guard let statement = store.statement(for: step, now: fallback.now()) else { return handOver(nil) }
+        let sent = pipeline.send(statement.query, write: step.writes) { outcome in
+            let event: SignInEvent
+            do {
+                event = try statement.event(outcome.get())
+            } catch {
+                return handOver(error)
+            }
             var decision = decision
             let next = decision.next(event)
             run(decision, from: next, deliver)
         }
-        if !sent { handOver() }
+        if !sent { handOver(nil) }
+    }
+
+    /// The async work that finishes `decision` from `step`, which the pipeline did not perform (`error` nil: it could
+    /// not send it) or which `error` stopped: the type's rule.
+    private func takeOver(_ decision: SignInDecision, _ step: SignInStep, stoppedBy error: (any Error)?) -> NowOrLater<SignInResult> {
+        let fallback = self.fallback
+        guard let error, !(error is PostgresError) else { return .later { try await fallback.run(decision, from: step) } }
+        return .later { throw await fallback.failure(of: decision, error) }
     }
 }
