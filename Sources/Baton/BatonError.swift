@@ -40,20 +40,6 @@ public enum BatonErrorCode: String, ErrorCode, CaseIterable {
     case notConfigured = "not_configured"
     /// As many link sessions as the configuration allows are live (`max_link_sessions`): try later.
     case tooManyLinkSessions = "too_many_link_sessions"
-
-    /// 401 for a refused token, 409 for a conflict, 404 for a missing legacy record, 400 for a bad request, 503 when
-    /// the database, Apple's keys or a link session cannot be had (try later), 500 or 501 for what the operator must fix.
-    public var httpStatus: Int {
-        switch self {
-        case .invalidToken, .nonceReused, .staleToken: 401
-        case .conflict, .notLinkable: 409
-        case .legacyRecordMissing: 404
-        case .invalidNotification, .invalidRequest: 400
-        case .databaseUnavailable, .keysUnavailable, .tooManyLinkSessions: 503
-        case .invalidLegacyTable, .inconsistentDatabaseAnswer: 500
-        case .notConfigured: 501
-        }
-    }
 }
 
 extension BatonError {

@@ -36,7 +36,4 @@ public enum VerificationErrorCode: String, ErrorCode, CaseIterable {
     case nonceMismatch = "nonce_mismatch"
     /// No usable key set: the key server could not be reached and no good set is cached.
     case keysUnavailable = "keys_unavailable"
-
-    /// 503 for ``keysUnavailable`` (try later), 401 for a rejected token (as `invalid_token`).
-    public var httpStatus: Int { self == .keysUnavailable ? 503 : 401 }
 }

@@ -31,15 +31,4 @@ public enum EmulatorErrorCode: String, ErrorCode, CaseIterable {
     case badInput = "bad_input"
     /// The state file could not be read or written.
     case stateFile = "state_file"
-
-    /// The status of a control endpoint's `{"error", "reason"}` answer: 404 for an unknown team, app or user,
-    /// 409 for a conflict, 500 for the state file, else 400. Apple's endpoints answer every code with 400.
-    public var httpStatus: Int {
-        switch self {
-        case .unknownTeam, .unknownApp, .unknownUser: 404
-        case .conflict: 409
-        case .stateFile: 500
-        case .invalidClient, .invalidRequest, .invalidGrant, .unsupportedGrantType, .invalidScope, .badInput: 400
-        }
-    }
 }

@@ -1,9 +1,7 @@
-/// A stable error code: a snake_case raw value safe to log, to match on and to answer over HTTP, and the HTTP
-/// status an error with this code is answered with, stated once beside the code.
-public protocol ErrorCode: RawRepresentable<String>, Sendable, Hashable {
-    /// The HTTP status an error with this code is answered with (a 5xx for what the server, not the caller, must fix).
-    var httpStatus: Int { get }
-}
+/// A stable error code: a snake_case raw value safe to log, to match on and to answer over HTTP. A code says what
+/// went wrong, nothing more: the HTTP layer that answers it says which status it is (`HTTPStatusCode` in
+/// BatonHTTPServer), so codes of the JSON, JOSE and bulk-job modules carry no status they never serve.
+public protocol ErrorCode: RawRepresentable<String>, Sendable, Hashable {}
 
 /// The one shape of Baton's errors: a stable ``ErrorCode`` plus a short reason.
 ///

@@ -5,8 +5,8 @@ import BatonJSON
 /// `{"error": code, "reason": reason}` (JSON) plus ``headers``.
 ///
 /// A handler that throws one is answered with it (``Router``); any other error becomes a 500
-/// `{"error":"internal_error"}` that reveals nothing about its cause. Every ``CodedError`` is one, with its code's
-/// ``ErrorCode/httpStatus``.
+/// `{"error":"internal_error"}` that reveals nothing about its cause. A ``CodedError`` is one when the HTTP layer
+/// serving it has given its code a status (``HTTPStatusCode``).
 public protocol HTTPResponseError: Error {
     /// The HTTP status code, e.g. 400.
     var status: Int { get }
@@ -30,8 +30,15 @@ extension HTTPResponseError {
     }
 }
 
-extension CodedError: HTTPResponseError {
-    /// The code's ``ErrorCode/httpStatus``.
+/// An error code the HTTP layer answers: the status it is answered with, chosen where HTTP is served (the service,
+/// the emulator), never by the module that throws the code.
+public protocol HTTPStatusCode: ErrorCode {
+    /// The HTTP status an error with this code is answered with (a 5xx for what the server, not the caller, must fix).
+    var httpStatus: Int { get }
+}
+
+extension CodedError: HTTPResponseError where Codes: HTTPStatusCode {
+    /// The code's ``HTTPStatusCode/httpStatus``.
     public var status: Int { code.httpStatus }
     /// The code's raw value.
     public var errorCode: String { code.rawValue }

@@ -38,9 +38,6 @@ public enum JOSEErrorCode: String, ErrorCode, CaseIterable {
     case duplicateKeyID = "duplicate_key_id"
     /// An OpenSSL operation failed (key generation, signing, PEM encoding).
     case cryptoFailure = "crypto_failure"
-
-    /// 500 for ``cryptoFailure`` (the server's own failure), 400 for every refusal of the input.
-    public var httpStatus: Int { self == .cryptoFailure ? 500 : 400 }
 }
 
 extension JOSEError {

@@ -16,7 +16,4 @@ public enum JSONErrorCode: String, ErrorCode, CaseIterable {
     case duplicateMember = "duplicate_member"
     /// A JSON value of the wrong kind where a specific one is required (for example not an object).
     case unexpectedJSON = "unexpected_json"
-
-    /// 400: every code is a refusal of the input.
-    public var httpStatus: Int { 400 }
 }

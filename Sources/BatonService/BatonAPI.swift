@@ -196,7 +196,7 @@ public final class BatonAPI: Sendable {
     private func expectedNonce(_ nonce: String?, flow: String?) throws(HTTPError) -> ExpectedNonce? {
         guard let nonce, !nonce.isEmpty else { return nil }
         guard let parsed = ExpectedNonce.Flow(rawValue: flow ?? ExpectedNonce.Flow.native.rawValue) else {
-            throw HTTPError(400, code: "invalid_request", reason: "nonce_flow must be native or web")
+            throw BatonError(.invalidRequest, "nonce_flow must be native or web")
         }
         return ExpectedNonce(nonce, flow: parsed)
     }

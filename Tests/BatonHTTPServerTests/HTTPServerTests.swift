@@ -38,7 +38,7 @@ func echoRouter() -> Router {
 }
 
 /// A code whose errors the echo router throws: any ``CodedError`` answers with its code's own status.
-enum EchoErrorCode: String, ErrorCode {
+enum EchoErrorCode: String, HTTPStatusCode {
     case gone
     var httpStatus: Int { 410 }
 }

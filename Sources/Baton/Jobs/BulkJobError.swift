@@ -26,15 +26,4 @@ public enum BulkJobErrorCode: String, ErrorCode, CaseIterable {
     case stopped
     /// The job stopped because Apple answered no one for longer than its outage limit (`--max-outage`).
     case appleUnreachable = "apple_unreachable"
-
-    /// 400 for a refused input, 409 when the transfer's state forbids the job, 501 for missing configuration,
-    /// 503 for a job stopped by a failing database or Apple.
-    public var httpStatus: Int {
-        switch self {
-        case .unreadableFile, .missingHeader, .invalidColumn, .identifierInExport, .targetIsSender: 400
-        case .windowClosed, .notAccepted: 409
-        case .configuration: 501
-        case .stopped, .appleUnreachable: 503
-        }
-    }
 }
