@@ -1,4 +1,5 @@
 import Baton
+import BatonReport
 import Foundation
 
 /// The demo's story on standard output: numbered steps, each with its figures, written unbuffered so a

@@ -3,6 +3,8 @@ import BatonConcurrency
 import BatonEmulator
 import BatonAppleSignIn
 import Baton
+import BatonReport
+import BatonJobs
 import BatonService
 import Foundation
 import BatonHTTPServer

@@ -1,6 +1,8 @@
 import BatonCommandLine
 import BatonConcurrency
 import Baton
+import BatonReport
+import BatonJobs
 import BatonAppleSignIn
 import BatonEmulator
 import BatonHTTPServer

@@ -6,6 +6,7 @@ import BatonHTTPServer
 import BatonAppleSignIn
 import BatonJSON
 import BatonLogging
+import BatonReport
 
 /// Baton's HTTP API over a ``BatonEngine``: the routes of `baton serve`, usable in-process too.
 ///
@@ -33,6 +34,7 @@ public final class BatonAPI: Sendable {
     private let serviceToken: AdminToken?
     private let logger: Logger
     private let readinessMonitor: ReadinessMonitor
+    private let reportBuilder: (@Sendable (_ now: Date, _ acceptedAt: Date?) -> ReportBuilder)?
     /// The report being built, shared by the requests that arrive meanwhile: at most one report at a time holds a
     /// connection of the pool the sign-ins use (at ten million users a report reads for seconds).
     private let reportInFlight = Mutex<Task<MigrationReport, any Error>?>(nil)
@@ -43,10 +45,14 @@ public final class BatonAPI: Sendable {
     ///   - adminToken: guards admin routes (`/v1/report`); nil disables them (403).
     ///   - serviceToken: when given, `GET /v1/credential-state` and `POST /v1/link/session` require it as a bearer token.
     ///   - reportRefreshSeconds: how often the `GET /report` page reloads itself; 0 for never; default 300.
+    ///   - reportBuilder: makes the report's builder for an instant and the transfer's acceptance time; nil disables
+    ///     ``migrationReport()``.
     ///   - logger: receives one line per request.
     public init(engine: BatonEngine, adminToken: AdminToken?, serviceToken: AdminToken? = nil, reportRefreshSeconds: Int = 300,
+                reportBuilder: (@Sendable (_ now: Date, _ acceptedAt: Date?) -> ReportBuilder)? = nil,
                 logger: Logger = .disabled()) {
         self.engine = engine
+        self.reportBuilder = reportBuilder
         self.adminToken = adminToken
         self.serviceToken = serviceToken
         self.reportRefreshSeconds = reportRefreshSeconds
@@ -165,13 +171,21 @@ public final class BatonAPI: Sendable {
     private func sharedReport() async throws -> MigrationReport {
         let task = reportInFlight.withLock { inFlight in
             if let inFlight { return inFlight }
-            let engine = engine
-            let task = Task { try await engine.migrationReport() }
+            let task = Task { try await self.migrationReport() }
             inFlight = task
             return task
         }
         defer { reportInFlight.withLock { if $0 == task { $0 = nil } } }
         return try await task.value
+    }
+
+    /// The correlation report (``MigrationReport``, rendered by `GET /v1/report`), with emails masked, at the engine's
+    /// clock and transfer acceptance time.
+    /// - Throws: ``BatonError`` `not_configured` when the service was built without a report source,
+    ///   `database_unavailable`.
+    public func migrationReport() async throws -> MigrationReport {
+        guard let reportBuilder else { throw BatonError(.notConfigured, "no report source is configured") }
+        return try await engine.database { try await reportBuilder(engine.now(), engine.transferAcceptedAt).build() }
     }
 
     /// Admin routes need `Authorization: Bearer <admin token>`, compared in constant time.

@@ -2,6 +2,7 @@ import Baton
 import Foundation
 import BatonHTTPServer
 import BatonLogging
+import BatonReport
 
 /// `baton serve` as a library: the engine from the configuration, the routes on an ``HTTPServer``.
 ///
@@ -45,9 +46,14 @@ public final class BatonServer: Sendable {
             configuration.database.statementTimeoutMilliseconds = defaultStatementTimeoutMilliseconds
         }
         let engine = try await BatonEngine.start(configuration: configuration, logger: logger)
+        let legacy = configuration.legacy
+        let reportBuilder = engine.pool.map { pool in
+            { @Sendable (now: Date, acceptedAt: Date?) in ReportBuilder(pool: pool, legacy: legacy, acceptedAt: acceptedAt, now: now) }
+        }
         return try await start(engine: engine, host: configuration.listen.host, port: port ?? configuration.listen.port,
                                adminToken: configuration.adminToken, serviceToken: configuration.serviceToken,
-                               reportRefreshSeconds: configuration.reportRefreshSeconds, limits: configuration.server, logger: logger)
+                               reportRefreshSeconds: configuration.reportRefreshSeconds, reportBuilder: reportBuilder,
+                               limits: configuration.server, logger: logger)
     }
 
     /// Serves `engine` on `host:port`; the engine is shut down with the server.
@@ -55,13 +61,16 @@ public final class BatonServer: Sendable {
     ///   - adminToken: guards `/v1/report` and `/report`; nil disables them.
     ///   - serviceToken: when given, `/v1/credential-state` and `/v1/link/session` require it.
     ///   - reportRefreshSeconds: how often `GET /report` reloads itself (0: never; default 300).
+    ///   - reportBuilder: the report's source on the engine's pool (``BatonAPI/migrationReport()``); nil disables it.
     ///   - limits: the handler deadline, the request-head deadline and the per-address connection limit.
     /// - Throws: `HTTPServerError` when the address cannot be bound.
     public static func start(engine: BatonEngine, host: String = "127.0.0.1", port: Int = 0, adminToken: AdminToken? = nil,
                              serviceToken: AdminToken? = nil, reportRefreshSeconds: Int = 300,
+                             reportBuilder: (@Sendable (_ now: Date, _ acceptedAt: Date?) -> ReportBuilder)? = nil,
                              limits: BatonConfiguration.Server = BatonConfiguration.Server(),
                              logger: Logger = .disabled()) async throws -> BatonServer {
-        let service = BatonAPI(engine: engine, adminToken: adminToken, serviceToken: serviceToken, reportRefreshSeconds: reportRefreshSeconds, logger: logger)
+        let service = BatonAPI(engine: engine, adminToken: adminToken, serviceToken: serviceToken, reportRefreshSeconds: reportRefreshSeconds,
+                              reportBuilder: reportBuilder, logger: logger)
         var configuration = HTTPServerConfiguration()
         configuration.maxBodySize = maxBodySize
         configuration.handlerTimeout = .milliseconds(limits.requestTimeoutMilliseconds)

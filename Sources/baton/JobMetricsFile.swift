@@ -1,4 +1,5 @@
 import Baton
+import BatonJobs
 import BatonConcurrency
 import Foundation
 import Synchronization

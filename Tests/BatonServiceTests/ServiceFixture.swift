@@ -1,6 +1,7 @@
 import BatonEmulator
 import BatonAppleSignIn
 import Baton
+import BatonReport
 import BatonService
 import Foundation
 import FoundationNetworking
@@ -86,17 +87,17 @@ final class ServiceFixture: @unchecked Sendable {
         try await store.validateLegacyTable()
         let pool = self.pool
         engine = BatonEngine(store: store, keys: keys, clientIDs: [ServiceFixture.clientID], legacyClientIDs: [ServiceFixture.legacyClientID],
-                             requireNonce: requireNonce, pool: pool,
-                             reportBuilder: { now, _ in ReportBuilder(pool: pool, legacy: legacyTable, acceptedAt: nil, now: now) },
-                             transferAcceptedAt: acceptedAt)
+                             requireNonce: requireNonce, pool: pool, transferAcceptedAt: acceptedAt)
+        let reportBuilder: @Sendable (Date, Date?) -> ReportBuilder = { now, _ in ReportBuilder(pool: pool, legacy: legacyTable, acceptedAt: nil, now: now) }
         switch mode {
         case .inProcess:
-            service = BatonAPI(engine: engine, adminToken: AdminToken(ServiceFixture.adminToken), serviceToken: serviceToken.flatMap(AdminToken.init))
+            service = BatonAPI(engine: engine, adminToken: AdminToken(ServiceFixture.adminToken), serviceToken: serviceToken.flatMap(AdminToken.init),
+                               reportBuilder: reportBuilder)
             router = service.router()
             server = nil
         case .live:
             let server = try await BatonServer.start(engine: engine, adminToken: AdminToken(ServiceFixture.adminToken),
-                                                     serviceToken: serviceToken.flatMap(AdminToken.init))
+                                                     serviceToken: serviceToken.flatMap(AdminToken.init), reportBuilder: reportBuilder)
             self.server = server
             service = server.service
             router = service.router()

@@ -1,6 +1,7 @@
 import BatonEmulator
 import BatonAppleSignIn
 import Baton
+import BatonJobs
 import Foundation
 import BatonPostgres
 import TestSupport

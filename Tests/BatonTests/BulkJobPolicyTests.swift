@@ -1,5 +1,6 @@
 import BatonAppleSignIn
 @testable import Baton
+@testable import BatonJobs
 import BatonPostgres
 import Foundation
 import Testing

@@ -1,6 +1,7 @@
 import BatonEmulator
 import BatonAppleSignIn
 @testable import Baton
+@testable import BatonJobs
 import Foundation
 import BatonPostgres
 import Synchronization

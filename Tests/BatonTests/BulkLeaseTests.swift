@@ -1,5 +1,6 @@
 import BatonEmulator
 import Baton
+import BatonJobs
 import Foundation
 import BatonPostgres
 import Synchronization

@@ -1,5 +1,6 @@
 import BatonAppleSignIn
 @testable import Baton
+@testable import BatonJobs
 import Foundation
 import BatonPostgres
 import Synchronization

@@ -1,4 +1,5 @@
 import Baton
+import BatonJobs
 import BatonAppleSignIn
 import BatonPostgres
 import Foundation

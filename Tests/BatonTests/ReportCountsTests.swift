@@ -1,5 +1,7 @@
 import BatonEmulator
 @testable import Baton
+@testable import BatonReport
+@testable import BatonJobs
 import Foundation
 import BatonPostgres
 import TestSupport

@@ -1,4 +1,5 @@
 @testable import Baton
+@testable import BatonReport
 import Foundation
 import Testing
 

@@ -1,4 +1,6 @@
 @testable import Baton
+@testable import BatonReport
+@testable import BatonJobs
 import Foundation
 import Testing
 

@@ -1,4 +1,5 @@
 @testable import Baton
+@testable import BatonJobs
 import BatonPostgres
 import Testing
 

@@ -173,11 +173,6 @@ public struct BatonConfiguration: Sendable, Equatable, Codable, ConfigurationSec
             self.maxReplicaLagSeconds = maxReplicaLagSeconds
             self.maxActiveBackends = maxActiveBackends
         }
-
-        /// The throttle's limits these keys give.
-        public var throttleLimits: ThrottleLimits {
-            ThrottleLimits(maxReplicaLag: maxReplicaLagSeconds > 0 ? Double(maxReplicaLagSeconds) : nil, maxActiveBackends: maxActiveBackends)
-        }
     }
 
     /// The database section.

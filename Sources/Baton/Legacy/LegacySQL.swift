@@ -8,7 +8,7 @@ import BatonPostgres
 /// raw SQL is Baton's own text.
 extension BatonConfiguration.LegacyIdentifiers {
     /// ` AND u."provider" = $n …` for each filter (empty without filters).
-    func filterSQL(alias: String = "u") -> PostgresQuery {
+    package func filterSQL(alias: String = "u") -> PostgresQuery {
         Self.filterSQL(filters, alias: alias)
     }
 
@@ -81,14 +81,14 @@ extension BatonConfiguration.LegacyIdentifiers {
     }
 
     /// The stored email as text: `u."email"::text`, `m."email"::text`, or `NULL::text`.
-    var emailSQL: String {
+    package var emailSQL: String {
         if let emailColumn { return "u.\(emailColumn.quoted)::text" }
         if let emailTable { return "m.\(emailTable.column.quoted)::text" }
         return "NULL::text"
     }
 
     /// The join that brings the email table in (empty when the email is not in another table).
-    var emailJoinSQL: String {
+    package var emailJoinSQL: String {
         guard let emailTable else { return "" }
         return " LEFT JOIN \(emailTable.table.quoted) AS m ON m.\(emailTable.keyColumn.quoted) = u.\(emailTable.referenceColumn.quoted)"
     }
@@ -138,7 +138,7 @@ extension BatonConfiguration.LegacyIdentifiers {
 
 extension PostgresQuery {
     /// `lhs` followed by `rhs`, whose placeholders are renumbered after `lhs`'s bindings.
-    static func + (lhs: PostgresQuery, rhs: PostgresQuery) -> PostgresQuery {
+    package static func + (lhs: PostgresQuery, rhs: PostgresQuery) -> PostgresQuery {
         LegacyStore.concatenate(lhs, rhs)
     }
 }

@@ -44,9 +44,10 @@ public final class BatonEngine: Sendable {
     private let driver: SignInDriver
     private let keys: any VerificationKeyProvider
     private let keysReady: @Sendable () -> Bool
-    private let pool: PostgresPool?
-    private let reportBuilder: (@Sendable (_ now: Date, _ acceptedAt: Date?) -> ReportBuilder)?
-    private let now: @Sendable () -> Date
+    /// The pool the engine owns, if any (the service builds its report on it).
+    package let pool: PostgresPool?
+    /// The engine's clock.
+    package let now: @Sendable () -> Date
     /// `apple.transfer.accepted_at`, which a running service rereads (``updateTransferAcceptedAt(_:)``).
     private let acceptance: Mutex<Date?>
     /// Until when ``openLinkSession()`` refuses without a statement: a second after the store found
@@ -66,15 +67,13 @@ public final class BatonEngine: Sendable {
     ///   - notificationMaxAge: the oldest notification accepted, in seconds (default 86,400).
     ///   - keysReady: whether a usable key set is held (readiness); default always true.
     ///   - pool: a pool the engine owns and closes at ``shutdown()``.
-    ///   - reportBuilder: makes the report's builder for an instant and the transfer's acceptance time; nil disables
-    ///     ``migrationReport()``.
     ///   - transferAcceptedAt: `apple.transfer.accepted_at`; sending-team identifiers are `transferred` from then on.
     ///   - now: the clock.
     public init(store: any BatonStore, keys: any VerificationKeyProvider, clientIDs: [String], legacyClientIDs: [String] = [],
                 issuer: String = IdentityTokenVerifier.appleIssuer, linkMaxAge: TimeInterval = 600,
                 maxLinkSessions: Int = LinkSession.defaultMaxLive, requireNonce: Bool = false, notificationMaxAge: TimeInterval = 86_400,
                 keysReady: @escaping @Sendable () -> Bool = { true }, pool: PostgresPool? = nil,
-                reportBuilder: (@Sendable (_ now: Date, _ acceptedAt: Date?) -> ReportBuilder)? = nil, transferAcceptedAt: Date? = nil,
+                transferAcceptedAt: Date? = nil,
                 now: @escaping @Sendable () -> Date = { Date() }) {
         // A token is told to be the sending team's only by its `aud` (see `BatonConfiguration.validate()`).
         precondition(Set(clientIDs).isDisjoint(with: legacyClientIDs), "a client ID is both current and legacy")
@@ -90,7 +89,6 @@ public final class BatonEngine: Sendable {
         self.driver = SignInDriver(store: store, now: now)
         self.keysReady = keysReady
         self.pool = pool
-        self.reportBuilder = reportBuilder
         self.acceptance = Mutex(transferAcceptedAt)
         self.now = now
     }
@@ -121,7 +119,6 @@ public final class BatonEngine: Sendable {
                                maxLinkSessions: configuration.maxLinkSessions, requireNonce: configuration.requireNonce,
                                notificationMaxAge: TimeInterval(configuration.apple.notificationMaxAgeSeconds),
                                keysReady: { cache.isReady }, pool: pool,
-                               reportBuilder: { now, acceptedAt in ReportBuilder(pool: pool, legacy: configuration.legacy, acceptedAt: acceptedAt, now: now) },
                                transferAcceptedAt: configuration.apple.transfer?.acceptedAt)
         } catch {
             await pool.close()
@@ -402,14 +399,6 @@ public final class BatonEngine: Sendable {
         }
     }
 
-    /// The correlation report (``MigrationReport``, rendered by `GET /v1/report`), with emails masked.
-    /// - Throws: ``BatonError`` `not_configured` when the engine was built without a report source,
-    ///   `database_unavailable`.
-    public func migrationReport() async throws -> MigrationReport {
-        guard let reportBuilder else { throw BatonError(.notConfigured, "no report source is configured") }
-        return try await database { try await reportBuilder(now(), transferAcceptedAt).build() }
-    }
-
     /// When the recipient accepted the transfer (`apple.transfer.accepted_at`), as the engine holds it now.
     public var transferAcceptedAt: Date? { acceptance.withLock { $0 } }
 
@@ -431,7 +420,7 @@ public final class BatonEngine: Sendable {
 
     /// Runs `body` (once more after a transient failure: ``BatonError/retryingTransient(_:)``), then maps what is
     /// left to `database_unavailable`.
-    private func database<T>(_ body: () async throws -> T) async throws -> T {
+    package func database<T>(_ body: () async throws -> T) async throws -> T {
         do {
             return try await BatonError.retryingTransient(body)
         } catch {

@@ -2,6 +2,7 @@ import BatonCommandLine
 import BatonEmulator
 import BatonAppleSignIn
 import Baton
+import BatonJobs
 import Foundation
 import BatonJSON
 import BatonLogging

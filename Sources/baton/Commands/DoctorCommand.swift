@@ -1,6 +1,7 @@
 import BatonCommandLine
 import BatonAppleSignIn
 import Baton
+import BatonReport
 import Foundation
 import BatonJOSE
 import BatonPostgres

@@ -2,6 +2,8 @@ import BatonConcurrency
 import BatonCommandLine
 import BatonAppleSignIn
 import Baton
+import BatonReport
+import BatonJobs
 import Foundation
 import BatonLogging
 import BatonPostgres

@@ -1,5 +1,6 @@
 import BatonCommandLine
 import Baton
+import BatonJobs
 import Foundation
 import BatonPostgres
 import BatonLogging

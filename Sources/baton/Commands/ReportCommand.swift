@@ -1,6 +1,7 @@
 import BatonConcurrency
 import BatonCommandLine
 import Baton
+import BatonReport
 import Foundation
 import BatonPostgres
 

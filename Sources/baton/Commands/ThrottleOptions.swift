@@ -1,4 +1,5 @@
 import Baton
+import BatonJobs
 import BatonLogging
 import BatonCommandLine
 import Dispatch

@@ -1,5 +1,6 @@
 import BatonCommandLine
 import Baton
+import BatonJobs
 import BatonPostgres
 
 /// `baton transfer-ids`: the sender side, creating a transfer identifier for every legacy user.

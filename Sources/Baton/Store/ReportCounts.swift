@@ -8,7 +8,7 @@ import BatonPostgres
 /// are. Migrations at the edges of a period (after `now` in its hour, before the pace period's start in its hour) are
 /// counted from the table itself (the index of 0012), so the figures are exactly those of a `GROUP BY` over the
 /// table, at any `now`.
-enum ReportCounts {
+package enum ReportCounts {
     /// The advisory lock that lets one report at a time fold ("report" in ASCII).
     static let foldLockKey: Int64 = 0x7265_706F_7274
     /// Deltas moved per statement, so each stays well under a statement timeout however many have piled up.
@@ -17,7 +17,7 @@ enum ReportCounts {
     /// Moves the appended deltas into the summary, `foldChunk` at a time, each chunk in its own short transaction.
     /// Does nothing where the database cannot be written (a read replica: the view still counts every delta) or
     /// while another report folds.
-    static func fold(_ connection: PostgresConnection) async throws {
+    package static func fold(_ connection: PostgresConnection) async throws {
         while try await connection.withTransaction({ connection in
             let mayFold = try await connection.query("""
                 SELECT current_setting('transaction_read_only') = 'off' AND pg_try_advisory_xact_lock(\(foldLockKey))
@@ -47,14 +47,14 @@ enum ReportCounts {
     }
 
     /// Rows by state and method.
-    static func stateMethod(_ connection: PostgresConnection) async throws -> PostgresResult {
+    package static func stateMethod(_ connection: PostgresConnection) async throws -> PostgresResult {
         try await connection.query("SELECT state, method, sum(count)::bigint FROM baton.transfer_count_totals GROUP BY state, method")
     }
 
     /// The `unresolvable` users by the step that refused them: without a transfer identifier `baton transfer-ids`,
     /// with one `baton exchange`. Counted from the table through the index of 0012 (whose first column is the
     /// state), so the work grows with the refused users only.
-    static func refused(_ connection: PostgresConnection) async throws -> (transferIdentifiers: Int, exchange: Int) {
+    package static func refused(_ connection: PostgresConnection) async throws -> (transferIdentifiers: Int, exchange: Int) {
         let row = try await connection.query("""
             SELECT count(*) FILTER (WHERE transfer_sub IS NULL), count(*) FILTER (WHERE transfer_sub IS NOT NULL)
             FROM baton.transfers WHERE state = 'unresolvable'
@@ -65,7 +65,7 @@ enum ReportCounts {
     /// Migrations up to `now` by UTC day (`YYYY-MM-DD`) and method; a day may come in several rows. The counts
     /// through `now`'s hour, less the migrations of that hour after `now` (none, unless `now` is in the past or the
     /// clocks disagree).
-    static func days(_ connection: PostgresConnection, now: Date) async throws -> PostgresResult {
+    package static func days(_ connection: PostgresConnection, now: Date) async throws -> PostgresResult {
         let hourAfter = startOfHour(now).addingTimeInterval(3_600)
         return try await connection.query("""
             SELECT to_char(migrated_hour AT TIME ZONE 'UTC', 'YYYY-MM-DD'), method, sum(count)::bigint
@@ -83,7 +83,7 @@ enum ReportCounts {
     /// Migrations after `start` and up to `now`: the counts of the hours from the one after `start`'s through
     /// `now`'s, with the migrations of `start`'s hour after `start` and less those of `now`'s hour after `now`,
     /// both from the table.
-    static func migrated(_ connection: PostgresConnection, after start: Date, through now: Date) async throws -> Int {
+    package static func migrated(_ connection: PostgresConnection, after start: Date, through now: Date) async throws -> Int {
         let firstWholeHour = startOfHour(start).addingTimeInterval(3_600)
         let hourAfter = startOfHour(now).addingTimeInterval(3_600)
         return try await connection.query("""
@@ -97,7 +97,7 @@ enum ReportCounts {
     }
 
     /// The failure reasons by state, most frequent first, at most `limit`, each row with the number of groups.
-    static func reasons(_ connection: PostgresConnection, limit: Int) async throws -> PostgresResult {
+    package static func reasons(_ connection: PostgresConnection, limit: Int) async throws -> PostgresResult {
         try await connection.query("""
             SELECT state, reason, n, count(*) OVER () AS groups
             FROM (

@@ -1,3 +1,4 @@
+import Baton
 import BatonErrors
 
 /// The one error type of Baton's bulk jobs (`baton import transfers`, `baton transfer-ids`, `baton exchange`):

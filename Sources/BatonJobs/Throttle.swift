@@ -1,3 +1,4 @@
+import Baton
 import BatonLogging
 import BatonPostgres
 import Foundation

@@ -1,3 +1,4 @@
+import Baton
 import BatonConcurrency
 import Foundation
 import BatonPostgres

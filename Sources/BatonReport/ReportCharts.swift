@@ -1,3 +1,4 @@
+import Baton
 import Foundation
 
 /// The HTML page's charts, as inline SVG (no script, no external resource).

@@ -1,3 +1,4 @@
+import Baton
 import BatonAppleSignIn
 import BatonConcurrency
 import Foundation

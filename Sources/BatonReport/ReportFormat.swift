@@ -1,3 +1,4 @@
+import Baton
 import Foundation
 import BatonLogging
 

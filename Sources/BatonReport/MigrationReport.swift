@@ -1,3 +1,4 @@
+import Baton
 import Foundation
 
 /// The correlation report: where a transfer's users stand, how they moved, and whether the rest will make
