@@ -145,18 +145,6 @@ struct SchemaAuthentikTests {
     /// Without the index docs/schemas.md gives, `baton doctor` fails on the subject's uniqueness with that statement.
     @Test("doctor asks for the unique index docs/schemas.md gives")
     func index() async throws {
-        var framework = Framework.authentik
-        framework.ddl = framework.ddl.replacingOccurrences(of: Framework.authentikSubjectIndex + ";", with: "")
-        let statement = Framework.authentikSubjectIndex.replacingOccurrences(of: "INDEX ON", with: "INDEX CONCURRENTLY ON")
-        let docs = try String(contentsOf: packageRoot.appendingPathComponent("docs/schemas.md"), encoding: .utf8)
-        #expect(docs.contains(statement), "docs/schemas.md gives \(statement)")
-        try await SchemaWorld.run(framework, apple: 1) { world in
-            let doctor = try await runBatonOffPool(["doctor", "--config", try world.configuration()])
-            let failed = doctor.stdout.split(separator: "\n").filter { $0.hasPrefix("FAIL") }.map(String.init)
-            #expect(failed.count == 1 && failed[0].hasSuffix("; fix: " + statement), "\(doctor.stdout)")
-            _ = try world.psql(Framework.authentikSubjectIndex)
-            let fixed = try await runBatonOffPool(["doctor", "--config", try world.configuration()])
-            #expect(!fixed.stdout.contains("FAIL"), "\(fixed.stdout)")
-        }
+        try await MissingIndex(statement: Framework.authentikSubjectIndex, failure: "FAIL  subject uniqueness").run(.authentik)
     }
 }
