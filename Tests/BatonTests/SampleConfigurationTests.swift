@@ -6,7 +6,7 @@ import Testing
 @Suite("Sample configurations per framework")
 struct SampleConfigurationTests {
     @Test("each framework's sample loads, and docs/schemas.md and sample-config/README.md link it", arguments: [
-        "allauth", "authjs", "better-auth", "supabase", "omniauth",
+        "allauth", "authjs", "better-auth", "supabase", "omniauth", "hanko", "nhost", "keycloak", "authentik", "gitea",
     ])
     func sample(_ name: String) throws {
         let path = packageRoot.appendingPathComponent("sample-config/\(name).json").path
