@@ -207,7 +207,7 @@ public final class BatonAPI: Sendable {
 
     /// The nonce to expect from a request's `nonce` and `nonce_flow` (`native`, the default, or `web`); nil
     /// without a nonce.
-    private func expectedNonce(_ nonce: String?, flow: String?) throws(HTTPError) -> ExpectedNonce? {
+    private func expectedNonce(_ nonce: String?, flow: String?) throws(BatonError) -> ExpectedNonce? {
         guard let nonce, !nonce.isEmpty else { return nil }
         guard let parsed = ExpectedNonce.Flow(rawValue: flow ?? ExpectedNonce.Flow.native.rawValue) else {
             throw BatonError(.invalidRequest, "nonce_flow must be native or web")

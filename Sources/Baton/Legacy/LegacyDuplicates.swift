@@ -160,19 +160,14 @@ extension LegacyStore {
         }
     }
 
-    /// Merges every unmerged pair (``mergeDuplicate(_:)`` each, oldest first). With a `throttle`, waits before each
-    /// pair's transaction while the database is busy.
+    /// Merges every unmerged pair (``mergeDuplicate(_:)`` each, oldest first), awaiting `beforeEach` before each
+    /// pair's transaction (`baton merge` waits there while the database is busy).
     /// - Returns: the merges made; a pair that changed since it was found is left as it is.
     /// - Throws: ``PostgresError``; the pairs merged before the failure stay merged.
-    public func mergeDuplicates(throttle: JobThrottle? = nil) async throws -> [MergedDuplicate] {
-        guard let throttle else { return try await mergeEach(throttle: nil) }
-        return try await throttle.monitoring { try await mergeEach(throttle: throttle) }
-    }
-
-    private func mergeEach(throttle: JobThrottle?) async throws -> [MergedDuplicate] {
+    public func mergeDuplicates(beforeEach: () async -> Void = {}) async throws -> [MergedDuplicate] {
         var merged: [MergedDuplicate] = []
         for duplicate in try await duplicates(unmergedOnly: true) {
-            await throttle?.waitUntilClear()
+            await beforeEach()
             if let merge = try await mergeDuplicate(duplicate.pair) { merged.append(merge) }
         }
         return merged

@@ -1,5 +1,6 @@
 import BatonCommandLine
 import Baton
+import BatonJobs
 import Foundation
 import BatonPostgres
 import BatonLogging
@@ -56,7 +57,7 @@ private func runMerge(_ parsed: Parsed<MergeOptions>) async throws -> Int32 {
                 }
                 print("would merge \(pending.count)")
             } else {
-                let merged = try await store.mergeDuplicates(throttle: throttle)
+                let merged = try await throttle.monitoring { try await store.mergeDuplicates(beforeEach: { await throttle.waitUntilClear() }) }
                 for merge in merged {
                     let account = merge.sameAccount ? "; one account: nothing for the application to move" : ""
                     print("merged fresh \(merge.freshKey) into legacy \(merge.user.key)\(account)")
