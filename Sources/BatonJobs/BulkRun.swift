@@ -4,7 +4,7 @@ import BatonLogging
 import Foundation
 
 /// The one entry point of the bulk jobs: the step for the queue's kind, the ``BulkJob`` around it, and a run with
-/// progress. `baton exchange`, `baton transfer-ids`, the demo and `baton bench exchange` all start their jobs here.
+/// progress. `baton exchange`, `baton transfer-ids`, the demo and `baton-bench exchange` all start their jobs here.
 public struct BulkRun: Sendable {
     /// What each row asks of Apple, and where the answer goes.
     public enum Work: Sendable {

@@ -182,7 +182,7 @@ extension LegacyStore {
 
     /// The migration statement of ``applyMigration(oldSub:newSub:newEmail:isPrivateEmail:transferSub:method:)``
     /// and ``applyMigration(transferSub:newSub:newEmail:isPrivateEmail:method:)`` (also the SQL
-    /// `baton bench signin` gives pgbench). With `parts` leaving out the email, no email is written and an
+    /// `baton-bench signin` gives pgbench). With `parts` leaving out the email, no email is written and an
     /// `email_conflict` event records the values and the refusal's SQLSTATE; leaving out the JSON copy keeps it as
     /// it was; with `waitForLock` false a legacy row another transaction holds fails the statement (`NOWAIT`)
     /// instead of waiting for it. The text is built once per shape (``StatementTemplate``); only the values are

@@ -106,7 +106,7 @@ public struct LegacyStore: BatonStore {
         try await pool.query(transferLookupQuery(transferSub: transferSub)).first?.decode(String.self, at: 0)
     }
 
-    /// The statement of ``lookupForSignIn(subject:)`` (also the SQL `baton bench signin` gives pgbench): the
+    /// The statement of ``lookupForSignIn(subject:)`` (also the SQL `baton-bench signin` gives pgbench): the
     /// Apple row carrying `sub`, its email (joined from the email table when it lives there) and its state.
     package func lookupQuery(subject sub: String, transferSub: String?) -> PostgresQuery {
         templates.lookup.filled { slot in slot == .transferSub ? transferSub : sub }
@@ -133,7 +133,7 @@ public struct LegacyStore: BatonStore {
             """ + l.filterSQL() + " LIMIT 1"
     }
 
-    /// The statement of ``oldSubject(forTransferSubject:)`` (also the SQL `baton bench signin` gives pgbench).
+    /// The statement of ``oldSubject(forTransferSubject:)`` (also the SQL `baton-bench signin` gives pgbench).
     public func transferLookupQuery(transferSub: String) -> PostgresQuery {
         let l = legacy
         guard let column = l.transferColumn else {
@@ -327,7 +327,7 @@ public struct LegacyStore: BatonStore {
     /// Every how many nonces recorded by one store the statement also deletes expired ones (at most twice as many).
     static let noncePurgeInterval = 1_000
 
-    /// The statement of ``consumeNonce(_:now:)`` (also the SQL `baton bench signin --nonce` gives pgbench): records
+    /// The statement of ``consumeNonce(_:now:)`` (also the SQL `baton-bench signin --nonce` gives pgbench): records
     /// the nonce unless its subject holds it unexpired; the row back when it was recorded.
     package func nonceInsertQuery(_ use: NonceUse, now: Date) -> PostgresQuery {
         var query: PostgresQuery = ""
