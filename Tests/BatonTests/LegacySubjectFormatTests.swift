@@ -208,6 +208,17 @@ struct LegacySubjectFormatTests {
         }
     }
 
+    @Test("baton doctor's malformed-subject check reads the bare sub of apple:<sub>")
+    func problems() async throws {
+        let f = try await KratosFixture("subject_format_problems")
+        try await f.identity(1, ["apple:001234.0123456789abcdef0123456789abcdef.1234"])
+        try await f.identity(2, ["apple:not-a-sub"])
+        try await f.identity(3, ["google:also-not-a-sub"])
+        let malformed = try await f.store.findProblems().first { $0.kind == .subjectMalformed }
+        #expect(malformed?.count == 1 && malformed?.examples == [KratosFixture.key(2)])
+        await f.pool.close()
+    }
+
     @Test("legacy.subject_format must hold {sub} exactly once; it is split into the text around it")
     func configuration() throws {
         func identifiers(_ format: String?) throws -> BatonConfiguration.LegacyIdentifiers {
