@@ -144,6 +144,9 @@ struct LegacySubjectFormatTests {
         #expect(try f.others() == others)
         let again = try await driver.run(.signIn(VerifiedIdentity(sub: "new.1"), nonce: nil, emailPolicy: f.store.emailPolicy))
         #expect(again.outcome == .current && again.user?.key == KratosFixture.key(1))
+        // The report finds the row of the user still waiting by its stored form.
+        let report = try await ReportBuilder(pool: f.pool, legacy: KratosFixture.legacy, acceptedAt: nil).build()
+        #expect(report.unresolved.users.map { "\($0.legacyKey ?? "-") \($0.oldSub)" } == ["\(KratosFixture.key(2)) old.2"])
 
         // The rollback puts the stored form back.
         let migration = try #require(try await f.store.migrations(legacyKey: KratosFixture.key(1), since: nil).first)
