@@ -161,6 +161,9 @@ struct LegacySubjectFormatTests {
     @Test("a duplicate Kratos made under apple:<new sub> is recorded and merged onto the legacy row")
     func duplicate() async throws {
         let f = try await populated("subject_format_duplicate")
+        // A re-link takes the bare subject of an Apple row, never its stored form nor another provider's.
+        #expect(try await f.store.linkableSubject(legacySubject: "old.1", currentSubject: "new.9") == "old.1")
+        #expect(try await f.store.linkableSubject(legacySubject: "apple:old.1", currentSubject: "new.9") == nil)
         try await f.pool.execute("INSERT INTO baton.transfers (old_sub, transfer_sub) VALUES ('old.2', 't.2')")
         try await f.identity(6, ["apple:new.2"])
         let others = try f.others(excluding: KratosFixture.key(6))

@@ -123,7 +123,7 @@ public struct LegacyStore: BatonStore {
                 WHERE t.transfer_sub = \(transferSub)::text AND t.state <> 'migrated' AND t.old_sub IS NOT NULL)
             """
         if let column = l.transferColumn {
-            waiting = waiting + " OR EXISTS (SELECT 1 FROM \(l.table) AS x WHERE x.\(column) = \(transferSub)::text AND x.\(l.subjectColumn) IS DISTINCT FROM " + l.storedSubjectSQL(sub)
+            waiting = waiting + " OR EXISTS (SELECT 1 FROM \(l.table) AS x WHERE x.\(column) = \(transferSub)::text AND x.\(l.subjectColumn) IS DISTINCT FROM " + l.storedSubjectSQL(expression: "\(sub)::text")
                 + l.filterSQL(alias: "x") + ")"
         }
         return "SELECT u.\(l.keyColumn)::text, \(unsafeRaw: l.emailSQL), s.state, \(unsafeRaw: l.subjectSQL()), " + waiting + """
