@@ -126,6 +126,11 @@ struct LegacySubjectFormatTests {
         #expect(try await LegacySeeder(pool: f.pool, legacy: f.store.legacy).seed() == 2)
         #expect(try f.value("SELECT string_agg(old_sub, ',' ORDER BY old_sub) FROM baton.transfers") == "old.1,old.2")
         try await f.pool.execute("UPDATE baton.transfers SET transfer_sub = 't.' || substr(old_sub, 5)")
+        // `baton export` joins the rows to baton.transfers by their bare subject.
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("subject-format-export-\(UUID().uuidString).csv").path
+        defer { try? FileManager.default.removeItem(atPath: path) }
+        #expect(try await TransferExporter(pool: f.pool, legacy: f.store.legacy, columns: []).export(to: path).rows == 2)
+        #expect(try String(contentsOfFile: path, encoding: .utf8) == "key,transfer_sub\n\(KratosFixture.key(1)),t.1\n\(KratosFixture.key(2)),t.2\n")
 
         #expect(try await f.store.lookupBySubject("old.1") == LegacyUser(key: KratosFixture.key(1), subject: "old.1", email: nil))
         #expect(try await f.store.lookupBySubject("apple:old.1") == nil)
