@@ -65,8 +65,8 @@ public struct TransferExporter: Sendable {
         let extra = columns.map { ", u.\($0.quoted)::text" }.joined()
         while true {
             var query: PostgresQuery = """
-                SELECT u.\(l.keyColumn)::text, t.transfer_sub, u.\(l.subjectColumn)::text\(unsafeRaw: extra)
-                FROM \(l.table) AS u JOIN baton.transfers AS t ON t.old_sub = u.\(l.subjectColumn)::text
+                SELECT u.\(l.keyColumn)::text, t.transfer_sub, \(unsafeRaw: l.subjectSQL())\(unsafeRaw: extra)
+                FROM \(l.table) AS u JOIN baton.transfers AS t ON t.old_sub = \(unsafeRaw: l.subjectSQL())
                 WHERE t.transfer_sub IS NOT NULL
                 """
             query = query + l.filterSQL()

@@ -370,6 +370,7 @@ struct ConfigurationTests {
         full.legacy.emailPolicy = .relay
         full.legacy.onDuplicate = .merge
         full.legacy.createdAtColumn = "created_at"
+        full.legacy.subjectFormat = "apple:{sub}"
         full.legacy.emailCopies = [LegacyEmailCopy(table: "public.account_emailaddress", column: "email", userColumn: "user_id", filters: ["kind": "x"])]
         full.server.eventLoops = 2
         full.jobs.maxActiveBackends = 8

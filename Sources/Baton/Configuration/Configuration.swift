@@ -313,6 +313,8 @@ public struct BatonConfiguration: Sendable, Equatable, Codable, ConfigurationSec
         public var keyColumn: String
         /// The column holding the Apple `sub`.
         public var subjectColumn: String
+        /// How `subjectColumn` stores a `sub`: a text with `{sub}` once, such as `apple:{sub}` (Ory Kratos); nil: `{sub}`.
+        public var subjectFormat: String?
         /// The column of `table` holding the user's email; nil when the email is elsewhere (``email``) or nowhere.
         public var emailColumn: String?
         /// A column holding each user's transfer identifier, if the application stores them.
@@ -337,7 +339,7 @@ public struct BatonConfiguration: Sendable, Equatable, Codable, ConfigurationSec
         public init(table: String, keyColumn: String, subjectColumn: String, emailColumn: String?, transferColumn: String? = nil,
                     filters: [String: LegacyCondition]? = nil, email: LegacyEmailTable? = nil, json: LegacyJSONCopy? = nil,
                     emailCopies: [LegacyEmailCopy]? = nil, emailPolicy: EmailPolicy? = nil, onDuplicate: DuplicatePolicy? = nil,
-                    createdAtColumn: String? = nil) {
+                    createdAtColumn: String? = nil, subjectFormat: String? = nil) {
             self.table = table
             self.keyColumn = keyColumn
             self.subjectColumn = subjectColumn
@@ -350,6 +352,7 @@ public struct BatonConfiguration: Sendable, Equatable, Codable, ConfigurationSec
             self.emailPolicy = emailPolicy
             self.onDuplicate = onDuplicate
             self.createdAtColumn = createdAtColumn
+            self.subjectFormat = subjectFormat
         }
 
         /// The validated identifiers, ready for `PostgresQuery` interpolation (which quotes them).

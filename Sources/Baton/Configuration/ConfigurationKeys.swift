@@ -237,6 +237,8 @@ extension BatonConfiguration.Legacy {
                   "its primary key column (unique: checked at start-up)"),
         .required("subject_column", \.subjectColumn,
                   "the column holding the Apple `sub`; a unique index making it unique among the rows `legacy.where` selects is required at start-up ([where filters](#where-filters))"),
+        .optional("subject_format", \.subjectFormat, absent: "`{sub}`",
+                  "how `legacy.subject_column` stores a `sub`: a text holding `{sub}` exactly once, such as `apple:{sub}` (Ory Kratos' `identity_credential_identifiers.identifier`); Baton binds the stored form where it compares or writes the column, reads the bare `sub` back, and treats a row whose column lacks the text around `{sub}` as not an Apple row ([schemas.md](schemas.md#ory-kratos))"),
         .optional("email_column", \.emailColumn, absent: "`null`",
                   "the column of `legacy.table` holding the user's email; leave out when the email is in another table (`legacy.email`) or nowhere"),
         .optional("transfer_column", \.transferColumn, absent: "`null`",

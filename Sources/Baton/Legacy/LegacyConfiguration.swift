@@ -254,6 +254,10 @@ extension BatonConfiguration {
         public var keyColumn: PostgresIdentifier
         /// The Apple `sub` column.
         public var subjectColumn: PostgresIdentifier
+        /// The text `subjectColumn` holds before the bare `sub` (`legacy.subject_format`: `apple:` of `apple:{sub}`; empty by default).
+        public var subjectPrefix: String
+        /// The text it holds after the bare `sub` (empty by default).
+        public var subjectSuffix: String
         /// The email column of `table`, if the email is there.
         public var emailColumn: PostgresIdentifier?
         /// The transfer identifier column, if configured.
@@ -284,6 +288,7 @@ extension BatonConfiguration {
             table = try legacy.identifier(\.table, in: path, allowSchema: true)
             keyColumn = try legacy.identifier(\.keyColumn, in: path)
             subjectColumn = try legacy.identifier(\.subjectColumn, in: path)
+            (subjectPrefix, subjectSuffix) = try Self.subjectFormat(legacy.subjectFormat, key: Legacy.key(\.subjectFormat, in: path))
             emailColumn = try legacy.identifier(\.emailColumn, in: path)
             transferColumn = try legacy.identifier(\.transferColumn, in: path)
             filters = try Self.filters(legacy, \.filters, in: path)
@@ -302,6 +307,20 @@ extension BatonConfiguration {
             duplicatePolicy = legacy.onDuplicate ?? .report
             createdAtColumn = try legacy.identifier(\.createdAtColumn, in: path)
             try checkDistinct()
+        }
+
+        /// The text before and after `{sub}` in `format` (nil: both empty), which must hold `{sub}` exactly once and
+        /// nothing PostgreSQL cannot store in text (a NUL).
+        private static func subjectFormat(_ format: String?, key: String) throws -> (prefix: String, suffix: String) {
+            guard let format else { return ("", "") }
+            let parts = format.components(separatedBy: "{sub}")
+            guard parts.count == 2 else {
+                throw ConfigurationError(.invalidValue, key: key, reason: "must contain {sub} exactly once (as in apple:{sub})")
+            }
+            guard !format.unicodeScalars.contains("\0"), format.utf8.count <= 255 else {
+                throw ConfigurationError(.invalidValue, key: key, reason: "must hold no NUL character and at most 255 bytes")
+            }
+            return (parts[0], parts[1])
         }
 
         /// The filters in `member` of `section` (at `path`), ordered by column name, each column validated and each

@@ -100,13 +100,14 @@ extension LegacyStore {
         let l = legacy
         let created = l.createdAtColumn.map { "u.\($0.quoted)::timestamptz" } ?? "NULL::timestamptz"
         var query: PostgresQuery = """
-            WITH fresh AS (SELECT u.\(l.keyColumn)::text AS k, \(unsafeRaw: created) AS c FROM \(l.table) AS u WHERE u.\(l.subjectColumn) = \(newSub)
-            """ + l.filterSQL() + " LIMIT 1)"
+            WITH fresh AS (SELECT u.\(l.keyColumn)::text AS k, \(unsafeRaw: created) AS c FROM \(l.table) AS u WHERE u.\(l.subjectColumn) =
+            """ + l.storedSubjectSQL(newSub) + l.filterSQL() + " LIMIT 1)"
         if let transferSub, oldSub == nil {
             query = query + ", candidate AS (" + Self.transferCandidate(l, transferSub: transferSub) + "), original AS ("
-                + "SELECT u.\(l.keyColumn)::text AS k, u.\(l.subjectColumn)::text AS s FROM \(l.table) AS u WHERE u.\(l.keyColumn) = (SELECT k FROM candidate)"
+                + "SELECT u.\(l.keyColumn)::text AS k, \(unsafeRaw: l.subjectSQL()) AS s FROM \(l.table) AS u WHERE u.\(l.keyColumn) = (SELECT k FROM candidate)"
         } else {
-            query = query + ", original AS (SELECT u.\(l.keyColumn)::text AS k, u.\(l.subjectColumn)::text AS s FROM \(l.table) AS u WHERE u.\(l.subjectColumn) = \(oldSub)"
+            query = query + ", original AS (SELECT u.\(l.keyColumn)::text AS k, \(unsafeRaw: l.subjectSQL()) AS s FROM \(l.table) AS u WHERE u.\(l.subjectColumn) = "
+                + l.storedSubjectSQL(oldSub)
         }
         return query + l.filterSQL() + """
              LIMIT 1), pair AS (
@@ -215,7 +216,7 @@ extension LegacyStore {
 
         // The legacy record as it is before the merge: its values go into the `duplicate_merged` event.
         let before = try await connection.query("""
-            SELECT u.\(l.subjectColumn)::text, \(unsafeRaw: l.emailSQL) FROM \(l.table) AS u\(unsafeRaw: l.emailJoinSQL)
+            SELECT \(unsafeRaw: l.subjectSQL()), \(unsafeRaw: l.emailSQL) FROM \(l.table) AS u\(unsafeRaw: l.emailJoinSQL)
             WHERE u.\(l.keyColumn)::text = \(pair.legacyKey)
             """ + l.filterSQL() + " FOR UPDATE OF u")
         guard let legacyRow = before.first else { throw StaleDuplicate() }
@@ -226,7 +227,10 @@ extension LegacyStore {
         var release: PostgresQuery = """
             WITH fresh AS (
                 SELECT u.\(l.keyColumn) AS k, \(unsafeRaw: l.emailSQL) AS e, \(unsafeRaw: reference) AS r FROM \(l.table) AS u\(unsafeRaw: l.emailJoinSQL)
-                WHERE u.\(l.subjectColumn) = \(newSub) AND u.\(l.keyColumn)::text = \(pair.freshKey)
+                WHERE u.\(l.keyColumn)::text = \(pair.freshKey) AND u.\(l.subjectColumn) =
+            """
+        release = release + l.storedSubjectSQL(newSub) + """
+
                   AND NOT EXISTS (SELECT 1 FROM baton.transfers AS t WHERE t.new_sub = \(newSub)::text AND t.state = 'migrated')
             """
         release = release + l.filterSQL() + """
@@ -255,8 +259,8 @@ extension LegacyStore {
 
         var sameAccount: PostgresQuery = " false"
         if let mail = l.emailTable {
-            sameAccount = " (SELECT u.\(mail.referenceColumn)::text FROM \(l.table) AS u WHERE u.\(l.subjectColumn) = \(newSub)"
-                + l.filterSQL() + " LIMIT 1) IS NOT DISTINCT FROM \(freshReference)::text"
+            sameAccount = " (SELECT u.\(mail.referenceColumn)::text FROM \(l.table) AS u WHERE u.\(l.subjectColumn) = "
+                + l.storedSubjectSQL(newSub) + l.filterSQL() + " LIMIT 1) IS NOT DISTINCT FROM \(freshReference)::text"
         }
         let marked = try await connection.query("""
             WITH marked AS (
@@ -281,13 +285,13 @@ extension LegacyStore {
     private func merged(_ pair: DuplicatePair, newSub: String, on connection: PostgresConnection) async throws -> MergedDuplicate {
         let l = legacy
         let rows = try await connection.query("""
-            SELECT u.\(l.keyColumn)::text, \(unsafeRaw: l.emailSQL), u.\(l.subjectColumn)::text, e.detail->>'released_subject',
+            SELECT u.\(l.keyColumn)::text, \(unsafeRaw: l.emailSQL), \(unsafeRaw: l.subjectSQL()), e.detail->>'released_subject',
                    coalesce((e.detail->>'same_account')::boolean, false), \(unsafeRaw: l.accountKeySQL)
             FROM \(l.table) AS u\(unsafeRaw: l.emailJoinSQL),
                  LATERAL (SELECT detail FROM baton.events WHERE kind = 'duplicate_merged' AND legacy_key = \(pair.legacyKey)
                           AND detail->>'fresh_key' = \(pair.freshKey) ORDER BY id DESC LIMIT 1) AS e
-            WHERE u.\(l.subjectColumn) = \(newSub) AND u.\(l.keyColumn)::text = \(pair.legacyKey)
-            """ + l.filterSQL())
+            WHERE u.\(l.keyColumn)::text = \(pair.legacyKey) AND u.\(l.subjectColumn) =
+            """ + l.storedSubjectSQL(newSub) + l.filterSQL())
         guard let row = rows.first else { throw StaleDuplicate() }
         return MergedDuplicate(user: LegacyUser(key: try row.decode(String.self, at: 0), subject: try row.decode(String.self, at: 2),
                                                 email: try row.decode(String?.self, at: 1), accountKey: try row.decode(String?.self, at: 5)),

@@ -218,8 +218,8 @@ extension LegacyStore {
         // baton.transfers holds a key for this identifier).
         var candidates: PostgresQuery = """
             (SELECT x.\(l.keyColumn) AS k FROM \(l.table) AS x
-                 WHERE x.\(l.subjectColumn) = (SELECT old_sub FROM baton.transfers WHERE transfer_sub = \(transferSub))
-            """
+                 WHERE x.\(l.subjectColumn) =
+            """ + l.storedSubjectSQL(expression: "(SELECT old_sub FROM baton.transfers WHERE transfer_sub = \(transferSub))")
         candidates = candidates + l.filterSQL(alias: "x") + " LIMIT 1)"
         if let column = l.transferColumn {
             candidates = candidates + " UNION ALL (SELECT x.\(l.keyColumn) FROM \(l.table) AS x WHERE x.\(column) = \(transferSub)"
@@ -244,26 +244,26 @@ extension LegacyStore {
         let transferSub = StatementSlot.transferSub, method = StatementSlot.method, writeEmail = shape.writeEmail
         let reference = l.emailTable.map { ", u.\($0.referenceColumn.quoted) AS r" } ?? ""
         let columns: PostgresQuery = """
-            SELECT u.\(l.keyColumn) AS k, \(unsafeRaw: l.emailSQL) AS e, u.\(l.subjectColumn)::text AS s\(unsafeRaw: reference)
+            SELECT u.\(l.keyColumn) AS k, \(unsafeRaw: l.emailSQL) AS e, \(unsafeRaw: l.subjectSQL()) AS s\(unsafeRaw: reference)
             FROM \(l.table) AS u\(unsafeRaw: l.emailJoinSQL)
             """
         var query: PostgresQuery
         if shape.bySubject {
-            query = "WITH old AS (" + columns + " WHERE u.\(l.subjectColumn) = \(StatementSlot.oldSub)"
+            query = "WITH old AS (" + columns + " WHERE u.\(l.subjectColumn) = " + l.storedSubjectSQL(StatementSlot.oldSub)
         } else {
             // The row's key first, then the row itself is locked by key.
             query = "WITH candidate AS (" + transferCandidate(l, transferSub: transferSub) + "), old AS (" + columns
-                + " WHERE u.\(l.keyColumn) = (SELECT k FROM candidate) AND u.\(l.subjectColumn) IS DISTINCT FROM \(newSub)"
+                + " WHERE u.\(l.keyColumn) = (SELECT k FROM candidate) AND u.\(l.subjectColumn) IS DISTINCT FROM " + l.storedSubjectSQL(newSub)
         }
         query = query + l.filterSQL() + " LIMIT 1 FOR UPDATE OF u" + (shape.waitForLock ? "" : " NOWAIT") + """
 
             ), taken AS (
-                SELECT u.\(l.keyColumn)::text AS k FROM \(l.table) AS u WHERE u.\(l.subjectColumn) = \(newSub)
-            """ + l.filterSQL() + " LIMIT 1)"
+                SELECT u.\(l.keyColumn)::text AS k FROM \(l.table) AS u WHERE u.\(l.subjectColumn) =
+            """ + l.storedSubjectSQL(newSub) + l.filterSQL() + " LIMIT 1)"
 
         // The legacy row: subject, email (when in this table), JSON copy.
         let mayWrite: PostgresQuery = "\(writeEmail) AND \(newEmail)::text IS NOT NULL"
-        var set: PostgresQuery = "\(l.subjectColumn) = \(newSub)"
+        var set: PostgresQuery = "\(l.subjectColumn) = " + l.storedSubjectSQL(newSub)
         if let column = l.emailColumn, l.emailPolicy != .never {
             set = set + ", \(column) = CASE WHEN " + mayWrite
                 + " AND (\(unsafeRaw: l.policySQL(stored: "u.\(column.quoted)::text"))) THEN \(newEmail) ELSE u.\(column) END"
@@ -275,9 +275,10 @@ extension LegacyStore {
         let returnedReference = l.emailTable.map { ", u.\($0.referenceColumn.quoted) AS r" } ?? ""
         let accountKey = l.emailTable == nil ? "NULL::text" : "moved.r::text"
         // The key may be unique only among the Apple rows (`legacy.where`): the filter is part of the write too.
-        query = query + ", moved AS (UPDATE \(l.table) AS u SET " + set + " FROM old WHERE u.\(l.keyColumn) = old.k" + l.filterSQL() + """
-             AND u.\(l.subjectColumn) IS DISTINCT FROM \(newSub) AND NOT EXISTS (SELECT 1 FROM taken)
-                RETURNING u.\(l.keyColumn)::text AS k, \(unsafeRaw: returnedEmail) AS e, u.\(l.subjectColumn)::text AS s\(unsafeRaw: returnedReference)
+        query = query + ", moved AS (UPDATE \(l.table) AS u SET " + set + " FROM old WHERE u.\(l.keyColumn) = old.k" + l.filterSQL()
+            + " AND u.\(l.subjectColumn) IS DISTINCT FROM " + l.storedSubjectSQL(newSub) + """
+             AND NOT EXISTS (SELECT 1 FROM taken)
+                RETURNING u.\(l.keyColumn)::text AS k, \(unsafeRaw: returnedEmail) AS e, \(unsafeRaw: l.subjectSQL()) AS s\(unsafeRaw: returnedReference)
             )
             """
 

@@ -88,7 +88,7 @@ extension LegacyStore {
         }
         let noTransfer = l.transferColumn.map { " AND u.\($0.quoted) IS NULL" } ?? ""
         try await rows(.subjectNull, "\(unsafeRaw: subject) IS NULL\(unsafeRaw: noTransfer)")
-        try await rows(.subjectMalformed, "\(unsafeRaw: subject)::text !~ \(pattern)")
+        try await rows(.subjectMalformed, "\(unsafeRaw: l.subjectSQL()) !~ \(pattern)")
         try await rows(.subjectDuplicate, "\(unsafeRaw: subject) IN (SELECT u.\(l.subjectColumn) FROM \(l.table) AS u WHERE \(unsafeRaw: subject) IS NOT NULL" + apple
                        + " GROUP BY 1 HAVING count(*) > 1)")
         if !l.filters.isEmpty {

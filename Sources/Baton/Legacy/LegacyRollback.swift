@@ -97,7 +97,7 @@ extension LegacyStore {
 
         let reference = l.emailTable.map { ", u.\($0.referenceColumn.quoted)::text" } ?? ", NULL::text"
         let current = try await connection.query("""
-            SELECT u.\(l.subjectColumn)::text, \(unsafeRaw: l.emailSQL)\(unsafeRaw: reference) FROM \(l.table) AS u\(unsafeRaw: l.emailJoinSQL)
+            SELECT \(unsafeRaw: l.subjectSQL()), \(unsafeRaw: l.emailSQL)\(unsafeRaw: reference) FROM \(l.table) AS u\(unsafeRaw: l.emailJoinSQL)
             WHERE u.\(l.keyColumn)::text = \(m.legacyKey)
             """ + l.filterSQL() + " FOR UPDATE OF u")
         guard let row = current.first else { throw RollbackRefusal(reason: "the record is gone") }
@@ -112,7 +112,7 @@ extension LegacyStore {
         // The record: subject, email where it lives in this table, the JSON copy's keys holding the new values
         // (`r`: the migration's new subject and email, bound).
         let held: PostgresQuery = " FROM (SELECT \(m.newSub)::text AS s, \(m.newEmail)::text AS e) AS r"
-        var set: PostgresQuery = "\(l.subjectColumn) = \(m.oldSub)"
+        var set: PostgresQuery = "\(l.subjectColumn) = " + l.storedSubjectSQL(m.oldSub)
         if let column = l.emailColumn, restoresEmail {
             set = set + ", \(column) = \(m.oldEmail)"
         }

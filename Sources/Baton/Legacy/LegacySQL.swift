@@ -7,9 +7,41 @@ import BatonPostgres
 /// ``BatonConfiguration/LegacyIdentifiers`` (validated, quoted); values are bound parameters; the only
 /// raw SQL is Baton's own text.
 extension BatonConfiguration.LegacyIdentifiers {
-    /// ` AND u."provider" = $n …` for each filter (empty without filters).
+    /// ` AND u."provider" = $n …` for each filter (empty without filters), and under a `legacy.subject_format` the
+    /// condition that the row's subject, when not NULL, has the format's form: a row without it is not an Apple row.
     package func filterSQL(alias: String = "u") -> PostgresQuery {
-        Self.filterSQL(filters, alias: alias)
+        let filters = Self.filterSQL(filters, alias: alias)
+        guard !storesBareSubject else { return filters }
+        let column = "\(alias).\(subjectColumn.quoted)::text"
+        let pattern = [subjectPrefix, subjectSuffix].map { part in
+            part.reduce(into: "") { text, character in text += "\\%_".contains(character) ? "\\\(character)" : String(character) }
+        }.joined(separator: "_%")
+        return filters + " AND (\(unsafeRaw: column) IS NULL OR \(unsafeRaw: column) LIKE \(pattern))"
+    }
+
+    // `legacy.subject_format`: the one rule between a bare `sub` and the subject column's stored form, in SQL.
+
+    /// Whether the subject column holds the bare `sub` (no `legacy.subject_format`, or `{sub}`).
+    package var storesBareSubject: Bool { subjectPrefix.isEmpty && subjectSuffix.isEmpty }
+
+    /// The stored form of the bound bare `sub`, to compare with the subject column or write into it: `sub` itself,
+    /// or `($p::text || sub::text || $s::text)` under a `legacy.subject_format`.
+    package func storedSubjectSQL(_ sub: some PostgresEncodable) -> PostgresQuery {
+        storedSubjectSQL(expression: "\(sub)")
+    }
+
+    /// The stored form of the bare `sub` an SQL expression yields (a subquery, a column of Baton's own tables).
+    package func storedSubjectSQL(expression sub: PostgresQuery) -> PostgresQuery {
+        storesBareSubject ? sub : "(\(subjectPrefix)::text || (" + sub + ")::text || \(subjectSuffix)::text)"
+    }
+
+    /// The bare `sub` of the subject column of the row `alias`, as text: `u."sub"::text`, or its stored form with the
+    /// format's text around `{sub}` cut off (for a row ``filterSQL(alias:)`` selects; the lengths are Baton's own numbers).
+    package func subjectSQL(alias: String = "u") -> String {
+        let column = "\(alias).\(subjectColumn.quoted)::text"
+        guard !storesBareSubject else { return column }
+        let prefix = subjectPrefix.unicodeScalars.count, suffix = subjectSuffix.unicodeScalars.count
+        return "substr(\(column), \(prefix + 1), length(\(column)) - \(prefix + suffix))"
     }
 
     /// ` AND alias."column" …` for each of `filters`, its values bound: the one place a `where` becomes SQL.

@@ -108,7 +108,7 @@ public struct LegacySeeder: Sendable {
         let key = "u.\(legacy.keyColumn.quoted)"
         let transfer = legacy.transferColumn.map { "u.\($0.quoted)::text" } ?? "NULL::text"
         let common = """
-            SELECT \(key) AS key, u.\(legacy.subjectColumn.quoted)::text AS subject, \(transfer) AS transfer_sub
+            SELECT \(key) AS key, \(legacy.subjectSQL()) AS subject, \(transfer) AS transfer_sub
             FROM \(legacy.table.quoted) u WHERE \(condition)
             """
         let afterKey: PostgresQuery = after.map { "AND \(unsafeRaw: key) > \($0)" } ?? ""
@@ -131,13 +131,13 @@ public struct LegacySeeder: Sendable {
         let l = legacy
         let transferCondition = l.transferColumn.map { "AND u.\($0.quoted) IS NULL" } ?? ""
         let needing = """
-            FROM \(l.table.quoted) u LEFT JOIN baton.transfers t ON t.old_sub = u.\(l.subjectColumn.quoted)::text
+            FROM \(l.table.quoted) u LEFT JOIN baton.transfers t ON t.old_sub = \(l.subjectSQL())
             WHERE u.\(l.subjectColumn.quoted) IS NOT NULL AND u.\(l.subjectColumn.quoted)::text <> '' \(transferCondition)
               AND (t.old_sub IS NULL OR (t.state = 'pending' AND t.transfer_sub IS NULL))
-              AND NOT EXISTS (SELECT 1 FROM baton.transfers m WHERE m.new_sub = u.\(l.subjectColumn.quoted)::text)
+              AND NOT EXISTS (SELECT 1 FROM baton.transfers m WHERE m.new_sub = \(l.subjectSQL()))
             """
         let count = try await pool.query("SELECT count(*) \(unsafeRaw: needing)" + l.filterSQL())[0].decode(Int.self, at: 0)
-        let rows = try await pool.query("SELECT u.\(l.subjectColumn)::text \(unsafeRaw: needing)" + l.filterSQL()
+        let rows = try await pool.query("SELECT \(unsafeRaw: l.subjectSQL()) \(unsafeRaw: needing)" + l.filterSQL()
                                         + " ORDER BY u.\(l.keyColumn) LIMIT \(max(0, sample))")
         return (count, try rows.map { try $0.decode(String.self, at: 0) })
     }
