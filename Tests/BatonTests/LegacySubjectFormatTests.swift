@@ -1,6 +1,8 @@
 import BatonAppleSignIn
 import BatonEmulator
 import Baton
+import BatonJobs
+import BatonReport
 import BatonPostgres
 import Foundation
 import TestSupport
