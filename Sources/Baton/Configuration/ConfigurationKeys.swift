@@ -308,9 +308,9 @@ extension LegacyEmailCopy {
 extension BatonConfiguration.Jobs {
     static let fields: [ConfigurationField<Self>] = [
         .defaulted("max_replica_lag_seconds", \.maxReplicaLagSeconds, check: .within(0...86_400, unit: "seconds", zero: "no limit"),
-                   "bulk jobs (`transfer-ids`, `exchange`): while a standby replays more than this far behind (or stands still behind the primary), the job claims nothing new until it catches up; `--max-replica-lag` overrides it; SIGHUP rereads it"),
+                   "bulk jobs (`transfer-ids`, `exchange`, `import transfers`, `merge`; `rehearse` before its copy): while a standby replays more than this far behind (or stands still behind the primary), the job claims nothing new until it catches up, and past half of it each claim waits up to 0.5 s in proportion ([bulk-migration.md](bulk-migration.md)); `--max-replica-lag` overrides it; SIGHUP rereads it"),
         .optional("max_active_backends", \.maxActiveBackends, absent: "no limit", check: .within(1...100_000),
-                  "bulk jobs: while more client backends than this are active on the database (`pg_stat_activity`, the job's probe aside), the job claims nothing new; `--max-active-backends` overrides it; SIGHUP rereads it"),
+                  "bulk jobs (the same): while more client backends than this are active on the database (`pg_stat_activity`, the job's probe aside, the job's own connections counted), the job claims nothing new, and past half of it each claim waits up to 0.5 s in proportion; `--max-active-backends` overrides it; SIGHUP rereads it"),
     ]
 
     static var defaults: Self { Self() }
