@@ -82,10 +82,10 @@ struct Rehearsal {
     }
 
     /// What the copy holds, said after a restore error.
-    static let copyScope = "(the copy holds the configured tables with the extensions, types, domains and sequences they use; not other tables, nor the application's functions)"
+    static let copyScope = "(the copy holds the configured tables with the extensions, types, domains, sequences and functions their columns, defaults and triggers use; not other tables, nor other functions)"
 
     /// Copies the configured tables with pg_dump (a read-only session) and restores them into the copy: first what
-    /// they need from the source (``SourceCatalog``: extensions, types, domains, sequences), then the tables with
+    /// they need from the source (``SourceCatalog``: extensions, types, domains, sequences, functions), then the tables with
     /// `pg_restore --exit-on-error`, leaving out their foreign keys to tables not copied (listed on standard error).
     /// The first failing statement stops the copy, and its error is reported as PostgreSQL gave it.
     private func copyTables(cluster: ThrowawayCluster, pool: PostgresPool, legacy: BatonConfiguration.LegacyIdentifiers) async throws {

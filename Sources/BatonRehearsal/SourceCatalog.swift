@@ -3,8 +3,9 @@ import BatonPostgres
 /// What the copied tables need beyond what `pg_dump --table` brings, read from the source's catalog.
 ///
 /// `pg_dump --table` dumps a table, its indexes, constraints, triggers and owned sequences, but not the objects
-/// its columns and defaults use: an extension's type (`citext`), an enum, a domain, a composite type, a sequence
-/// another table owns. ``statements`` create those in the copy, each made by the source itself (`format('%I')`,
+/// its columns, defaults and triggers use: an extension's type (`citext`), an enum, a domain, a composite type, a
+/// sequence another table owns, the application's function a trigger or a default calls (Nhost's
+/// `auth.set_current_timestamp_updated_at()`, made by `pg_get_functiondef`). ``statements`` create those in the copy, each made by the source itself (`format('%I')`,
 /// `format_type`, `pg_get_constraintdef`), in an order that creates a type before what is made of it. A foreign key
 /// to a table the rehearsal does not copy cannot hold in the copy: it is in ``foreignKeysLeftOut``.
 struct SourceCatalog: Sendable {
@@ -16,7 +17,7 @@ struct SourceCatalog: Sendable {
         var description: String
     }
 
-    /// Statements to run on the copy before the tables are restored: schemas, extensions, types, sequences.
+    /// Statements to run on the copy before the tables are restored: schemas, extensions, types, sequences, functions.
     var statements: [String]
     /// The foreign keys to leave out of the restore.
     var foreignKeysLeftOut: [ForeignKey]
@@ -112,6 +113,13 @@ struct SourceCatalog: Sendable {
             SELECT m.refobjid FROM used u JOIN pg_catalog.pg_depend m ON m.classid = u.classid AND m.objid = u.objid
             WHERE m.deptype = 'e' AND m.refclassid = 'pg_catalog.pg_extension'::pg_catalog.regclass
         ),
+        -- The application's functions the parts call (a trigger's function, a default's), not an extension's.
+        functions(oid) AS (
+            SELECT r.objid FROM refs r JOIN pg_catalog.pg_proc p ON r.classid = 'pg_catalog.pg_proc'::pg_catalog.regclass AND p.oid = r.objid
+            WHERE p.pronamespace <> 'pg_catalog'::pg_catalog.regnamespace
+              AND NOT EXISTS (SELECT FROM pg_catalog.pg_depend m
+                              WHERE m.classid = 'pg_catalog.pg_proc'::pg_catalog.regclass AND m.objid = p.oid AND m.deptype = 'e')
+        ),
         -- Sequences the defaults use that no copied table owns (pg_dump brings the owned ones).
         sequences(oid) AS (
             SELECT c.oid FROM refs r JOIN pg_catalog.pg_class c ON r.classid = 'pg_catalog.pg_class'::pg_catalog.regclass AND c.oid = r.objid
@@ -123,7 +131,8 @@ struct SourceCatalog: Sendable {
             WHERE n.nspname <> 'pg_catalog' AND n.oid IN (
                 SELECT relnamespace FROM pg_catalog.pg_class WHERE oid = ANY ($1::pg_catalog.oid[]) OR oid IN (SELECT oid FROM sequences)
                 UNION SELECT typnamespace FROM pg_catalog.pg_type WHERE oid IN (SELECT oid FROM own)
-                UNION SELECT extnamespace FROM pg_catalog.pg_extension WHERE oid IN (SELECT oid FROM extensions))
+                UNION SELECT extnamespace FROM pg_catalog.pg_extension WHERE oid IN (SELECT oid FROM extensions)
+                UNION SELECT pronamespace FROM pg_catalog.pg_proc WHERE oid IN (SELECT oid FROM functions))
             UNION ALL
             SELECT 1, 0, pg_catalog.format('CREATE EXTENSION IF NOT EXISTS %I WITH SCHEMA %I CASCADE', e.extname, n.nspname)
             FROM pg_catalog.pg_extension e JOIN pg_catalog.pg_namespace n ON n.oid = e.extnamespace
@@ -155,6 +164,8 @@ struct SourceCatalog: Sendable {
                     CASE WHEN s.seqcycle THEN ' CYCLE' ELSE '' END)
             FROM sequences q JOIN pg_catalog.pg_class c ON c.oid = q.oid JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
             JOIN pg_catalog.pg_sequence s ON s.seqrelid = c.oid
+            UNION ALL
+            SELECT 4, 0, pg_catalog.pg_get_functiondef(f.oid) FROM functions f
         ) AS needed
         ORDER BY step, depth DESC, statement
         """
