@@ -85,6 +85,9 @@ public struct HTTPError: HTTPResponseError, Sendable, Equatable, CustomStringCon
 
     /// 400 `bad_request`.
     public static func badRequest(_ reason: String) -> HTTPError { HTTPError(400, code: "bad_request", reason: reason) }
+    /// 400 `invalid_form`: the body is not a well-formed `application/x-www-form-urlencoded` form
+    /// (``HTTPRequest/formValues()``).
+    public static func invalidForm(_ reason: String) -> HTTPError { HTTPError(400, code: "invalid_form", reason: reason) }
     /// 404 `not_found`.
     public static let notFound = HTTPError(404, code: "not_found", reason: "no such route")
     /// 405 `method_not_allowed` with `Allow`: the path is served, but not for `method`.
