@@ -1,3 +1,4 @@
+import BatonJSON
 import Foundation
 import TestSupport
 import Testing
@@ -143,6 +144,29 @@ struct SchemaSuperTokensTests {
                 #expect(try world.psql("SELECT email FROM thirdparty_users WHERE app_id = 'public' AND user_id = '\(user)'") == email)
             }
         }.run(.supertokens)
+    }
+
+    @Test("doctor passes; the sender's walk and the exchange migrate every Apple user with its tenant rows; the report counts them")
+    func exchangeReport() async throws {
+        try await SchemaWorld.run(.supertokens, apple: 3) { world in
+            let config = try world.configuration()
+            let doctor = try await runBatonOffPool(["doctor", "--config", config])
+            #expect(doctor.status == 0 && !doctor.stdout.contains("FAIL"), "\(doctor.stdout)\(doctor.stderr)")
+            #expect(doctor.stdout.contains("ok    apple rows: legacy.where selects 3 rows"), "\(doctor.stdout)")
+            let before = try world.psql(Framework.supertokens.invariant)
+            let ids = try await runBatonOffPool(["transfer-ids", "--yes", "--rate", "100", "--config", config])
+            #expect(ids.status == 0 && ids.stdout.contains("done 3,"), "\(ids.stdout)\(ids.stderr)")
+            let exchange = try await runBatonOffPool(["exchange", "--config", config])
+            #expect(exchange.status == 0 && exchange.stdout.contains("done 3,"), "\(exchange.stdout)\(exchange.stderr)")
+            let signIn = Framework.supertokensSignIn(app: "public")
+            for person in world.people {
+                #expect(try world.psql(signIn(person.newSub)) != "" && world.psql(signIn(person.oldSub)) == "")
+            }
+            let report = try await runBatonOffPool(["report", "--format", "json", "--config", config])
+            let json = try JSON.parseObject(Array(report.stdout.utf8))
+            #expect(json["totals"]?["migrated"]?.intValue == 3, "\(report.stdout.prefix(400))")
+            #expect(try world.psql(Framework.supertokens.invariant) == before)
+        }
     }
 
     /// Without the index docs/schemas.md gives, `baton doctor` fails on the subject's uniqueness with that statement.
