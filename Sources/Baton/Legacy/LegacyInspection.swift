@@ -95,8 +95,17 @@ extension LegacyStore {
         if let index = indexes.first(where: { l.makesUnique(l.keyColumn, by: $0) }) {
             add(.ok, "key uniqueness", described(index))
         } else {
-            add(.failure, "key uniqueness", "legacy.key_column \(l.keyColumn) is not unique, so a rewrite could reach several rows",
-                fix: "name the primary key in legacy.key_column")
+            // The index that makes the configured key unique (with the filters' columns leading), or else another column
+            // already unique on its own (a primary key such as `id`): no advice to name a primary key the table lacks.
+            let within = l.filters.isEmpty ? "" : " among the rows legacy.where selects"
+            let statement = l.uniqueIndexStatement(over: l.keyColumn)
+            let unique = indexes.lazy.compactMap { index -> String? in
+                guard index.columns.count == 1, let name = index.columns.first, let column = try? PostgresIdentifier(name),
+                      column != l.keyColumn, l.makesUnique(column, by: index) else { return nil }
+                return name
+            }.first
+            add(.failure, "key uniqueness", "legacy.key_column \(l.keyColumn.name) is not unique\(within), so a rewrite could reach several rows",
+                fix: unique.map { "name \($0) (unique) in legacy.key_column, or run \(statement)" } ?? statement)
         }
 
         if let mail = l.emailTable {
