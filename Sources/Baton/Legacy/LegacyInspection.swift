@@ -95,8 +95,9 @@ extension LegacyStore {
         if let index = indexes.first(where: { l.makesUnique(l.keyColumn, by: $0) }) {
             add(.ok, "key uniqueness", described(index))
         } else {
-            // The index that makes the configured key unique (with the filters' columns leading), or else another column
-            // already unique on its own (a primary key such as `id`): no advice to name a primary key the table lacks.
+            // The index that makes the configured key unique (the columns the filters fix leading, partial on the other
+            // filters) and, when the table has one, a column already unique on its own (a primary key such as `id`) to
+            // name instead: never advice to name a primary key the table lacks (Gitea's is over two columns).
             let within = l.filters.isEmpty ? "" : " among the rows legacy.where selects"
             let statement = l.uniqueIndexStatement(over: l.keyColumn)
             let unique = indexes.lazy.compactMap { index -> String? in
