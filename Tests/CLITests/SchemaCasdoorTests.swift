@@ -176,7 +176,8 @@ struct SchemaCasdoorTests {
         try await SchemaRehearsal.run(.casdoor)
     }
 
-    /// Without the partial index, doctor fails on the subject's uniqueness and prints it; with it, doctor names it.
+    /// Without the partial index, doctor fails on the subject's uniqueness and prints it; with it, doctor names it, and
+    /// the key `name` is unique through Casdoor's primary key.
     @Test("doctor fails on the subject's uniqueness until the partial unique index docs/schemas.md gives exists, then accepts it")
     func index() async throws {
         try await MissingIndex(statement: Framework.casdoorSubjectIndex, failure: "FAIL  subject uniqueness").run(.casdoor)
@@ -185,6 +186,11 @@ struct SchemaCasdoorTests {
             #expect(doctor.stdout.contains(#"ok    subject uniqueness: unique index user_owner_apple_idx on (apple, owner) where ((apple)::text <> ''::text)"#), "\(doctor.stdout)")
             #expect(doctor.stdout.contains("ok    key uniqueness: unique index user_pkey on (name, owner)"), "\(doctor.stdout)")
             #expect(doctor.stdout.contains("ok    json copy: public.user.properties (text): subject keys oauth_Apple_id, email keys oauth_Apple_email"), "\(doctor.stdout)")
+            // Casdoor's `id` (indexed, not unique) as the key: the advice names `name`, unique within the organization by
+            // the primary key, or the index that would make `id` unique among the Apple users.
+            let byID = try await runBatonOffPool(["doctor", "--config", try world.configuration { $0["key_column"] = "id" }])
+            let failure = byID.stdout.split(separator: "\n").filter { $0.hasPrefix("FAIL") }
+            #expect(failure == [#"FAIL  key uniqueness: legacy.key_column id is not unique among the rows legacy.where selects, so a rewrite could reach several rows; fix: name name (unique) in legacy.key_column, or run CREATE UNIQUE INDEX CONCURRENTLY ON "public"."user" ("owner", "id") WHERE "apple" <> ''"#], "\(byID.stdout)")
         }
     }
 }

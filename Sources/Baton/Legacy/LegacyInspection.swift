@@ -96,14 +96,17 @@ extension LegacyStore {
             add(.ok, "key uniqueness", described(index))
         } else {
             // The index that makes the configured key unique (the columns the filters fix leading, partial on the other
-            // filters) and, when the table has one, a column already unique on its own (a primary key such as `id`) to
-            // name instead: never advice to name a primary key the table lacks (Gitea's is over two columns).
+            // filters) and, when the table has one, a column an index already makes unique among the Apple rows (a
+            // primary key such as `id`, or Casdoor's `name` within one `owner`) to name instead, never one Baton writes:
+            // no advice to name a primary key the table lacks (Gitea's is over the subject and the source).
             let within = l.filters.isEmpty ? "" : " among the rows legacy.where selects"
             let statement = l.uniqueIndexStatement(over: l.keyColumn)
-            let unique = indexes.lazy.compactMap { index -> String? in
-                guard index.columns.count == 1, let name = index.columns.first, let column = try? PostgresIdentifier(name),
-                      column != l.keyColumn, l.makesUnique(column, by: index) else { return nil }
-                return name
+            let excluded = Set([l.keyColumn, l.subjectColumn, l.emailColumn, l.transferColumn, l.json?.column].compactMap { $0 })
+            let unique = indexes.lazy.flatMap { index in
+                index.columns.sorted().compactMap { name -> String? in
+                    guard let column = try? PostgresIdentifier(name), !excluded.contains(column), l.makesUnique(column, by: index) else { return nil }
+                    return name
+                }
             }.first
             add(.failure, "key uniqueness", "legacy.key_column \(l.keyColumn.name) is not unique\(within), so a rewrite could reach several rows",
                 fix: unique.map { "name \($0) (unique) in legacy.key_column, or run \(statement)" } ?? statement)
