@@ -6,9 +6,10 @@ import Testing
 /// email and password, else the name in `AUTH_PROVIDERS`) and whose `external_identifier` holds the provider's
 /// identifier (for the `openid` driver the `sub`, for `ldap` the user's DN), unique on its own across every provider
 /// (`directus_users_external_identifier_unique`); the email beside it, unique. As directus/directus's knex migrations leave the table
-/// (api/src/database/seeds/01-tables/03-users.yaml, then the migrations up to 20240924 (`text_direction`), among them
-/// 20210903A-add-auth-provider (`provider`, `external_identifier` and its unique constraint, `email` nullable),
-/// 20211009A-add-auth-data, 20211118A-add-notifications; knex names: `<table>_<column>_unique`, `<table>_<column>_foreign`).
+/// (api/src/database/seeds/01-tables/03-users.yaml, then the migrations up to 20250718A-add-direction (`text_direction`),
+/// among them 20210903A-add-auth-provider (`provider`, `external_identifier` and its unique constraint, `email`
+/// nullable), 20211009A-add-auth-data, 20211118A-add-notifications (`email_notifications`); knex names:
+/// `<table>_<column>_unique`, `<table>_<column>_foreign`), as a pg_dump of a Directus 11 database shows it.
 /// `directus_roles` is reduced to the columns the rows need. LDAP users hold DNs made of the Apple users' old
 /// identifiers (no other row can hold the identifier itself: the unique constraint spans every provider); Google
 /// users (`AUTH_GOOGLE_IDENTIFIER_KEY=email`) hold their address; the administrator Directus creates has no identifier.
