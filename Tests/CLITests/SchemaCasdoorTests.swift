@@ -166,9 +166,9 @@ struct SchemaCasdoorTests {
         }.run(.casdoor)
     }
 
-    @Test("exchange records the duplicate, report lists it, merge releases its apple column to NULL and Casdoor finds the original user")
+    @Test("exchange records the duplicate, report lists it, merge releases its apple column to '' and Casdoor finds the original user")
     func merge() async throws {
-        try await ReleaseMerge(lookup: Self.getUserByField(Framework.casdoorOrganization), rows: #"SELECT u::text FROM "user" u"#, leavesAppleRows: true).run(.casdoor)
+        try await ReleaseMerge(lookup: Self.getUserByField(Framework.casdoorOrganization), rows: #"SELECT u::text FROM "user" u"#, releasedTo: "", leavesAppleRows: true).run(.casdoor)
     }
 
     @Test("rehearse: every Apple user migrates in the copy, no problem found, the source unchanged")

@@ -124,7 +124,7 @@ struct SchemaDirectusTests {
 
     @Test("exchange records the duplicate, report lists it, merge releases its external_identifier to NULL and Directus finds the original user")
     func merge() async throws {
-        try await ReleaseMerge(lookup: Self.fetchUserId, rows: "SELECT u::text FROM directus_users u", leavesAppleRows: false).run(.directus)
+        try await ReleaseMerge(lookup: Self.fetchUserId, rows: "SELECT u::text FROM directus_users u", releasedTo: nil, leavesAppleRows: false).run(.directus)
     }
 
     @Test("rehearse: every Apple user migrates in the copy, no problem found, the source unchanged")

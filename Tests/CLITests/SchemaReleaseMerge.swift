@@ -6,13 +6,16 @@ import Testing
 /// The cutover's duplicate on an identity server whose subject column is nullable (Directus' `external_identifier`,
 /// Casdoor's `"user".apple`), checked with the server's own lookup: a user signed up again past Baton after the
 /// acceptance, so a fresh row holds the new identifier; `baton exchange` records the pair, `baton report` lists it,
-/// and `baton merge` releases the fresh row's subject to NULL (nothing else of it changes, no row is deleted) and moves
-/// the identifier onto the original account.
+/// and `baton merge` releases the fresh row's subject (to the value `legacy.where` excludes, else NULL; nothing else of
+/// the row changes, no row is deleted) and moves the identifier onto the original account.
 struct ReleaseMerge {
     /// SQL: the account the server's login finds for `sub`; empty when none.
     var lookup: @Sendable (_ sub: String) -> String
     /// SQL: every row of the users table, as text (to prove no row is added or deleted).
     var rows: String
+    /// What the fresh row's subject is released to: the value a `legacy.where` filter on the subject excludes (Casdoor's
+    /// `''`), else NULL (nil: Directus' nullable `external_identifier`).
+    var releasedTo: String?
     /// Whether the released row leaves `legacy.where` (Casdoor's `apple <> ''`); else it stays an Apple row without a
     /// subject (Directus' `provider = 'apple'`).
     var leavesAppleRows: Bool
@@ -46,10 +49,11 @@ struct ReleaseMerge {
             // The server's login now finds the original account under the new identifier, and nothing under the old.
             #expect(try world.psql(lookup(person.newSub)) == account)
             #expect(try world.psql(lookup(person.oldSub)) == "")
-            // The fresh row released its subject to NULL (the column is nullable).
+            // The fresh row released its subject.
             let released = try world.psql(framework.appleRow(50))
             #expect(released.hasPrefix("|"), "\(released)")
-            #expect(try world.count("SELECT count(*) FROM baton.events WHERE kind = 'duplicate_merged' AND detail->>'released_subject' IS NULL") == 1)
+            let recorded = try world.psql("SELECT coalesce(detail->>'released_subject', '<null>') FROM baton.events WHERE kind = 'duplicate_merged'")
+            #expect(recorded == releasedTo ?? "<null>", "\(recorded)")
             let doctor = try await runBatonOffPool(["doctor", "--config", config])
             #expect(doctor.stdout.contains("ok    apple rows: legacy.where selects \(leavesAppleRows ? 2 : 3) rows"), "\(doctor.stdout)")
             #expect(try world.count("SELECT count(*) FROM (\(rows)) AS r") == count)
