@@ -105,8 +105,21 @@ extension LegacyStore {
         if let index = indexes.first(where: { l.makesUnique(l.keyColumn, by: $0) }) {
             add(.ok, "key uniqueness", described(index))
         } else {
-            add(.failure, "key uniqueness", "legacy.key_column \(l.keyColumn) is not unique, so a rewrite could reach several rows",
-                fix: "name the primary key in legacy.key_column")
+            // The index that makes the configured key unique (the columns the filters fix leading, partial on the other
+            // filters) and, when the table has one, a column an index already makes unique among the Apple rows (a
+            // primary key such as `id`, or Casdoor's `name` within one `owner`) to name instead, never one Baton writes:
+            // no advice to name a primary key the table lacks (Gitea's is over the subject and the source).
+            let within = l.filters.isEmpty ? "" : " among the rows legacy.where selects"
+            let statement = l.uniqueIndexStatement(over: l.keyColumn)
+            let excluded = Set([l.keyColumn, l.subjectColumn, l.emailColumn, l.transferColumn, l.json?.column].compactMap { $0 })
+            let unique = indexes.lazy.flatMap { index in
+                index.columns.sorted().compactMap { name -> String? in
+                    guard let column = try? PostgresIdentifier(name), !excluded.contains(column), l.makesUnique(column, by: index) else { return nil }
+                    return name
+                }
+            }.first
+            add(.failure, "key uniqueness", "legacy.key_column \(l.keyColumn.name) is not unique\(within), so a rewrite could reach several rows",
+                fix: unique.map { "name \($0) (unique) in legacy.key_column, or run \(statement)" } ?? statement)
         }
 
         if let mail = l.emailTable {
