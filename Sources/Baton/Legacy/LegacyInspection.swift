@@ -74,7 +74,9 @@ extension LegacyStore {
                 fix: "name the column it is computed from (for a JSON copy, legacy.json) instead")
             return LegacyInspection(findings: findings)
         }
-        add(.ok, "legacy table", "\(l.table) has columns \(wanted.map(\.1.name).joined(separator: ", "))")
+        var named: [String] = []
+        for (_, column) in wanted where !named.contains(column.name) { named.append(column.name) }
+        add(.ok, "legacy table", "\(l.table) has columns \(named.joined(separator: ", "))")
 
         let count = try await pool.query("SELECT count(*) FROM \(l.table) AS u WHERE true" + l.filterSQL())[0].decode(Int.self, at: 0)
         if l.filters.isEmpty {
