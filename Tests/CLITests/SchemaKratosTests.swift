@@ -258,4 +258,10 @@ struct SchemaKratosTests {
         try await ServerLookup(apple: Framework.kratosLogin(network: Framework.kratosNetwork),
                                other: Framework.kratosLogin(network: Framework.kratosOtherNetwork)).runMerge(.kratos)
     }
+
+    @Test("the exchange then baton rollback: Kratos' login finds each Apple user under the old sub again; every table back byte for byte, the config's copy too")
+    func rollback() async throws {
+        try await ServerLookup(apple: Framework.kratosLogin(network: Framework.kratosNetwork),
+                               other: Framework.kratosLogin(network: Framework.kratosOtherNetwork)).runRollback(.kratos)
+    }
 }

@@ -46,3 +46,28 @@ extension ServerLookup {
         }
     }
 }
+
+extension ServerLookup {
+    /// The exchange, then `baton rollback --since`, on `framework`'s tables: the server's own lookup finds each Apple
+    /// user under the new `sub` after the exchange and under the old one again after the rollback, with every table of
+    /// the application back byte for byte (``RollbackCommandTests/applicationTables(_:)``: the copies too).
+    func runRollback(_ framework: Framework) async throws {
+        try await SchemaWorld.run(framework, apple: 3) { world in
+            let config = try world.configuration()
+            let ids = try await runBatonOffPool(["transfer-ids", "--yes", "--rate", "100", "--config", config])
+            #expect(ids.status == 0, "\(ids.stdout)\(ids.stderr)")
+            let accounts = try world.people.map { try world.psql(apple($0.oldSub)) }
+            let before = try RollbackCommandTests.applicationTables(world)
+            let start = ISO8601DateFormatter().string(from: Date().addingTimeInterval(-1))
+            let exchange = try await runBatonOffPool(["exchange", "--config", config])
+            #expect(exchange.stdout.contains("done 3,"), "\(exchange.stdout)\(exchange.stderr)")
+            #expect(try world.people.map { try world.psql(apple($0.newSub)) } == accounts)
+
+            let rollback = try await runBatonOffPool(["rollback", "--since", start, "--yes", "--config", config])
+            #expect(rollback.status == 0 && rollback.stdout.hasSuffix("rolled back 3, refused 0\n"), "\(rollback.stdout)\(rollback.stderr)")
+            #expect(try world.people.map { try world.psql(apple($0.oldSub)) } == accounts)
+            #expect(try world.people.map { try world.psql(apple($0.newSub)) } == ["", "", ""])
+            #expect(try RollbackCommandTests.applicationTables(world) == before)
+        }
+    }
+}

@@ -169,6 +169,11 @@ struct SchemaSuperTokensTests {
         }
     }
 
+    @Test("the exchange then baton rollback: SuperTokens' sign-in finds each Apple user under the old sub again; every table back byte for byte, the tenant rows too")
+    func rollback() async throws {
+        try await ServerLookup(apple: Framework.supertokensSignIn(app: "public"), other: Framework.supertokensSignIn(app: "app2")).runRollback(.supertokens)
+    }
+
     /// Without the index docs/schemas.md gives, `baton doctor` fails on the subject's uniqueness with that statement.
     @Test("doctor asks for the unique index docs/schemas.md gives")
     func index() async throws {
