@@ -204,7 +204,7 @@ extension BatonConfiguration {
             }
 
             /// `value` as an SQL string literal, whatever `standard_conforming_strings` is (PostgreSQL's `quote_literal`).
-            private static func literal(_ value: String) -> String {
+            static func literal(_ value: String) -> String {
                 let escaped = value.reduce(into: "") { text, character in
                     text += character == "'" ? "''" : character == "\\" ? "\\\\" : String(character)
                 }
