@@ -372,11 +372,14 @@ struct ConfigurationTests {
         full.legacy.createdAtColumn = "created_at"
         full.legacy.subjectFormat = "apple:{sub}"
         full.legacy.emailCopies = [LegacyEmailCopy(table: "public.account_emailaddress", column: "email", userColumn: "user_id", filters: ["kind": "x"])]
+        full.legacy.subjectPath = ["apple", "userId"]
+        full.legacy.subjectCopies = [LegacySubjectCopy(column: "config", path: ["subject"], table: "public.credentials", keyColumn: "id",
+                                                       referenceColumn: "credential_id", filters: ["kind": "oidc"])]
         full.server.eventLoops = 2
         full.jobs.maxActiveBackends = 8
         full.legacy.emailDerived = ["email_lower": .lower]
         full.legacy.email?.derived = ["email_constraint": .same]
-        full.legacy.emailCopies?[0].path = try LegacyJSONPath(keys: ["email"])
+        full.legacy.emailCopies?[0].path = ["email"]
         full.legacy.emailCopies?[0].derived = ["lower_email": .lower]
         let encoder = JSONEncoder()
         encoder.dateEncodingStrategy = .iso8601

@@ -52,11 +52,6 @@ extension LegacyDerivedColumns: ConfigurationValue {
     static var kind: BatonConfiguration.KeyKind { .filters }
 }
 
-extension LegacyJSONPath: ConfigurationValue {
-    /// From the environment comma-separated keys (no array step).
-    static var kind: BatonConfiguration.KeyKind { .list }
-}
-
 extension BatonConfiguration.LegacyIdentifiers {
     /// A column following an email in its row (`derived`).
     public struct DerivedColumn: Sendable, Equatable {
@@ -80,7 +75,7 @@ extension BatonConfiguration.LegacyIdentifiers {
         let path = BatonConfiguration.name(of: \.legacy)
         let key = Legacy.key(\.emailDerived, in: path)
         emailDerived = try Self.derived(legacy.emailDerived, key: key, written: [keyColumn, subjectColumn, emailColumn, transferColumn, json?.column]
-                                        + filters.map(\.column))
+                                        + filters.map(\.column) + subjectCopies.filter { $0.table == nil }.map(\.column))
         if !emailDerived.isEmpty && emailColumn == nil {
             throw ConfigurationError(.invalidValue, key: key, reason: "needs legacy.email_column: it names columns beside that email")
         }
@@ -89,9 +84,15 @@ extension BatonConfiguration.LegacyIdentifiers {
                                                    written: [mail.column, mail.keyColumn, json?.emailTableColumn])
         }
         for (index, copy) in (legacy.emailCopies ?? []).enumerated() {
-            let entry = emailCopies[index]
-            emailCopies[index].path = copy.path
-            emailCopies[index].derived = try Self.derived(copy.derived, key: LegacyEmailCopy.key(\.derived, in: "\(Legacy.key(\.emailCopies, in: path))[\(index)]"),
+            let entry = emailCopies[index], path = "\(Legacy.key(\.emailCopies, in: path))[\(index)]"
+            if let location = copy.path {
+                let key = LegacyEmailCopy.key(\.path, in: path)
+                emailCopies[index].path = try location.validated(key: key, keysOnly: false)
+                guard case .key = location.steps.last else {
+                    throw ConfigurationError(.invalidValue, key: key, reason: "must end with the key holding the address")
+                }
+            }
+            emailCopies[index].derived = try Self.derived(copy.derived, key: LegacyEmailCopy.key(\.derived, in: path),
                                                           written: [entry.column, entry.userColumn] + entry.filters.map(\.column))
         }
     }
@@ -127,7 +128,7 @@ extension BatonConfiguration.LegacyIdentifiers {
     func copyValueSQL<Email: PostgresEncodable>(_ copy: EmailCopy, alias: String = "c", oldEmail: String, newEmail: Email, write: Bool) -> PostgresQuery {
         let column = "\(alias).\(copy.column.quoted)"
         guard let path = copy.path else { return Self.assignedSQL(newEmail, else: column, write: write) }
-        return path.updatedSQL(document: column, holds: { emailHeldSQL($0, oldEmail: oldEmail, newEmail: newEmail) }, newValue: "\(newEmail)::text")
+        return path.updatedSQL(document: "\(unsafeRaw: column)", holds: { emailHeldSQL($0, oldEmail: oldEmail, newEmail: newEmail) }, newValue: "\(newEmail)::text")
     }
 
     /// The assignments rewriting a row of `copy` (alias `c`) that ``copyRowSQL(_:user:oldEmail:newEmail:write:alias:)``
