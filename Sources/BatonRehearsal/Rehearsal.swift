@@ -90,6 +90,7 @@ struct Rehearsal {
     /// The first failing statement stops the copy, and its error is reported as PostgreSQL gave it.
     private func copyTables(cluster: ThrowawayCluster, pool: PostgresPool, legacy: BatonConfiguration.LegacyIdentifiers) async throws {
         let tables = [legacy.table] + (legacy.emailTable.map { [$0.table] } ?? []) + legacy.emailCopies.map(\.table)
+            + legacy.subjectCopies.compactMap(\.table?.name)
         let dump = cluster.directory + "/source.dump"
         let list = cluster.directory + "/restore.list"
         let bin = ThrowawayCluster.serverBinaries() ?? "/usr/bin"

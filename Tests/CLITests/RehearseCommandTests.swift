@@ -165,7 +165,7 @@ struct RehearseCommandTests {
 
     /// The schema shapes Baton supports: the plain users table (`sample-config/baton.json`) and each framework's
     /// sample configuration (Nhost's tables carry triggers calling hasura-auth's own function, which the copy brings).
-    static let shapes = ["baton", "allauth", "authjs", "better-auth", "supabase", "omniauth", "hanko", "nhost", "keycloak", "authentik", "gitea"]
+    static let shapes = ["baton", "allauth", "authjs", "better-auth", "supabase", "omniauth", "hanko", "nhost", "keycloak", "authentik", "gitea", "kratos", "supertokens"]
 
     @Test("every supported schema shape, with its sample configuration: every Apple row migrates by sign-in or exchange",
           arguments: shapes)
@@ -182,7 +182,7 @@ struct RehearseCommandTests {
                 let tree = try #require(try JSONSerialization.jsonObject(with: Data(contentsOf: URL(fileURLWithPath: path))) as? [String: Any])
                 legacy = try #require(tree["legacy"] as? [String: Any]).filter { !($0.value is NSNull) }
             } else {
-                let framework = try #require([Framework.allauth, .authjs, .betterAuth, .supabase, .omniauth, .hanko, .nhost, .keycloak, .authentik, .gitea].first { $0.name == name })
+                let framework = try #require([Framework.allauth, .authjs, .betterAuth, .supabase, .omniauth, .hanko, .nhost, .keycloak, .authentik, .gitea, .kratos, .supertokens].first { $0.name == name })
                 sql = framework.ddl
                 for i in 1...users { sql += framework.addApple(i, Self.sub(i), "a\(i)@privaterelay.appleid.com") + ";\n" }
                 for i in 1...3 { sql += framework.addOther(100 + i, "10987654321\(i)", "g\(i)@gmail.com") + ";\n" }

@@ -179,4 +179,9 @@ struct SchemaSuperTokensTests {
     func index() async throws {
         try await MissingIndex(statement: Framework.supertokensSubjectIndex, failure: "FAIL  subject uniqueness").run(.supertokens)
     }
+
+    @Test("doctor passes; exchange records the duplicate, report lists it, merge moves the identifier and its tenant rows; other tenants and apps untouched")
+    func merge() async throws {
+        try await ServerLookup(apple: Framework.supertokensSignIn(app: "public"), other: Framework.supertokensSignIn(app: "app2")).runMerge(.supertokens)
+    }
 }

@@ -227,7 +227,8 @@ extension LegacyStore {
         let reference = l.emailTable.map { "u.\($0.referenceColumn.quoted)::text" } ?? "NULL::text"
         var release: PostgresQuery = """
             WITH fresh AS (
-                SELECT u.\(l.keyColumn) AS k, \(unsafeRaw: l.emailSQL) AS e, \(unsafeRaw: reference) AS r FROM \(l.table) AS u\(unsafeRaw: l.emailJoinSQL)
+                SELECT u.\(l.keyColumn) AS k, \(unsafeRaw: l.emailSQL) AS e, \(unsafeRaw: reference) AS r, \(unsafeRaw: l.subjectSQL()) AS s\(unsafeRaw: l.subjectCopyReferencesSQL)
+                FROM \(l.table) AS u\(unsafeRaw: l.emailJoinSQL)
                 WHERE u.\(l.keyColumn)::text = \(pair.freshKey) AND
             """
         release = release + " " + l.subjectEqualsSQL(l.storedSubjectSQL(newSub)) + """
@@ -238,7 +239,9 @@ extension LegacyStore {
              FOR UPDATE OF u), released AS (
                 UPDATE \(l.table) AS u SET
             """ + " " + releasedSubjectSQL + " FROM fresh WHERE u.\(l.keyColumn) = fresh.k" + l.filterSQL()
-            + " RETURNING \(unsafeRaw: l.subjectValueSQL())::text AS s) SELECT released.s, fresh.e, fresh.r FROM fresh, released"
+            + " RETURNING \(unsafeRaw: l.subjectValueSQL())::text AS s), old AS (SELECT * FROM fresh)"
+            + l.subjectCopiesSQL(from: "old", old: "old.s", new: "\(Self.releasedSubjectPrefix) || old.s")
+            + " SELECT released.s, fresh.e, fresh.r FROM fresh, released"
         guard let fresh = try await connection.query(release).first else { throw StaleDuplicate() }
         let releasedSubject = try fresh.decode(String?.self, at: 0), email = try fresh.decode(String?.self, at: 1)
         let freshReference = try fresh.decode(String?.self, at: 2)
@@ -280,18 +283,24 @@ extension LegacyStore {
         return MergedDuplicate(user: user, freshKey: pair.freshKey, releasedSubject: releasedSubject, sameAccount: try marked[0].decode(Bool.self, at: 0))
     }
 
-    /// The assignment releasing the fresh record's subject (`u`): to the value a `legacy.where` filter on the subject
-    /// column excludes (Casdoor's `''`: the row stops being an Apple row), else to NULL where the column allows it, else
-    /// (and inside JSON, `legacy.subject_path`) to the identifier behind ``releasedSubjectPrefix``.
+    /// The assignments releasing the fresh record's subject (`u`, beside the CTE `fresh`): to the value a `legacy.where`
+    /// filter on the subject column excludes (Casdoor's `''`: the row stops being an Apple row), else to NULL where the
+    /// column allows it, else (and inside JSON, `legacy.subject_path`) to the identifier behind ``releasedSubjectPrefix``;
+    /// its copies in the row holding the identifier get it behind the prefix (those in other tables: the release
+    /// statement's ``BatonConfiguration/LegacyIdentifiers/subjectCopiesSQL(from:old:new:)``), so that none still claims it.
     private var releasedSubjectSQL: PostgresQuery {
         let l = legacy
-        let prefixed = l.subjectAssignmentSQL("\(Self.releasedSubjectPrefix) || \(unsafeRaw: l.subjectValueSQL())::text")
-        guard l.subjectPath == nil else { return prefixed }
-        for filter in l.filters where filter.column == l.subjectColumn {
-            if case .notEquals(let excluded) = filter.condition { return "\(l.subjectColumn) = \(excluded)" }
+        let prefixed: PostgresQuery = "\(Self.releasedSubjectPrefix) || \(unsafeRaw: l.subjectValueSQL())::text"
+        var released = prefixed
+        if l.subjectPath == nil {
+            let excluded = l.filters.lazy.compactMap { filter -> String? in
+                guard filter.column == l.subjectColumn, case .notEquals(let value) = filter.condition else { return nil }
+                return value
+            }.first
+            released = excluded.map { "\($0)" } ?? "CASE WHEN (SELECT a.attnotnull FROM pg_attribute AS a WHERE a.attrelid = \(l.table.quoted)::regclass"
+                + " AND a.attname = \(l.subjectColumn.name)) THEN " + prefixed + " END"
         }
-        return "\(l.subjectColumn) = CASE WHEN (SELECT a.attnotnull FROM pg_attribute AS a WHERE a.attrelid = \(l.table.quoted)::regclass"
-            + " AND a.attname = \(l.subjectColumn.name)) THEN \(Self.releasedSubjectPrefix) || u.\(l.subjectColumn)::text END"
+        return l.subjectAssignmentSQL(released, copies: ("fresh.s", "\(Self.releasedSubjectPrefix) || fresh.s"))
     }
 
     /// The merge of `pair` made earlier, as its `duplicate_merged` event recorded it, while the legacy record still
