@@ -62,7 +62,7 @@ extension LegacyStore {
     public func credentialFacts(of sub: String) async throws -> CredentialFacts {
         let l = legacy
         // Only the Apple rows (`legacy.where`) count: another provider's row with the same subject is not this user.
-        let carries: PostgresQuery = "EXISTS (SELECT 1 FROM \(l.table) AS u WHERE u.\(l.subjectColumn) = " + l.storedSubjectSQL(sub) + l.filterSQL()
+        let carries: PostgresQuery = "EXISTS (SELECT 1 FROM \(l.table) AS u WHERE " + l.subjectEqualsSQL(l.storedSubjectSQL(sub)) + l.filterSQL()
         var query: PostgresQuery = """
             SELECT (SELECT state FROM baton.subjects WHERE sub = \(sub)),
                    EXISTS (SELECT 1 FROM baton.transfers WHERE new_sub = \(sub)),

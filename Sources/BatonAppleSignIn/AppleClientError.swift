@@ -45,7 +45,9 @@ public struct AppleCallContext: Sendable, Equatable, CustomStringConvertible {
 /// value when there was one, and the call's context.
 ///
 /// `description` is one line; ``explanation`` says what to check, in order. Neither ever contains a client
-/// secret, an access token, key material or a user identifier.
+/// secret, an access token, key material or a user identifier. Kept beside `CodedError`: the status, Apple's
+/// `error`, `Retry-After`, the attempts and the call's context are what the bulk jobs' retry policy and the operator's
+/// explanation read, and a code cannot carry them.
 public struct AppleClientError: Error, Equatable, CustomStringConvertible {
     /// What went wrong.
     public enum Code: String, Sendable, Equatable {

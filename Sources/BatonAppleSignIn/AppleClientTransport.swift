@@ -45,7 +45,8 @@ public struct AppleHTTPResponse: Sendable {
     }
 }
 
-/// Why a request got no HTTP answer at all.
+/// Why a request got no HTTP answer at all. Kept beside `CodedError`: no answer is what the client retries and the
+/// key-set fetcher reports, apart from any answer Apple gave (``AppleClientError``).
 public enum AppleTransportError: Error, Equatable, CustomStringConvertible {
     /// No answer within the per-request timeout.
     case timeout

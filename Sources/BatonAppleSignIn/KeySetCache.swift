@@ -212,7 +212,8 @@ public struct HTTPKeySetFetcher: KeySetFetcher {
     /// Apple's key set, `https://appleid.apple.com/auth/keys`.
     public static let appleKeysURL = URL(string: "https://appleid.apple.com/auth/keys")!
 
-    /// Why a fetch failed.
+    /// Why a fetch failed. Kept apart from ``VerificationError``: the cache, not the fetcher, decides from what it still
+    /// holds whether a failed fetch means `keys_unavailable` or `unknown_key`.
     public struct FetchError: Error, CustomStringConvertible, Sendable {
         /// What went wrong (status, size, transport error); never the body.
         public let description: String

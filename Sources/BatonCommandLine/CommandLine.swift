@@ -2,7 +2,8 @@ import Baton
 import Foundation
 import BatonLogging
 
-/// Why a command stopped; decides the exit code.
+/// Why a command stopped; decides the exit code. Kept apart from the modules' codes: it carries the exit code and the
+/// line a command prints, whatever went wrong below it.
 package enum CommandFailure: Error {
     /// Bad usage or configuration: exit 2, with a hint.
     case usage(String)

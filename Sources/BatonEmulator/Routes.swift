@@ -171,45 +171,56 @@ extension Emulator {
 
     // MARK: - Wrappers: faults and statistics
 
-    /// Wraps one of Apple's endpoints: the rate limit (429 + `Retry-After`), latency, injected
-    /// 5xx, Apple's error format `{"error": code}` with 400, and statistics.
+    /// Wraps one of Apple's endpoints: the rate limit, latency, injected 5xx, and statistics, which see every answer and
+    /// every thrown error. A refusal (``EmulatorError``) is answered in Apple's form (``EmulatorError/appleAnswer``);
+    /// any other error is counted as the router will answer it and passed on.
     private func apple(_ path: String, _ handler: @escaping @Sendable (Emulator, HTTPRequest) async throws -> HTTPResponse) -> HTTPHandler {
         { [self] request in
             if let retryAfter = faults.admit() {
-                faults.record(path: path, status: 429, error: "rate_limited", rateLimited: true)
-                return reply(["error": "rate_limited"], status: 429).with("Retry-After", String(retryAfter))
+                return recorded(path, AppleFault.rateLimited(retryAfter: retryAfter), error: AppleFault.rateLimitedCode, rateLimited: true)
             }
             let latency = faults.faults.latencyMilliseconds
             if latency > 0 { try await Task.sleep(for: .milliseconds(latency)) }
             if let status = faults.injectError() {
-                faults.record(path: path, status: status, error: "server_error", rateLimited: false)
-                return reply(["error": "server_error"], status: status)
+                return recorded(path, AppleFault.serverError(status: status), error: AppleFault.serverErrorCode)
             }
             do {
-                let response = try await handler(self, request)
-                faults.record(path: path, status: response.status, error: nil, rateLimited: false)
-                return response
+                return recorded(path, try await handler(self, request), error: nil)
             } catch let error as EmulatorError {
-                faults.record(path: path, status: 400, error: error.code.rawValue, rateLimited: false)
                 logger.debug("apple endpoint refused", ["path": path, "error": error.description])
-                return reply(["error": .string(error.code.rawValue)], status: 400).noStore()
+                return recorded(path, error.appleAnswer, error: error.errorCode)
+            } catch {
+                record(path, error)
+                throw error
             }
         }
     }
 
-    /// Wraps a device or control endpoint: emulator errors as `{"error","reason"}`, and statistics
-    /// (unless `path` is nil).
+    /// Wraps a device or control endpoint: statistics (unless `path` is nil) see its answer or the error it threw, which
+    /// passes on to the router (an ``EmulatorError`` is answered `{"error", "reason"}` with its code's status).
     private func control(_ path: String?, _ handler: @escaping @Sendable (Emulator, HTTPRequest) async throws -> HTTPResponse) -> HTTPHandler {
         { [self] request in
             do {
                 let response = try await handler(self, request)
                 if let path { faults.record(path: path, status: response.status, error: nil, rateLimited: false) }
                 return response
-            } catch let error as EmulatorError {
-                if let path { faults.record(path: path, status: error.status, error: error.errorCode, rateLimited: false) }
-                return error.response
+            } catch {
+                if let path { record(path, error) }
+                throw error
             }
         }
+    }
+
+    /// Counts `response` for `path` and returns it.
+    private func recorded(_ path: String, _ response: HTTPResponse, error: String?, rateLimited: Bool = false) -> HTTPResponse {
+        faults.record(path: path, status: response.status, error: error, rateLimited: rateLimited)
+        return response
+    }
+
+    /// Counts a thrown `error` for `path` with the status and code the router answers it with.
+    private func record(_ path: String, _ error: any Error) {
+        let answer = HTTPError.answering(error)
+        faults.record(path: path, status: answer.status, error: answer.errorCode, rateLimited: false)
     }
 
     // MARK: - /auth/token and /auth/usermigrationinfo
@@ -350,9 +361,11 @@ struct JSONBody {
     }
 }
 
+// MARK: - Statuses: the one place the emulator chooses the status of an error
+
 extension EmulatorErrorCode: HTTPStatusCode {
     /// The status of a control endpoint's `{"error", "reason"}` answer: 404 for an unknown team, app or user,
-    /// 409 for a conflict, 500 for the state file, else 400. Apple's endpoints answer every code with 400.
+    /// 409 for a conflict, 500 for the state file, else 400. Apple's endpoints answer ``EmulatorError/appleAnswer``.
     public var httpStatus: Int {
         switch self {
         case .unknownTeam, .unknownApp, .unknownUser: 404
@@ -361,4 +374,26 @@ extension EmulatorErrorCode: HTTPStatusCode {
         case .invalidClient, .invalidRequest, .invalidGrant, .unsupportedGrantType, .invalidScope, .badInput: 400
         }
     }
+}
+
+extension EmulatorError {
+    /// The answer of one of Apple's endpoints to this refusal, whatever its code: 400 with OAuth 2's `{"error": code}`
+    /// (RFC 6749 section 5.2) and no reason, not to be cached, as Apple answers.
+    var appleAnswer: HTTPResponse { reply(["error": .string(code.rawValue)], status: 400).noStore() }
+}
+
+/// The faults `POST /emulator/faults` injects into Apple's endpoints, answered as Apple does.
+private enum AppleFault {
+    /// The `error` of a rate-limited call.
+    static let rateLimitedCode = "rate_limited"
+    /// The `error` of an injected server error.
+    static let serverErrorCode = "server_error"
+
+    /// 429 with `Retry-After`: over the rate limit.
+    static func rateLimited(retryAfter: Int) -> HTTPResponse {
+        reply(["error": .string(rateLimitedCode)], status: 429).with("Retry-After", String(retryAfter))
+    }
+
+    /// The configured 5xx (`error_status`).
+    static func serverError(status: Int) -> HTTPResponse { reply(["error": .string(serverErrorCode)], status: status) }
 }

@@ -35,6 +35,13 @@ extension HTTPResponseError {
 public protocol HTTPStatusCode: ErrorCode {
     /// The HTTP status an error with this code is answered with (a 5xx for what the server, not the caller, must fix).
     var httpStatus: Int { get }
+    /// Extra headers an error with this code is answered with, e.g. `WWW-Authenticate` on a 401 (none by default).
+    var httpHeaders: HTTPHeaders { get }
+}
+
+extension HTTPStatusCode {
+    /// No extra headers.
+    public var httpHeaders: HTTPHeaders { [:] }
 }
 
 extension CodedError: HTTPResponseError where Codes: HTTPStatusCode {
@@ -42,9 +49,13 @@ extension CodedError: HTTPResponseError where Codes: HTTPStatusCode {
     public var status: Int { code.httpStatus }
     /// The code's raw value.
     public var errorCode: String { code.rawValue }
+    /// The code's ``HTTPStatusCode/httpHeaders``.
+    public var headers: HTTPHeaders { code.httpHeaders }
 }
 
-/// An error a handler throws to answer with a status and a code chosen on the spot (routing, limits, request shape).
+/// The HTTP server's own answers (routing, limits, deadlines, a malformed form), their statuses chosen here: kept beside
+/// ``CodedError`` because they come before any handler's code and carry headers that vary per request (`Allow`,
+/// `Retry-After`). A handler may throw one to answer with a status and code chosen on the spot.
 ///
 /// The response body is `{"error": code, "reason": reason}` (JSON); `headers` are added to the
 /// response (for example `Retry-After` or `WWW-Authenticate`).
@@ -74,8 +85,15 @@ public struct HTTPError: HTTPResponseError, Sendable, Equatable, CustomStringCon
 
     /// 400 `bad_request`.
     public static func badRequest(_ reason: String) -> HTTPError { HTTPError(400, code: "bad_request", reason: reason) }
+    /// 400 `invalid_form`: the body is not a well-formed `application/x-www-form-urlencoded` form
+    /// (``HTTPRequest/formValues()``).
+    public static func invalidForm(_ reason: String) -> HTTPError { HTTPError(400, code: "invalid_form", reason: reason) }
     /// 404 `not_found`.
     public static let notFound = HTTPError(404, code: "not_found", reason: "no such route")
+    /// 405 `method_not_allowed` with `Allow`: the path is served, but not for `method`.
+    public static func methodNotAllowed(_ method: String, allowed: [String]) -> HTTPError {
+        HTTPError(405, code: "method_not_allowed", reason: "\(method) is not allowed here", headers: ["Allow": allowed.joined(separator: ", ")])
+    }
     /// 413 `payload_too_large`.
     public static func payloadTooLarge(limit: Int) -> HTTPError {
         HTTPError(413, code: "payload_too_large", reason: "request body exceeds \(limit) bytes")

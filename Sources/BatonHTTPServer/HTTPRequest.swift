@@ -51,13 +51,13 @@ public struct HTTPRequest: Sendable {
         for pair in body.split(separator: UInt8(ascii: "&"), omittingEmptySubsequences: true) {
             let parts = pair.split(separator: UInt8(ascii: "="), maxSplits: 1, omittingEmptySubsequences: false)
             guard let name = FormDecoding.decode(parts[0]), !name.isEmpty else {
-                throw HTTPError(400, code: "invalid_form", reason: "malformed form parameter name")
+                throw HTTPError.invalidForm("malformed form parameter name")
             }
             guard let value = parts.count > 1 ? FormDecoding.decode(parts[1]) : "" else {
-                throw HTTPError(400, code: "invalid_form", reason: "malformed value for form parameter \(name)")
+                throw HTTPError.invalidForm("malformed value for form parameter \(name)")
             }
             guard values.updateValue(value, forKey: name) == nil else {
-                throw HTTPError(400, code: "invalid_form", reason: "form parameter \(name) given more than once")
+                throw HTTPError.invalidForm("form parameter \(name) given more than once")
             }
         }
         return values

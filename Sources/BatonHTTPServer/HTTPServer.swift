@@ -1,4 +1,5 @@
 import BatonConcurrency
+import BatonErrors
 import Foundation
 import BatonLogging
 internal import CBatonMicroHTTPD
@@ -58,25 +59,17 @@ public struct HTTPServerConfiguration: Sendable {
     public init() {}
 }
 
-/// What went wrong starting a server.
-public struct HTTPServerError: Error, Sendable, Equatable, CustomStringConvertible {
-    /// Stable codes.
-    public enum Code: String, Sendable, Equatable {
-        /// The host is not a numeric IPv4/IPv6 address or `localhost`.
-        case invalidAddress = "invalid_address"
-        /// libmicrohttpd could not start (port in use, no permission, bad limits).
-        case startFailed = "start_failed"
-        /// ``HTTPServer/start(host:port:)`` was called twice.
-        case alreadyStarted = "already_started"
-    }
+/// What went wrong starting a server: a ``HTTPServerErrorCode`` and the address or port involved.
+public typealias HTTPServerError = CodedError<HTTPServerErrorCode>
 
-    /// The stable code.
-    public var code: Code
-    /// Why, in words: the address or port involved.
-    public var reason: String
-
-    /// `code: reason`.
-    public var description: String { "\(code.rawValue): \(reason)" }
+/// Why a server could not start.
+public enum HTTPServerErrorCode: String, ErrorCode, CaseIterable {
+    /// The host is not a numeric IPv4/IPv6 address or `localhost`.
+    case invalidAddress = "invalid_address"
+    /// libmicrohttpd could not start (port in use, no permission, bad limits).
+    case startFailed = "start_failed"
+    /// ``HTTPServer/start(host:port:)`` was called twice.
+    case alreadyStarted = "already_started"
 }
 
 /// An HTTP/1.1 server on libmicrohttpd answering through a ``Router``.
@@ -116,8 +109,8 @@ public actor HTTPServer {
     /// - Throws: ``HTTPServerError`` `invalid_address`, `start_failed`, `already_started`.
     @discardableResult
     public func start(host: String = "127.0.0.1", port: Int = 0) throws -> Int {
-        guard daemon == nil, !stopped else { throw HTTPServerError(code: .alreadyStarted, reason: "\(host):\(port)") }
-        guard (0...65535).contains(port) else { throw HTTPServerError(code: .invalidAddress, reason: "port \(port)") }
+        guard daemon == nil, !stopped else { throw HTTPServerError(.alreadyStarted, "\(host):\(port)") }
+        guard (0...65535).contains(port) else { throw HTTPServerError(.invalidAddress, "port \(port)") }
         let daemon = try Serving.start(core: core, host: host == "localhost" ? "127.0.0.1" : host, port: UInt16(port))
         self.daemon = daemon
         if let limit = core.configuration.requestHeadTimeout {
@@ -245,7 +238,7 @@ final class Daemon: @unchecked Sendable {
         }
         guard let started else {
             retainedContext.release()
-            throw HTTPServerError(code: .startFailed, reason: "\(host):\(port)")
+            throw HTTPServerError(.startFailed, "\(host):\(port)")
         }
         pointer = started
         self.port = CMicroHTTPD_bound_port(started)
@@ -312,5 +305,5 @@ private func withSocketAddress<T>(host: String, port: UInt16, _ body: (UnsafePoi
         v6.sin6_port = port.bigEndian
         return withUnsafePointer(to: &v6) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { body($0, true) } }
     }
-    throw HTTPServerError(code: .invalidAddress, reason: host)
+    throw HTTPServerError(.invalidAddress, host)
 }

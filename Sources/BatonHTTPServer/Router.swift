@@ -100,9 +100,7 @@ public struct Router: Sendable {
     private func route(_ request: HTTPRequest) -> Result<HTTPLoopHandler, HTTPError> {
         guard let byMethod = routes[request.path] else { return .failure(HTTPError.notFound) }
         guard let handler = byMethod[request.method] ?? (request.method == "HEAD" ? byMethod["GET"] : nil) else {
-            let allowed = byMethod.keys.sorted().joined(separator: ", ")
-            return .failure(HTTPError(405, code: "method_not_allowed", reason: "\(request.method) is not allowed here",
-                                      headers: ["Allow": allowed]))
+            return .failure(HTTPError.methodNotAllowed(request.method, allowed: byMethod.keys.sorted()))
         }
         return .success(handler)
     }

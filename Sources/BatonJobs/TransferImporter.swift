@@ -122,7 +122,8 @@ public struct TransferImporter: Sendable {
         return .success((String(fields[0]), String(fields[1])))
     }
 
-    /// Why a line was refused by ``parse(_:)``.
+    /// Why a line was refused by ``parse(_:)``. Returned per line, never thrown: a refused line is reported and the
+    /// import goes on, so it is no ``BulkJobError``.
     public struct ParseProblem: Error, Equatable {
         /// The reason, for the operator.
         public let reason: String

@@ -1,7 +1,8 @@
 /// The one error type of the Postgres module: a stable code, the SQLSTATE when the server sent one,
 /// and a message that never carries parameter values.
 ///
-/// `description` is safe for logs; `debugDescription` adds the server's detail, which may quote values.
+/// `description` is safe for logs; `debugDescription` adds the server's detail, which may quote values. Kept beside
+/// `CodedError`: the SQLSTATE, the server's detail and ``kind`` are what retries and `database_unavailable` are decided from.
 public struct PostgresError: Error, Sendable, CustomStringConvertible, CustomDebugStringConvertible {
     /// What kind of failure this is; callers branch on it.
     public enum Code: String, Sendable, Equatable {

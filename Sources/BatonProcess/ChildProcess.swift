@@ -26,7 +26,8 @@ public final class ChildProcess: Sendable {
         case standardOutput
     }
 
-    /// Why a child could not be started.
+    /// Why a child could not be started. Kept in this module, below every `CodedError` user: one line (a failed `pipe`
+    /// or `posix_spawn`) that no caller matches on.
     public struct StartError: Error, CustomStringConvertible {
         /// `cannot start /usr/bin/psql: No such file or directory`.
         public let description: String

@@ -60,7 +60,8 @@ package final class RawHTTPConnection {
         case connectFailed(Int32)
     }
 
-    /// A failed `socket` or `connect`, with its errno.
+    /// A failed `socket` or `connect`, with its errno: kept because the workbench's clients count and print that errno as
+    /// an outcome of their own (`connectFailed`), which a code and a reason would flatten.
     package struct ConnectError: Error {
         package let code: Int32
     }

@@ -29,7 +29,7 @@ public struct RefusedUsers: Sendable, Equatable {
         let count = try summary.decode(Int.self, at: 0)
         guard count > 0 else { return RefusedUsers(step: step, count: 0, sample: [], reason: nil) }
         // The Apple row carrying the old identifier, else the key an import recorded (between companies).
-        let key: PostgresQuery = "COALESCE((SELECT u.\(l.keyColumn)::text FROM \(l.table) AS u WHERE u.\(l.subjectColumn) = " + l.storedSubjectSQL(expression: "t.old_sub") + l.filterSQL() + " LIMIT 1), t.legacy_key)"
+        let key: PostgresQuery = "COALESCE((SELECT u.\(l.keyColumn)::text FROM \(l.table) AS u WHERE " + l.subjectEqualsSQL(l.storedSubjectSQL(expression: "t.old_sub")) + l.filterSQL() + " LIMIT 1), t.legacy_key)"
         let rows = try await pool.query("SELECT " + key + ", COALESCE(t.old_sub, t.transfer_sub) FROM baton.transfers AS t WHERE " + refused
                                         + " ORDER BY t.id LIMIT \(max(0, sample))")
         let named = try rows.map { row in try row.decode(String?.self, at: 0) ?? "identifier " + row.decode(String.self, at: 1) }

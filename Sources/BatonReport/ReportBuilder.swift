@@ -269,9 +269,9 @@ public struct ReportBuilder: Sendable {
             SELECT COALESCE(t.old_sub, t.transfer_sub), t.state, t.attempts, t.last_error, legacy.key, legacy.email, t.transfer_sub IS NULL
             FROM baton.transfers AS t
             LEFT JOIN LATERAL (
-                (\(unsafeRaw: select)u.\(l.subjectColumn) =
+                (\(unsafeRaw: select)
             """
-        let queued = legacyRow + l.storedSubjectSQL(expression: "t.old_sub") + l.filterSQL() + " LIMIT 1) UNION ALL (\(unsafeRaw: select)t.old_sub IS NULL AND " + byTransfer + l.filterSQL() + """
+        let queued = legacyRow + " " + l.subjectEqualsSQL(l.storedSubjectSQL(expression: "t.old_sub")) + l.filterSQL() + " LIMIT 1) UNION ALL (\(unsafeRaw: select)t.old_sub IS NULL AND " + byTransfer + l.filterSQL() + """
              LIMIT 1) LIMIT 1) AS legacy ON true
             WHERE t.state <> 'migrated' AND (\(after)::text IS NULL OR COALESCE(t.old_sub, t.transfer_sub) > \(after))
             ORDER BY COALESCE(t.old_sub, t.transfer_sub)

@@ -21,8 +21,8 @@ import BatonReport
 /// | `GET /report` | the same report as an HTML page (admin token) |
 /// | `GET /healthz`, `/readyz`, `/metrics` | liveness, readiness, Prometheus text |
 ///
-/// Errors are `{"error": code, "reason": text}` with the status their code states (`BatonErrorCode.httpStatus`); bad input is
-/// 4xx, an unreachable database 503. Each request logs one line (route, status, duration, outcome or
+/// Errors are `{"error": code, "reason": text}`: the engine's (``BatonError``) and the request checks' (`RequestError`) with
+/// the status `ErrorStatuses.swift` chooses for their code; bad input is 4xx, an unreachable database 503. Each request logs one line (route, status, duration, outcome or
 /// error), never tokens, secrets or emails.
 public final class BatonAPI: Sendable {
     /// The engine.
@@ -127,7 +127,7 @@ public final class BatonAPI: Sendable {
         let body = try jsonObject(request)
         // Both tokens must carry the nonce of the caller's session: without one, a link is refused.
         guard let nonce = try expectedNonce(try string(body, "nonce"), flow: try string(body, "nonce_flow")) else {
-            throw HTTPError(400, code: "missing_field", reason: "nonce is required")
+            throw RequestError(.missingField, "nonce is required")
         }
         let result = try await engine.link(legacyIDToken: try required(string(body, "legacy_id_token"), "legacy_id_token"),
                                            idToken: try required(string(body, "id_token"), "id_token"), nonce: nonce)
@@ -190,7 +190,7 @@ public final class BatonAPI: Sendable {
 
     /// Admin routes need `Authorization: Bearer <admin token>`, compared in constant time.
     private func requireAdmin(_ request: HTTPRequest) throws {
-        guard let adminToken else { throw HTTPError(403, code: "forbidden", reason: "admin routes are disabled: no admin token is configured") }
+        guard let adminToken else { throw RequestError(.forbidden, "admin routes are disabled: no admin token is configured") }
         try requireBearer(adminToken, request, what: "admin")
     }
 
@@ -201,7 +201,7 @@ public final class BatonAPI: Sendable {
         let parts = header.split(separator: " ", maxSplits: 1, omittingEmptySubsequences: true)
         guard parts.count == 2, parts[0].lowercased() == "bearer",
               token.matches(parts[1].trimmingCharacters(in: .whitespaces)) else {
-            throw HTTPError(401, code: "unauthorized", reason: "a valid \(what) bearer token is required", headers: ["WWW-Authenticate": "Bearer"])
+            throw RequestError(.unauthorized, "a valid \(what) bearer token is required")
         }
     }
 
@@ -353,18 +353,18 @@ public final class BatonAPI: Sendable {
     }
 
     /// The body as a JSON object (strict: no duplicate members).
-    private func jsonObject(_ request: HTTPRequest) throws(HTTPError) -> JSONObject {
+    private func jsonObject(_ request: HTTPRequest) throws(RequestError) -> JSONObject {
         do {
             return try JSON.parseObject(request.body)
         } catch {
-            throw HTTPError(400, code: "invalid_json", reason: "request body is not a JSON object")
+            throw RequestError(.invalidJSON, "request body is not a JSON object")
         }
     }
 
     /// Member `name` of `object` as a string; nil when absent or null.
-    private func string(_ object: JSONObject, _ name: String) throws(HTTPError) -> String? {
+    private func string(_ object: JSONObject, _ name: String) throws(RequestError) -> String? {
         guard let value = object[name], !value.isNull else { return nil }
-        guard let text = value.stringValue else { throw HTTPError(400, code: "invalid_json", reason: "\(name) must be a string") }
+        guard let text = value.stringValue else { throw RequestError(.invalidJSON, "\(name) must be a string") }
         return text
     }
 
@@ -386,12 +386,12 @@ public final class BatonAPI: Sendable {
         return HTTPResponse.json(.object(object))
     }
 
-    private func required(_ value: String?, _ name: String) throws(HTTPError) -> String {
-        guard let value, !value.isEmpty else { throw HTTPError(400, code: "missing_field", reason: "\(name) is required") }
+    private func required(_ value: String?, _ name: String) throws(RequestError) -> String {
+        guard let value, !value.isEmpty else { throw RequestError(.missingField, "\(name) is required") }
         return value
     }
 
-    private func unsupportedMediaType(_ accepted: [String]) -> HTTPError {
-        HTTPError(415, code: "unsupported_media_type", reason: "Content-Type must be \(accepted.joined(separator: " or "))")
+    private func unsupportedMediaType(_ accepted: [String]) -> RequestError {
+        RequestError(.unsupportedMediaType, "Content-Type must be \(accepted.joined(separator: " or "))")
     }
 }

@@ -1,10 +1,9 @@
 import Baton
-import BatonAppleSignIn
 import BatonHTTPServer
-import BatonJOSE
-import BatonJSON
 
-// The statuses `baton serve` answers each error code with: chosen here, where HTTP is served, once per code.
+// The statuses `baton serve` answers each error code with: chosen here, where HTTP is served, once per code, in
+// switches that name every code (a new code does not compile until it has a status). The engine turns a rejected
+// token into a `BatonError`, so the verification, JOSE and JSON codes are never answered and have no status.
 
 extension BatonErrorCode: HTTPStatusCode {
     /// 401 for a refused token, 409 for a conflict, 404 for a missing legacy record, 400 for a bad request, 503 when
@@ -22,17 +21,22 @@ extension BatonErrorCode: HTTPStatusCode {
     }
 }
 
-extension VerificationErrorCode: HTTPStatusCode {
-    /// 503 for ``VerificationErrorCode/keysUnavailable`` (try later), 401 for a rejected token.
-    public var httpStatus: Int { self == .keysUnavailable ? 503 : 401 }
-}
+extension RequestErrorCode: HTTPStatusCode {
+    /// 400 for a malformed request, 415 for its media type, 401 without a valid bearer token, 403 for a disabled route.
+    package var httpStatus: Int {
+        switch self {
+        case .missingField, .invalidJSON: 400
+        case .unsupportedMediaType: 415
+        case .unauthorized: 401
+        case .forbidden: 403
+        }
+    }
 
-extension JSONErrorCode: HTTPStatusCode {
-    /// 400: every code is a refusal of the request's body.
-    public var httpStatus: Int { 400 }
-}
-
-extension JOSEErrorCode: HTTPStatusCode {
-    /// 500 for ``JOSEErrorCode/cryptoFailure`` (the server's own failure), 400 for every refusal of the input.
-    public var httpStatus: Int { self == .cryptoFailure ? 500 : 400 }
+    /// `WWW-Authenticate: Bearer` on a 401 (RFC 6750); no extra header otherwise.
+    package var httpHeaders: HTTPHeaders {
+        switch self {
+        case .unauthorized: ["WWW-Authenticate": "Bearer"]
+        case .missingField, .invalidJSON, .unsupportedMediaType, .forbidden: [:]
+        }
+    }
 }

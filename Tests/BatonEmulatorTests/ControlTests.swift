@@ -222,11 +222,18 @@ struct ControlTests {
         }
     }
 
-    @Test("Apple errors are counted by code")
+    @Test("errors are counted by code and status: Apple's answered 400 {\"error\"} not cached, a control endpoint's with its code's status")
     func errorStats() async throws {
         try await Scenario.run(users: 1) { scenario in
-            _ = try await scenario.http.postForm("/auth/token", [("grant_type", "password")])
+            let apple = try await scenario.http.postForm("/auth/token", [("grant_type", "password")])
+            #expect(apple.status == 400 && apple.json == ["error": "unsupported_grant_type"])
+            #expect(apple.headers["cache-control"] == "no-store" && apple.headers["pragma"] == "no-cache")
             #expect(scenario.emulator.stats()["/auth/token"].errors["unsupported_grant_type"] == 1)
+            #expect(scenario.emulator.stats()["/auth/token"].statuses["400"] == 1)
+            let control = try await scenario.http.postJSON("/emulator/users", ["client_id": "com.example.none", "count": 1])
+            #expect(control.status == 404 && control.json == ["error": "unknown_app", "reason": "com.example.none"])
+            #expect(scenario.emulator.stats()["/emulator/users"].errors["unknown_app"] == 1)
+            #expect(scenario.emulator.stats()["/emulator/users"].statuses["404"] == 1)
         }
     }
 

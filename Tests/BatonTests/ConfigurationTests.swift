@@ -372,6 +372,9 @@ struct ConfigurationTests {
         full.legacy.createdAtColumn = "created_at"
         full.legacy.subjectFormat = "apple:{sub}"
         full.legacy.emailCopies = [LegacyEmailCopy(table: "public.account_emailaddress", column: "email", userColumn: "user_id", filters: ["kind": "x"])]
+        full.legacy.subjectPath = ["apple", "userId"]
+        full.legacy.subjectCopies = [LegacySubjectCopy(column: "config", path: ["subject"], table: "public.credentials", keyColumn: "id",
+                                                       referenceColumn: "credential_id", filters: ["kind": "oidc"])]
         full.server.eventLoops = 2
         full.jobs.maxActiveBackends = 8
         let encoder = JSONEncoder()

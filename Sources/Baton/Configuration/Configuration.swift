@@ -315,6 +315,11 @@ public struct BatonConfiguration: Sendable, Equatable, Codable, ConfigurationSec
         public var subjectColumn: String
         /// How `subjectColumn` stores a `sub`: a text with `{sub}` once, such as `apple:{sub}` (Ory Kratos); nil: `{sub}`.
         public var subjectFormat: String?
+        /// The object keys leading to the subject inside `subjectColumn` when that column holds JSON (Logto's
+        /// `["apple", "userId"]` in `users.identities`); nil: the column itself holds it.
+        public var subjectPath: LegacyJSONPath?
+        /// Further copies of the bare `sub` (other columns, JSON locations, other tables), rewritten with the subject.
+        public var subjectCopies: [LegacySubjectCopy]?
         /// The column of `table` holding the user's email; nil when the email is elsewhere (``email``) or nowhere.
         public var emailColumn: String?
         /// A column holding each user's transfer identifier, if the application stores them.
@@ -339,7 +344,8 @@ public struct BatonConfiguration: Sendable, Equatable, Codable, ConfigurationSec
         public init(table: String, keyColumn: String, subjectColumn: String, emailColumn: String?, transferColumn: String? = nil,
                     filters: [String: LegacyCondition]? = nil, email: LegacyEmailTable? = nil, json: LegacyJSONCopy? = nil,
                     emailCopies: [LegacyEmailCopy]? = nil, emailPolicy: EmailPolicy? = nil, onDuplicate: DuplicatePolicy? = nil,
-                    createdAtColumn: String? = nil, subjectFormat: String? = nil) {
+                    createdAtColumn: String? = nil, subjectFormat: String? = nil, subjectPath: LegacyJSONPath? = nil,
+                    subjectCopies: [LegacySubjectCopy]? = nil) {
             self.table = table
             self.keyColumn = keyColumn
             self.subjectColumn = subjectColumn
@@ -353,6 +359,8 @@ public struct BatonConfiguration: Sendable, Equatable, Codable, ConfigurationSec
             self.onDuplicate = onDuplicate
             self.createdAtColumn = createdAtColumn
             self.subjectFormat = subjectFormat
+            self.subjectPath = subjectPath
+            self.subjectCopies = subjectCopies
         }
 
         /// The validated identifiers, ready for `PostgresQuery` interpolation (which quotes them).

@@ -113,6 +113,7 @@ extension Array: ConfigurationValue where Element == String { static var kind: B
 extension Dictionary: ConfigurationValue where Key == String, Value == LegacyCondition {
     static var kind: BatonConfiguration.KeyKind { .filters }
 }
+extension LegacyJSONPath: ConfigurationValue { static var kind: BatonConfiguration.KeyKind { .jsonPath } }
 extension BatonConfiguration.ListenAddress: ConfigurationValue { static var kind: BatonConfiguration.KeyKind { .string } }
 extension PostgresPooler: EnumeratedValue {}
 extension EmailPolicy: EnumeratedValue {}

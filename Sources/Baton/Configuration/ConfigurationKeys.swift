@@ -18,6 +18,8 @@ extension BatonConfiguration {
         case boolean
         /// A list of objects whose members are declared as keys `path[].member`: a JSON array in the environment.
         case records
+        /// A location in a JSON document: a JSON array of keys and one-member objects (`legacy.subject_path`).
+        case jsonPath
     }
 
     /// What an absent key means.
@@ -239,6 +241,10 @@ extension BatonConfiguration.Legacy {
                   "the column holding the Apple `sub`; a unique index making it unique among the rows `legacy.where` selects is required at start-up ([where filters](#where-filters))"),
         .optional("subject_format", \.subjectFormat, absent: "`{sub}`",
                   "how `legacy.subject_column` stores a `sub`: a text holding `{sub}` exactly once, such as `apple:{sub}` (Ory Kratos' `identity_credential_identifiers.identifier`); Baton binds the stored form where it compares or writes the column, reads the bare `sub` back, and treats a row whose column lacks the text around `{sub}` as not an Apple row ([schemas.md](schemas.md#ory-kratos))"),
+        .optional("subject_path", \.subjectPath, absent: "`null`: the column holds the subject",
+                  "the object keys leading to the subject inside `legacy.subject_column` when that column holds JSON (json, jsonb, or text holding JSON): Logto's `[\"apple\", \"userId\"]` in `users.identities`; lookups read `#>>` that path, the rewrite sets it with `jsonb_set`, keeping every other key; Baton prints the unique expression index it uses, and without one takes a lock of its own on the new `sub` ([schemas.md](schemas.md#logto))"),
+        .records("subject_copies", \.subjectCopies, absent: "none",
+                 "further copies of the bare `sub`, each rewritten in the same statement as the subject where it holds the old `sub`, never added where absent: a column or JSON location of the same row (Logto's `identities` at `[\"apple\", \"details\", \"id\"]`), or of another table's rows that reference the legacy row (Kratos' `identity_credentials.config`, SuperTokens' `thirdparty_user_to_tenant`); from the environment a JSON array"),
         .optional("email_column", \.emailColumn, absent: "`null`",
                   "the column of `legacy.table` holding the user's email; leave out when the email is in another table (`legacy.email`) or nowhere"),
         .optional("transfer_column", \.transferColumn, absent: "`null`",
@@ -285,6 +291,25 @@ extension LegacyJSONCopy {
                   "its top-level keys rewritten with the new email, under `legacy.email_policy`"),
         .optional("email_table_column", \.emailTableColumn, absent: "`null`",
                   "a json, jsonb or text column of `legacy.email.table` holding the same keys (Supabase's `auth.users.raw_user_meta_data`); there a key is rewritten only where it holds the old subject or email, since that row copies whichever provider signed in last"),
+    ]
+
+    static var defaults: Self { Self(column: "") }
+}
+
+extension LegacySubjectCopy {
+    static let fields: [ConfigurationField<Self>] = [
+        .required("column", \.column,
+                  "the column holding the copy"),
+        .optional("path", \.path, absent: "`null`: the column holds the bare `sub`",
+                  "a JSON location in that column: strings are object keys, a one-member object picks the array elements whose member holds that string (Kratos' `[\"providers\", {\"provider\": \"apple\"}, \"subject\"]`)"),
+        .optional("table", \.table, absent: "`null`: the legacy row itself",
+                  "another table holding the copy, optionally schema-qualified; not `legacy.table`, `legacy.email.table` nor an email copy's table"),
+        .optional("key_column", \.keyColumn, absent: "`null`; required with `table`",
+                  "that table's column matching `reference_column` of the legacy row"),
+        .optional("reference_column", \.referenceColumn, absent: "`legacy.key_column`",
+                  "the column of `legacy.table` that `key_column` matches"),
+        .optional("where", \.filters, absent: "`null`",
+                  "filters narrowing that table's rows, as `legacy.where`"),
     ]
 
     static var defaults: Self { Self(column: "") }

@@ -188,6 +188,11 @@ extension BatonConfiguration {
                     filters[pair[0]] = .string(pair[1])
                 }
                 try set(.object(filters), at: key.path, in: &tree)
+            case .jsonPath:
+                guard case .array(let steps)? = try? JSON.parse(Array(trimmed.utf8)) else {
+                    throw ConfigurationError(.invalidValue, key: key.path, reason: "expected a JSON array of keys and one-member objects")
+                }
+                try set(.array(steps), at: key.path, in: &tree)
             case .records:
                 guard case .array(let items)? = try? JSON.parse(Array(trimmed.utf8)), items.allSatisfy({ $0.objectValue != nil }) else {
                     throw ConfigurationError(.invalidValue, key: key.path, reason: "expected a JSON array of objects")

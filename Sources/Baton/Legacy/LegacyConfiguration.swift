@@ -158,6 +158,35 @@ public struct LegacyEmailCopy: Sendable, Equatable, Codable, ConfigurationSectio
     }
 }
 
+/// One entry of `legacy.subject_copies`: a further copy of the bare `sub`, in a column (or at a JSON location in it) of the
+/// legacy row itself or of another table's rows that reference it. Where it holds the user's old `sub` it is rewritten
+/// with the new one, in the same statement as the subject; nothing is added where it is absent.
+public struct LegacySubjectCopy: Sendable, Equatable, Codable, ConfigurationSection {
+    /// The column holding the copy.
+    public var column: String
+    /// A JSON location in `column` (nil: the column holds the bare `sub`).
+    public var path: LegacyJSONPath?
+    /// Another table holding the copy (nil: the legacy row).
+    public var table: String?
+    /// With `table`: its column matching ``referenceColumn`` of the legacy row.
+    public var keyColumn: String?
+    /// With `table`: the column of the legacy table that ``keyColumn`` matches (nil: `legacy.key_column`).
+    public var referenceColumn: String?
+    /// With `table`: filters narrowing its rows, as `legacy.where`.
+    public var filters: [String: LegacyCondition]?
+
+    /// Creates an entry.
+    public init(column: String, path: LegacyJSONPath? = nil, table: String? = nil, keyColumn: String? = nil,
+                referenceColumn: String? = nil, filters: [String: LegacyCondition]? = nil) {
+        self.column = column
+        self.path = path
+        self.table = table
+        self.keyColumn = keyColumn
+        self.referenceColumn = referenceColumn
+        self.filters = filters
+    }
+}
+
 /// `legacy.json`: a json/jsonb (or text holding JSON) column of `legacy.table` whose top-level keys copy
 /// the claims; the listed keys are rewritten with the new subject and email, other keys never touched, a
 /// missing key never added.
@@ -196,19 +225,11 @@ extension BatonConfiguration {
             /// index's predicate, where no parameter can go): `"apple" <> ''`, `"provider" IN ('a', 'b')`.
             public var literalSQL: String {
                 switch condition {
-                case .equals(let value): "\(column.quoted) = \(Self.literal(value))"
-                case .notEquals(let value): "\(column.quoted) <> \(Self.literal(value))"
-                case .oneOf(let values): "\(column.quoted) IN (\(values.map(Self.literal).joined(separator: ", ")))"
+                case .equals(let value): "\(column.quoted) = \(value.sqlLiteral)"
+                case .notEquals(let value): "\(column.quoted) <> \(value.sqlLiteral)"
+                case .oneOf(let values): "\(column.quoted) IN (\(values.map(\.sqlLiteral).joined(separator: ", ")))"
                 case .notNull: "\(column.quoted) IS NOT NULL"
                 }
-            }
-
-            /// `value` as an SQL string literal, whatever `standard_conforming_strings` is (PostgreSQL's `quote_literal`).
-            private static func literal(_ value: String) -> String {
-                let escaped = value.reduce(into: "") { text, character in
-                    text += character == "'" ? "''" : character == "\\" ? "\\\\" : String(character)
-                }
-                return (value.contains("\\") ? "E'" : "'") + escaped + "'"
             }
         }
 
@@ -236,6 +257,28 @@ extension BatonConfiguration {
             public var emailTableColumn: PostgresIdentifier?
         }
 
+        /// A further copy of the bare `sub` (`legacy.subject_copies`).
+        public struct SubjectCopy: Sendable, Equatable {
+            /// Another table holding a copy: its rows whose `keyColumn` equals the legacy row's `referenceColumn`.
+            public struct OtherTable: Sendable, Equatable {
+                /// The table.
+                public var name: PostgresIdentifier
+                /// Its column matching the legacy row.
+                public var keyColumn: PostgresIdentifier
+                /// The legacy table's column it matches.
+                public var referenceColumn: PostgresIdentifier
+            }
+
+            /// The other table holding the copy; nil: the legacy row itself.
+            public var table: OtherTable?
+            /// The column.
+            public var column: PostgresIdentifier
+            /// The JSON location in the column, if any.
+            public var path: LegacyJSONPath?
+            /// The filters narrowing the other table's rows, ordered by column name.
+            public var filters: [Filter]
+        }
+
         /// A further table holding a copy of the email (`legacy.email_copies`).
         public struct EmailCopy: Sendable, Equatable {
             /// The table.
@@ -258,6 +301,10 @@ extension BatonConfiguration {
         public var subjectPrefix: String
         /// The text it holds after the bare `sub` (empty by default).
         public var subjectSuffix: String
+        /// The keys leading to the subject inside `subjectColumn` when it holds JSON (`legacy.subject_path`).
+        public var subjectPath: LegacyJSONPath?
+        /// The further copies of the bare `sub`, in configuration order.
+        public var subjectCopies: [SubjectCopy]
         /// The email column of `table`, if the email is there.
         public var emailColumn: PostgresIdentifier?
         /// The transfer identifier column, if configured.
@@ -289,6 +336,11 @@ extension BatonConfiguration {
             keyColumn = try legacy.identifier(\.keyColumn, in: path)
             subjectColumn = try legacy.identifier(\.subjectColumn, in: path)
             (subjectPrefix, subjectSuffix) = try Self.subjectFormat(legacy.subjectFormat, key: Legacy.key(\.subjectFormat, in: path))
+            subjectPath = try legacy.subjectPath?.validated(key: Legacy.key(\.subjectPath, in: path), keysOnly: true)
+            let legacyKey = keyColumn
+            subjectCopies = try (legacy.subjectCopies ?? []).enumerated().map { index, copy in
+                try Self.subjectCopy(copy, in: "\(Legacy.key(\.subjectCopies, in: path))[\(index)]", legacyKey: legacyKey)
+            }
             emailColumn = try legacy.identifier(\.emailColumn, in: path)
             transferColumn = try legacy.identifier(\.transferColumn, in: path)
             filters = try Self.filters(legacy, \.filters, in: path)
@@ -336,6 +388,30 @@ extension BatonConfiguration {
             }
         }
 
+        /// One entry of `legacy.subject_copies` (at `path`): `key_column` present exactly when `table` is, `reference_column`
+        /// and `where` only with `table`.
+        private static func subjectCopy(_ copy: LegacySubjectCopy, in path: String, legacyKey: PostgresIdentifier) throws -> SubjectCopy {
+            let column = try copy.identifier(\.column, in: path)
+            let jsonPath = try copy.path?.validated(key: LegacySubjectCopy.key(\.path, in: path), keysOnly: false)
+            guard let tableName = copy.table else {
+                if copy.keyColumn != nil || copy.referenceColumn != nil || copy.filters != nil {
+                    throw ConfigurationError(.invalidValue, key: path, reason: "key_column, reference_column and where need table (a copy in another table)")
+                }
+                return SubjectCopy(table: nil, column: column, path: jsonPath, filters: [])
+            }
+            guard copy.keyColumn != nil else {
+                throw ConfigurationError(.invalidValue, key: LegacySubjectCopy.key(\.keyColumn, in: path), reason: "is required with table")
+            }
+            let name = try BatonConfiguration.identifier(tableName, key: LegacySubjectCopy.key(\.table, in: path), allowSchema: true)
+            let keyColumn = try copy.identifier(\.keyColumn, in: path)!
+            let filters = try Self.filters(copy, \.filters, in: path)
+            if column == keyColumn || filters.contains(where: { $0.column == column || $0.column == keyColumn }) {
+                throw ConfigurationError(.invalidValue, key: path, reason: "column, key_column and the where columns must differ")
+            }
+            let table = SubjectCopy.OtherTable(name: name, keyColumn: keyColumn, referenceColumn: try copy.identifier(\.referenceColumn, in: path) ?? legacyKey)
+            return SubjectCopy(table: table, column: column, path: jsonPath, filters: filters)
+        }
+
         /// `legacy.json` (at `path`) with its default keys, each list of distinct, non-empty keys, the two disjoint.
         private static func jsonCopy(_ copy: LegacyJSONCopy, in path: String) throws -> JSONCopy {
             let subjectKeys = copy.subjectKeys ?? ["sub"]
@@ -350,6 +426,28 @@ extension BatonConfiguration {
             }
             return JSONCopy(column: try copy.identifier(\.column, in: path), subjectKeys: subjectKeys, emailKeys: emailKeys,
                             emailTableColumn: try copy.identifier(\.emailTableColumn, in: path))
+        }
+
+        /// Each subject copy writes what no other part of the statement writes: a column of the legacy row that is no
+        /// other configured column (the subject column only at a JSON location beside `legacy.subject_path`), or a table
+        /// of its own (PostgreSQL applies only one of two writes to one row in one statement).
+        private func checkSubjectCopies() throws {
+            let others = [keyColumn, emailColumn, transferColumn, json?.column, createdAtColumn, emailTable?.referenceColumn].compactMap { $0 }
+                + filters.map(\.column)
+            for (index, copy) in subjectCopies.enumerated() {
+                let key = "legacy.subject_copies[\(index)]"
+                guard let table = copy.table else {
+                    if others.contains(copy.column) || (copy.column == subjectColumn && (subjectPath == nil || copy.path == nil)) {
+                        throw ConfigurationError(.invalidValue, key: key + ".column", reason: "must be a column Baton writes nothing else into (the subject column only at a JSON path beside legacy.subject_path)")
+                    }
+                    continue
+                }
+                let taken = [self.table, emailTable?.table].compactMap { $0 } + emailCopies.map(\.table)
+                    + subjectCopies[..<index].compactMap(\.table?.name)
+                if taken.contains(table.name) {
+                    throw ConfigurationError(.invalidValue, key: key + ".table", reason: "must be a table no other part of legacy writes (one entry per table)")
+                }
+            }
         }
 
         private func checkDistinct() throws {
@@ -377,6 +475,7 @@ extension BatonConfiguration {
             if !emailCopies.isEmpty && !hasEmail {
                 throw ConfigurationError(.invalidValue, key: "legacy.email_copies", reason: "needs the email's own location: set legacy.email_column or legacy.email")
             }
+            try checkSubjectCopies()
             for (index, copy) in emailCopies.enumerated() {
                 let key = "legacy.email_copies[\(index)]"
                 // Two writes to one row in one statement: PostgreSQL would apply only one of them.

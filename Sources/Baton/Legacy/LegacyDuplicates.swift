@@ -100,14 +100,14 @@ extension LegacyStore {
         let l = legacy
         let created = l.createdAtColumn.map { "u.\($0.quoted)::timestamptz" } ?? "NULL::timestamptz"
         var query: PostgresQuery = """
-            WITH fresh AS (SELECT u.\(l.keyColumn)::text AS k, \(unsafeRaw: created) AS c FROM \(l.table) AS u WHERE u.\(l.subjectColumn) =
-            """ + l.storedSubjectSQL(newSub) + l.filterSQL() + " LIMIT 1)"
+            WITH fresh AS (SELECT u.\(l.keyColumn)::text AS k, \(unsafeRaw: created) AS c FROM \(l.table) AS u WHERE
+            """ + " " + l.subjectEqualsSQL(l.storedSubjectSQL(newSub)) + l.filterSQL() + " LIMIT 1)"
         if let transferSub, oldSub == nil {
             query = query + ", candidate AS (" + Self.transferCandidate(l, transferSub: transferSub) + "), original AS ("
                 + "SELECT u.\(l.keyColumn)::text AS k, \(unsafeRaw: l.subjectSQL()) AS s FROM \(l.table) AS u WHERE u.\(l.keyColumn) = (SELECT k FROM candidate)"
         } else {
-            query = query + ", original AS (SELECT u.\(l.keyColumn)::text AS k, \(unsafeRaw: l.subjectSQL()) AS s FROM \(l.table) AS u WHERE u.\(l.subjectColumn) = "
-                + l.storedSubjectSQL(oldSub)
+            query = query + ", original AS (SELECT u.\(l.keyColumn)::text AS k, \(unsafeRaw: l.subjectSQL()) AS s FROM \(l.table) AS u WHERE "
+                + l.subjectEqualsSQL(l.storedSubjectSQL(oldSub))
         }
         return query + l.filterSQL() + """
              LIMIT 1), pair AS (
@@ -136,7 +136,8 @@ extension LegacyStore {
 
     /// Moves the Apple identity from the fresh record of `pair` onto its legacy record, in one transaction:
     /// 1. locks the pair's `baton.duplicates` row (a concurrent merge of the same pair waits, then finds it merged);
-    /// 2. releases the fresh record's subject: NULL when the column is nullable, otherwise
+    /// 2. releases the fresh record's subject: to the value a `legacy.where` filter on the subject column excludes (`''`
+    ///    under `{"not": ""}`), else NULL when the column is nullable, otherwise (and inside JSON)
     ///    ``releasedSubjectPrefix`` + the identifier (nothing else of the fresh record, nor of its account, changes);
     /// 3. runs the migration statement for the legacy record (found by `old_sub`, else by `transfer_sub`), with the
     ///    fresh record's stored email as the new one: the subject, the email as `legacy.email_policy` says, the
@@ -227,19 +228,17 @@ extension LegacyStore {
         var release: PostgresQuery = """
             WITH fresh AS (
                 SELECT u.\(l.keyColumn) AS k, \(unsafeRaw: l.emailSQL) AS e, \(unsafeRaw: reference) AS r FROM \(l.table) AS u\(unsafeRaw: l.emailJoinSQL)
-                WHERE u.\(l.keyColumn)::text = \(pair.freshKey) AND u.\(l.subjectColumn) =
+                WHERE u.\(l.keyColumn)::text = \(pair.freshKey) AND
             """
-        release = release + l.storedSubjectSQL(newSub) + """
+        release = release + " " + l.subjectEqualsSQL(l.storedSubjectSQL(newSub)) + """
 
                   AND NOT EXISTS (SELECT 1 FROM baton.transfers AS t WHERE t.new_sub = \(newSub)::text AND t.state = 'migrated')
             """
         release = release + l.filterSQL() + """
              FOR UPDATE OF u), released AS (
-                UPDATE \(l.table) AS u SET \(l.subjectColumn) = CASE
-                    WHEN (SELECT a.attnotnull FROM pg_attribute AS a WHERE a.attrelid = \(l.table.quoted)::regclass AND a.attname = \(l.subjectColumn.name))
-                    THEN \(Self.releasedSubjectPrefix) || u.\(l.subjectColumn)::text END
-                FROM fresh WHERE u.\(l.keyColumn) = fresh.k
-            """ + l.filterSQL() + " RETURNING u.\(l.subjectColumn)::text AS s) SELECT released.s, fresh.e, fresh.r FROM fresh, released"
+                UPDATE \(l.table) AS u SET
+            """ + " " + releasedSubjectSQL + " FROM fresh WHERE u.\(l.keyColumn) = fresh.k" + l.filterSQL()
+            + " RETURNING \(unsafeRaw: l.subjectValueSQL())::text AS s) SELECT released.s, fresh.e, fresh.r FROM fresh, released"
         guard let fresh = try await connection.query(release).first else { throw StaleDuplicate() }
         let releasedSubject = try fresh.decode(String?.self, at: 0), email = try fresh.decode(String?.self, at: 1)
         let freshReference = try fresh.decode(String?.self, at: 2)
@@ -247,6 +246,7 @@ extension LegacyStore {
         // The migration statement, with the same fallbacks as everywhere for a value the table refuses (an email
         // another row holds, one too long, a JSON copy that is not JSON): fewer parts written, never a failed merge.
         let source: OldSubjectSource = oldSub.map { .subject($0) } ?? .transfer(transferSub ?? "")
+        if locksNewSubject { _ = try await connection.query(Self.newSubjectLockQuery(newSub)) }
         let rows = try await Self.withRefusedValueFallbacks({ parts in
             try await connection.executeScript(unsafeSQL: "SAVEPOINT baton_merge")
             return try await connection.query(migrationQuery(from: source, newSub: newSub, newEmail: email,
@@ -259,8 +259,8 @@ extension LegacyStore {
 
         var sameAccount: PostgresQuery = " false"
         if let mail = l.emailTable {
-            sameAccount = " (SELECT u.\(mail.referenceColumn)::text FROM \(l.table) AS u WHERE u.\(l.subjectColumn) = "
-                + l.storedSubjectSQL(newSub) + l.filterSQL() + " LIMIT 1) IS NOT DISTINCT FROM \(freshReference)::text"
+            sameAccount = " (SELECT u.\(mail.referenceColumn)::text FROM \(l.table) AS u WHERE "
+                + l.subjectEqualsSQL(l.storedSubjectSQL(newSub)) + l.filterSQL() + " LIMIT 1) IS NOT DISTINCT FROM \(freshReference)::text"
         }
         let marked = try await connection.query("""
             WITH marked AS (
@@ -280,6 +280,20 @@ extension LegacyStore {
         return MergedDuplicate(user: user, freshKey: pair.freshKey, releasedSubject: releasedSubject, sameAccount: try marked[0].decode(Bool.self, at: 0))
     }
 
+    /// The assignment releasing the fresh record's subject (`u`): to the value a `legacy.where` filter on the subject
+    /// column excludes (Casdoor's `''`: the row stops being an Apple row), else to NULL where the column allows it, else
+    /// (and inside JSON, `legacy.subject_path`) to the identifier behind ``releasedSubjectPrefix``.
+    private var releasedSubjectSQL: PostgresQuery {
+        let l = legacy
+        let prefixed = l.subjectAssignmentSQL("\(Self.releasedSubjectPrefix) || \(unsafeRaw: l.subjectValueSQL())::text")
+        guard l.subjectPath == nil else { return prefixed }
+        for filter in l.filters where filter.column == l.subjectColumn {
+            if case .notEquals(let excluded) = filter.condition { return "\(l.subjectColumn) = \(excluded)" }
+        }
+        return "\(l.subjectColumn) = CASE WHEN (SELECT a.attnotnull FROM pg_attribute AS a WHERE a.attrelid = \(l.table.quoted)::regclass"
+            + " AND a.attname = \(l.subjectColumn.name)) THEN \(Self.releasedSubjectPrefix) || u.\(l.subjectColumn)::text END"
+    }
+
     /// The merge of `pair` made earlier, as its `duplicate_merged` event recorded it, while the legacy record still
     /// holds `newSub`: the same answer again for a merge performed once more after its answer was lost.
     private func merged(_ pair: DuplicatePair, newSub: String, on connection: PostgresConnection) async throws -> MergedDuplicate {
@@ -290,8 +304,8 @@ extension LegacyStore {
             FROM \(l.table) AS u\(unsafeRaw: l.emailJoinSQL),
                  LATERAL (SELECT detail FROM baton.events WHERE kind = 'duplicate_merged' AND legacy_key = \(pair.legacyKey)
                           AND detail->>'fresh_key' = \(pair.freshKey) ORDER BY id DESC LIMIT 1) AS e
-            WHERE u.\(l.keyColumn)::text = \(pair.legacyKey) AND u.\(l.subjectColumn) =
-            """ + l.storedSubjectSQL(newSub) + l.filterSQL())
+            WHERE u.\(l.keyColumn)::text = \(pair.legacyKey) AND
+            """ + " " + l.subjectEqualsSQL(l.storedSubjectSQL(newSub)) + l.filterSQL())
         guard let row = rows.first else { throw StaleDuplicate() }
         return MergedDuplicate(user: LegacyUser(key: try row.decode(String.self, at: 0), subject: try row.decode(String.self, at: 2),
                                                 email: try row.decode(String?.self, at: 1), accountKey: try row.decode(String?.self, at: 5)),
@@ -319,7 +333,7 @@ extension LegacyStore {
         let l = legacy
         let transfer = l.transferColumn.map { " AND u.\($0.quoted) IS NULL" } ?? ""
         let query: PostgresQuery = """
-            SELECT count(*), count(*) FILTER (WHERE u.\(l.subjectColumn) IS NULL\(unsafeRaw: transfer)),
+            SELECT count(*), count(*) FILTER (WHERE \(unsafeRaw: l.subjectValueSQL()) IS NULL\(unsafeRaw: transfer)),
                    count(*) FILTER (WHERE \(unsafeRaw: BatonConfiguration.LegacyIdentifiers.isRelaySQL(l.emailSQL))),
                    (SELECT count(*) FROM baton.duplicates WHERE merged_at IS NULL)
             FROM \(l.table) AS u\(unsafeRaw: l.emailJoinSQL) WHERE true

@@ -58,6 +58,9 @@ extension LegacyStore {
         if let column = l.transferColumn { wanted.append(("legacy.transfer_column", column)) }
         if let json = l.json { wanted.append(("legacy.json.column", json.column)) }
         if let mail = l.emailTable { wanted.append(("legacy.email.reference_column", mail.referenceColumn)) }
+        for (index, copy) in l.subjectCopies.enumerated() {
+            wanted.append(copy.table.map { ("legacy.subject_copies[\(index)].reference_column", $0.referenceColumn) } ?? ("legacy.subject_copies[\(index)].column", copy.column))
+        }
         wanted += l.filters.map { ("legacy.where", $0.column) }
         let missing = wanted.filter { columns[$0.1.name] == nil }.map { "\($0.0) \($0.1.name)" }
         guard missing.isEmpty else {
@@ -65,7 +68,7 @@ extension LegacyStore {
                 fix: "name the existing columns in the legacy section (names are case-sensitive)")
             return LegacyInspection(findings: findings)
         }
-        let written = [l.subjectColumn, l.emailColumn, l.json?.column].compactMap { $0 }
+        let written = [l.subjectColumn, l.emailColumn, l.json?.column].compactMap { $0 } + l.subjectCopies.filter { $0.table == nil }.map(\.column)
         if let generated = written.first(where: { columns[$0.name]?.generated == true }) {
             add(.failure, "legacy table", "\(l.table).\(generated.name) is a generated column, which cannot be written",
                 fix: "name the column it is computed from (for a JSON copy, legacy.json) instead")
@@ -85,7 +88,14 @@ extension LegacyStore {
         func described(_ index: UniqueIndex) -> String {
             "unique index \(index.name) on (\(index.columns.sorted().joined(separator: ", ")))" + (index.predicate.map { " where \($0)" } ?? "")
         }
-        if let index = indexes.first(where: { l.makesUnique(l.subjectColumn, by: $0) }) {
+        if l.subjectPath != nil {
+            if let index = try await subjectExpressionIndex() {
+                add(.ok, "subject uniqueness", "unique index \(index) on the subject's expression \(l.subjectValueSQL())")
+            } else {
+                add(.warning, "subject uniqueness", "no unique index holds the subject's expression \(l.subjectValueSQL()): Baton serializes its own writes of each new sub (an advisory lock), so it migrates each user once, but the application's own writes are not checked",
+                    fix: l.subjectIndexStatement())
+            }
+        } else if let index = indexes.first(where: { l.makesUnique(l.subjectColumn, by: $0) }) {
             add(.ok, "subject uniqueness", described(index))
         } else {
             let within = l.filters.isEmpty ? "" : " among the rows legacy.where selects"
@@ -224,6 +234,31 @@ extension LegacyStore {
             result[try row.decode(String.self, at: 0)] = ColumnInfo(type: try row.decode(String.self, at: 1), generated: try row.decode(Bool.self, at: 2))
         }
         return result
+    }
+
+    /// The name of a valid unique index of the legacy table over the subject's expression (`legacy.subject_path`) and
+    /// columns the filters hold to one value, which PostgreSQL's planner uses for a lookup by subject under the
+    /// filters (so its expression and any predicate match); nil when there is none.
+    private func subjectExpressionIndex() async throws -> String? {
+        let l = legacy
+        var columns: [String: Set<String>] = [:]
+        for row in try await pool.query("""
+            SELECT c.relname::text, a.attname::text
+            FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+            LEFT JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY ((i.indkey::int2[])[0:i.indnkeyatts - 1]) AND a.attnum > 0
+            WHERE i.indrelid = to_regclass(\(l.table.quoted)) AND i.indisunique AND i.indisvalid AND i.indexprs IS NOT NULL
+            """) {
+            columns[try row.decode(String.self, at: 0), default: []].formUnion([try row.decode(String?.self, at: 1)].compactMap { $0 })
+        }
+        let candidates = columns.filter { $0.value.isSubset(of: l.fixedColumns) }.keys.sorted()
+        guard !candidates.isEmpty else { return nil }
+        let filters = l.filters.map { " AND " + $0.literalSQL }.joined()
+        let plan = try await pool.withTransaction { connection in
+            _ = try await connection.query("SELECT set_config('enable_seqscan', 'off', true)")
+            return try await connection.query(PostgresQuery(unsafeSQL: "EXPLAIN (COSTS OFF) SELECT 1 FROM \(l.table.quoted) AS u WHERE \(l.subjectValueSQL()) = ''\(filters)"))
+                .map { try $0.decode(String.self, at: 0) }.joined(separator: "\n")
+        }
+        return candidates.first { plan.contains(" \($0) ") || plan.contains(" \"\($0)\" ") }
     }
 
     /// The valid unique indexes (and constraints) of `table` over columns only (no expression), with their key

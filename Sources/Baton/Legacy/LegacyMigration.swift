@@ -6,7 +6,9 @@ extension LegacyStore {
     /// One statement, hence one transaction, on one pooled connection:
     /// 1. locks the Apple row (`legacy.where`) whose subject is `oldSub` (`SELECT … FOR UPDATE OF u`);
     /// 2. checks that no Apple row already carries `newSub`;
-    /// 3. sets the subject column to `newSub` and the JSON copy's subject keys (`legacy.json`) with it, and in the
+    /// 3. sets the subject column (or its JSON location, `legacy.subject_path`) to `newSub`, and with it each copy of the
+    ///    old `sub` (`legacy.subject_copies`, in the row or in other tables' rows referencing it) and the JSON copy's
+    ///    subject keys (`legacy.json`), and in the
     ///    email table's JSON copy (`legacy.json.email_table_column`) the keys holding the old subject or email;
     ///    replaces the email (in `email_column`, or in the email table `legacy.email`, and the JSON email keys)
     ///    by `newEmail` only when `newEmail` is given and `legacy.email_policy` allows it for the stored email
@@ -70,8 +72,13 @@ extension LegacyStore {
         let rows: PostgresResult
         do {
             rows = try await Self.withRefusedValueFallbacks { parts in
-                try await pool.query(migrationQuery(from: source, newSub: newSub, newEmail: newEmail, isPrivateEmail: isPrivateEmail,
-                                                    transferSub: transferSub, method: method, parts: parts))
+                let query = migrationQuery(from: source, newSub: newSub, newEmail: newEmail, isPrivateEmail: isPrivateEmail,
+                                           transferSub: transferSub, method: method, parts: parts)
+                guard locksNewSubject else { return try await pool.query(query) }
+                return try await pool.withTransaction { connection in
+                    _ = try await connection.query(Self.newSubjectLockQuery(newSub))
+                    return try await connection.query(query)
+                }
             }
         } catch let error as PostgresError where error.code == .uniqueViolation {
             return .conflict  // with every part that can hold a refused value left out, the subject's own: another row holds it
@@ -80,6 +87,17 @@ extension LegacyStore {
         case .settled(let outcome): return outcome
         case .readAgain: return try await lookupBySubject(newSub).map { .alreadyMigrated($0) } ?? .legacyRecordMissing
         }
+    }
+
+    /// Whether a migration first takes Baton's own lock on the new `sub` (``newSubjectLockQuery(_:)``): for a subject
+    /// inside JSON (`legacy.subject_path`), which the database may keep unique by no index at all (Logto). Taken in its
+    /// own statement, before the migration statement's snapshot, so that statement sees whatever the last holder wrote:
+    /// two callers can never both find the new `sub` free and write it into two records.
+    var locksNewSubject: Bool { legacy.subjectPath != nil }
+
+    /// The statement taking that lock until the transaction ends (two keys: Baton's space, the `sub`'s hash).
+    static func newSubjectLockQuery(_ newSub: String) -> PostgresQuery {
+        "SELECT pg_advisory_xact_lock(1111577678, hashtext(\(newSub)::text))"
     }
 
     /// Runs the migration statement through `run` with every part, then with fewer after each value the application's
@@ -146,7 +164,7 @@ extension LegacyStore {
         /// transfer identifier.
         var bySubject: Bool
         var writeEmail: Bool
-        /// The JSON copy is rewritten (its subject and email keys).
+        /// The JSON copy (its subject and email keys) and the subject's copies (`legacy.subject_copies`) are rewritten.
         var writeJSON: Bool
         var waitForLock: Bool
     }
@@ -217,9 +235,8 @@ extension LegacyStore {
         // The first way that knows the key answers (each an index probe; the key's arm only runs when
         // baton.transfers holds a key for this identifier).
         var candidates: PostgresQuery = """
-            (SELECT x.\(l.keyColumn) AS k FROM \(l.table) AS x
-                 WHERE x.\(l.subjectColumn) =
-            """ + l.storedSubjectSQL(expression: "(SELECT old_sub FROM baton.transfers WHERE transfer_sub = \(transferSub))")
+            (SELECT x.\(l.keyColumn) AS k FROM \(l.table) AS x WHERE
+            """ + " " + l.subjectEqualsSQL(alias: "x", l.storedSubjectSQL(expression: "(SELECT old_sub FROM baton.transfers WHERE transfer_sub = \(transferSub))"))
         candidates = candidates + l.filterSQL(alias: "x") + " LIMIT 1)"
         if let column = l.transferColumn {
             candidates = candidates + " UNION ALL (SELECT x.\(l.keyColumn) FROM \(l.table) AS x WHERE x.\(column) = \(transferSub)"
@@ -242,28 +259,28 @@ extension LegacyStore {
     static func migrationStatement(_ l: BatonConfiguration.LegacyIdentifiers, _ shape: MigrationShape) -> PostgresQuery {
         let newSub = StatementSlot.newSub, newEmail = StatementSlot.newEmail, isPrivateEmail = StatementSlot.isPrivateEmail
         let transferSub = StatementSlot.transferSub, method = StatementSlot.method, writeEmail = shape.writeEmail
-        let reference = l.emailTable.map { ", u.\($0.referenceColumn.quoted) AS r" } ?? ""
+        let reference = (l.emailTable.map { ", u.\($0.referenceColumn.quoted) AS r" } ?? "") + l.subjectCopyReferencesSQL
         let columns: PostgresQuery = """
             SELECT u.\(l.keyColumn) AS k, \(unsafeRaw: l.emailSQL) AS e, \(unsafeRaw: l.subjectSQL()) AS s\(unsafeRaw: reference)
             FROM \(l.table) AS u\(unsafeRaw: l.emailJoinSQL)
             """
         var query: PostgresQuery
         if shape.bySubject {
-            query = "WITH old AS (" + columns + " WHERE u.\(l.subjectColumn) = " + l.storedSubjectSQL(StatementSlot.oldSub)
+            query = "WITH old AS (" + columns + " WHERE " + l.subjectEqualsSQL(l.storedSubjectSQL(StatementSlot.oldSub))
         } else {
             // The row's key first, then the row itself is locked by key.
             query = "WITH candidate AS (" + transferCandidate(l, transferSub: transferSub) + "), old AS (" + columns
-                + " WHERE u.\(l.keyColumn) = (SELECT k FROM candidate) AND u.\(l.subjectColumn) IS DISTINCT FROM " + l.storedSubjectSQL(newSub)
+                + " WHERE u.\(l.keyColumn) = (SELECT k FROM candidate) AND \(unsafeRaw: l.subjectValueSQL()) IS DISTINCT FROM " + l.storedSubjectSQL(newSub)
         }
         query = query + l.filterSQL() + " LIMIT 1 FOR UPDATE OF u" + (shape.waitForLock ? "" : " NOWAIT") + """
 
             ), taken AS (
-                SELECT u.\(l.keyColumn)::text AS k FROM \(l.table) AS u WHERE u.\(l.subjectColumn) =
-            """ + l.storedSubjectSQL(newSub) + l.filterSQL() + " LIMIT 1)"
+                SELECT u.\(l.keyColumn)::text AS k FROM \(l.table) AS u WHERE
+            """ + " " + l.subjectEqualsSQL(l.storedSubjectSQL(newSub)) + l.filterSQL() + " LIMIT 1)"
 
         // The legacy row: subject, email (when in this table), JSON copy.
         let mayWrite: PostgresQuery = "\(writeEmail) AND \(newEmail)::text IS NOT NULL"
-        var set: PostgresQuery = "\(l.subjectColumn) = " + l.storedSubjectSQL(newSub)
+        var set = l.subjectAssignmentSQL(l.storedSubjectSQL(newSub), copies: shape.writeJSON ? ("old.s", "\(newSub)::text") : nil)
         if let column = l.emailColumn, l.emailPolicy != .never {
             set = set + ", \(column) = CASE WHEN " + mayWrite
                 + " AND (\(unsafeRaw: l.policySQL(stored: "u.\(column.quoted)::text"))) THEN \(newEmail) ELSE u.\(column) END"
@@ -276,7 +293,7 @@ extension LegacyStore {
         let accountKey = l.emailTable == nil ? "NULL::text" : "moved.r::text"
         // The key may be unique only among the Apple rows (`legacy.where`): the filter is part of the write too.
         query = query + ", moved AS (UPDATE \(l.table) AS u SET " + set + " FROM old WHERE u.\(l.keyColumn) = old.k" + l.filterSQL()
-            + " AND u.\(l.subjectColumn) IS DISTINCT FROM " + l.storedSubjectSQL(newSub) + """
+            + " AND \(unsafeRaw: l.subjectValueSQL()) IS DISTINCT FROM " + l.storedSubjectSQL(newSub) + """
              AND NOT EXISTS (SELECT 1 FROM taken)
                 RETURNING u.\(l.keyColumn)::text AS k, \(unsafeRaw: returnedEmail) AS e, \(unsafeRaw: l.subjectSQL()) AS s\(unsafeRaw: returnedReference)
             )
@@ -305,6 +322,11 @@ extension LegacyStore {
         query = query + l.emailCopiesSQL(from: "moved, old", user: l.copyUserInOld, oldEmail: "old.e", newEmail: newEmail, write: writeEmail, event: (
             "method, legacy_key, old_sub, new_sub, old_email, new_email, transfer_sub",
             "\(method)::text, moved.k, old.s, \(newSub)::text, old.e, \(newEmail)::text, \(transferSub)::text"))
+
+        // The subject's copies in other tables: the rows of the user holding the old `sub` get the new one.
+        if shape.writeJSON {
+            query = query + l.subjectCopiesSQL(from: "moved, old", old: "old.s", new: "\(newSub)::text")
+        }
 
         // Found by its sending-team identifier (a re-link, or an exchange), the record's own transfer row is the one
         // holding that identifier; the token's transfer identifier may lead to another person's row (one person's old

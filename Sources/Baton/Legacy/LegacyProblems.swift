@@ -60,7 +60,7 @@ extension LegacyStore {
         let l = legacy
         let apple = l.filterSQL()
         let key = "u.\(l.keyColumn.quoted)"
-        let subject = "u.\(l.subjectColumn.quoted)"
+        let subject = l.subjectValueSQL()
         let pattern = Self.appleSubjectPattern
         var problems: [LegacyProblem] = []
         func rows(_ kind: LegacyProblemKind, _ condition: PostgresQuery, join: String = "") async throws {
@@ -89,14 +89,14 @@ extension LegacyStore {
         let noTransfer = l.transferColumn.map { " AND u.\($0.quoted) IS NULL" } ?? ""
         try await rows(.subjectNull, "\(unsafeRaw: subject) IS NULL\(unsafeRaw: noTransfer)")
         try await rows(.subjectMalformed, "\(unsafeRaw: l.subjectSQL()) !~ \(pattern)")
-        try await rows(.subjectDuplicate, "\(unsafeRaw: subject) IN (SELECT u.\(l.subjectColumn) FROM \(l.table) AS u WHERE \(unsafeRaw: subject) IS NOT NULL" + apple
+        try await rows(.subjectDuplicate, "\(unsafeRaw: subject) IN (SELECT \(unsafeRaw: subject) FROM \(l.table) AS u WHERE \(unsafeRaw: subject) IS NOT NULL" + apple
                        + " GROUP BY 1 HAVING count(*) > 1)")
         if !l.filters.isEmpty {
             let other = "(true" + l.filterSQL(alias: "o") + ") IS NOT TRUE"
-            try await rows(.sharedSubject, "\(unsafeRaw: subject) IN (SELECT o.\(l.subjectColumn) FROM \(l.table) AS o WHERE " + other + ")")
+            try await rows(.sharedSubject, "\(unsafeRaw: subject) IN (SELECT \(unsafeRaw: l.subjectValueSQL(alias: "o")) FROM \(l.table) AS o WHERE " + other + ")")
             // Rows outside the filter: the same query shape, with the filter negated in the subquery instead.
             let query: PostgresQuery = "SELECT k::text, count(*) OVER () FROM (SELECT o.\(l.keyColumn) AS k FROM \(l.table) AS o WHERE " + other
-                + " AND o.\(l.subjectColumn)::text ~ \(pattern) AND o.\(l.subjectColumn) NOT IN (SELECT \(unsafeRaw: subject) FROM \(l.table) AS u WHERE \(unsafeRaw: subject) IS NOT NULL"
+                + " AND \(unsafeRaw: l.subjectValueSQL(alias: "o"))::text ~ \(pattern) AND \(unsafeRaw: l.subjectValueSQL(alias: "o")) NOT IN (SELECT \(unsafeRaw: subject) FROM \(l.table) AS u WHERE \(unsafeRaw: subject) IS NOT NULL"
                 + apple + ")) AS s ORDER BY k LIMIT 5"
             let found = try await pool.query(query)
             if let first = found.first {
@@ -131,12 +131,12 @@ extension LegacyStore {
     /// run cannot go on).
     package func setAsideProblemRowsOfCopy() async throws -> Bool {
         let l = legacy
-        try await pool.execute("DELETE FROM \(l.table) AS u WHERE u.\(l.subjectColumn) IS NOT NULL" + l.filterSQL()
-                               + " AND EXISTS (SELECT 1 FROM \(l.table) AS d WHERE d.\(l.subjectColumn) = u.\(l.subjectColumn) AND d.\(l.keyColumn) < u.\(l.keyColumn)"
+        try await pool.execute("DELETE FROM \(l.table) AS u WHERE \(unsafeRaw: l.subjectValueSQL()) IS NOT NULL" + l.filterSQL()
+                               + " AND EXISTS (SELECT 1 FROM \(l.table) AS d WHERE \(unsafeRaw: l.subjectValueSQL(alias: "d")) = \(unsafeRaw: l.subjectValueSQL()) AND d.\(l.keyColumn) < u.\(l.keyColumn)"
                                + l.filterSQL(alias: "d") + ")")
         for finding in try await inspectLegacyTable().findings where finding.status == .failure {
             guard finding.name == "subject uniqueness" else { return false }
-            try await pool.execute(PostgresQuery(unsafeSQL: l.uniqueIndexStatement(over: l.subjectColumn, concurrently: false)))
+            try await pool.execute(PostgresQuery(unsafeSQL: l.subjectIndexStatement(concurrently: false)))
         }
         return true
     }
@@ -149,7 +149,7 @@ extension LegacyStore {
         let afterKey: PostgresQuery = after.map { " AND u.\(l.keyColumn) > \($0)" } ?? ""
         let rows = try await pool.query("""
             SELECT u.\(l.keyColumn)::text, u.\(column)::text FROM \(l.table) AS u
-            WHERE u.\(l.subjectColumn) IS NULL AND u.\(column) IS NOT NULL
+            WHERE \(unsafeRaw: l.subjectValueSQL()) IS NULL AND u.\(column) IS NOT NULL
             """ + l.filterSQL() + afterKey + " ORDER BY u.\(l.keyColumn) LIMIT \(limit)")
         return try rows.map { (try $0.decode(String.self, at: 0), try $0.decode(String.self, at: 1)) }
     }

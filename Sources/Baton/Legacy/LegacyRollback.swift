@@ -109,10 +109,10 @@ extension LegacyStore {
         }
         let restoresEmail = l.hasEmail && l.emailPolicy != .never && m.oldEmail != nil && m.oldEmail != m.newEmail
 
-        // The record: subject, email where it lives in this table, the JSON copy's keys holding the new values
+        // The record: subject (and its copies in the row), email where it lives in this table, the JSON copy's keys holding the new values
         // (`r`: the migration's new subject and email, bound).
         let held: PostgresQuery = " FROM (SELECT \(m.newSub)::text AS s, \(m.newEmail)::text AS e) AS r"
-        var set: PostgresQuery = "\(l.subjectColumn) = " + l.storedSubjectSQL(m.oldSub)
+        var set = l.subjectAssignmentSQL(l.storedSubjectSQL(m.oldSub), copies: ("r.s", "\(m.oldSub)::text"))
         if let column = l.emailColumn, restoresEmail {
             set = set + ", \(column) = \(m.oldEmail)"
         }
@@ -120,6 +120,12 @@ extension LegacyStore {
             set = set + ", \(json.column) = " + l.jsonSQL(json, held: ("r.s", "r.e"), newSub: m.oldSub, newEmail: m.oldEmail, write: restoresEmail)
         }
         try await connection.execute("UPDATE \(l.table) AS u SET " + set + held + " WHERE u.\(l.keyColumn)::text = \(m.legacyKey)" + l.filterSQL())
+
+        // The subject's copies in other tables holding the new subject go back to the old one.
+        if l.subjectCopies.contains(where: { $0.table != nil }) {
+            try await connection.execute("WITH old AS (SELECT u.\(l.keyColumn) AS k\(unsafeRaw: l.subjectCopyReferencesSQL) FROM \(l.table) AS u WHERE u.\(l.keyColumn)::text = \(m.legacyKey)"
+                + l.filterSQL() + "), r AS (SELECT \(m.newSub)::text AS s)" + l.subjectCopiesSQL(from: "old, r", old: "r.s", new: "\(m.oldSub)::text") + " SELECT 1")
+        }
 
         // The users table, when the email lives there.
         let userKey = try row.decode(String?.self, at: 2)

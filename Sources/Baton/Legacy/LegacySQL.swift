@@ -12,7 +12,7 @@ extension BatonConfiguration.LegacyIdentifiers {
     package func filterSQL(alias: String = "u") -> PostgresQuery {
         let filters = Self.filterSQL(filters, alias: alias)
         guard !storesBareSubject else { return filters }
-        let column = "\(alias).\(subjectColumn.quoted)::text"
+        let column = "\(subjectValueSQL(alias: alias))::text"
         let pattern = [subjectPrefix, subjectSuffix].map { part in
             part.reduce(into: "") { text, character in text += "\\%_".contains(character) ? "\\\(character)" : String(character) }
         }.joined(separator: "_%")
@@ -35,10 +35,79 @@ extension BatonConfiguration.LegacyIdentifiers {
         storesBareSubject ? sub : "(\(subjectPrefix)::text || (" + sub + ")::text || \(subjectSuffix)::text)"
     }
 
+    /// The subject as the row `alias` stores it (the stored form ``storedSubjectSQL(_:)`` makes): the subject column, in
+    /// its own type so that its index serves a comparison, or the text at `legacy.subject_path` in it
+    /// (`(u."identities"::jsonb #>> ARRAY['apple', 'userId']::text[])`, the expression its index must hold); an empty
+    /// `alias` leaves the column unqualified.
+    package func subjectValueSQL(alias: String = "u") -> String {
+        let column = alias.isEmpty ? subjectColumn.quoted : "\(alias).\(subjectColumn.quoted)"
+        return subjectPath?.valueSQL(document: "\(column)::jsonb") ?? column
+    }
+
+    /// The condition that the row `alias` stores `stored` (an SQL expression of a stored form) as its subject.
+    package func subjectEqualsSQL(alias: String = "u", _ stored: PostgresQuery) -> PostgresQuery {
+        "\(unsafeRaw: subjectValueSQL(alias: alias)) = " + stored
+    }
+
+    /// The assignments of an `UPDATE … AS alias` writing `stored` (an SQL expression of a stored form) as the row's
+    /// subject: the subject column, or the string at `legacy.subject_path` in it (every other key kept). With `copies`
+    /// (SQL expressions of the bare old and new `sub`), each copy in the row itself (`legacy.subject_copies` without a
+    /// table) holding the old `sub` gets the new one in the same assignment.
+    package func subjectAssignmentSQL(alias: String = "u", _ stored: PostgresQuery, copies: (old: String, new: PostgresQuery)? = nil) -> PostgresQuery {
+        let subject: PostgresQuery = subjectPath.map { path in
+            path.updatedSQL(document: "\(unsafeRaw: alias).\(subjectColumn)", holds: { _ in "true" }, newValue: stored)
+        } ?? stored
+        var assignments: [(column: PostgresIdentifier, value: PostgresQuery)] = [(subjectColumn, subject)]
+        for copy in subjectCopies where copy.table == nil {
+            guard let copies else { break }
+            if let index = assignments.firstIndex(where: { $0.column == copy.column }), let path = copy.path {
+                // The subject's own JSON document: the copy's location is rewritten in the document already rewritten.
+                assignments[index].value = path.updatedSQL(document: assignments[index].value, holds: { "\(unsafeRaw: $0) = \(unsafeRaw: copies.old)" },
+                                                           newValue: copies.new)
+            } else {
+                assignments.append((copy.column, subjectCopyValueSQL(copy, alias: alias, table: table, old: copies.old, new: copies.new)))
+            }
+        }
+        return assignments.dropFirst().reduce("\(assignments[0].column) = " + assignments[0].value) { $0 + ", \($1.column) = " + $1.value }
+    }
+
+    /// The new value of a subject copy's column in the row `alias` of `table`, in the column's own type: the new `sub`
+    /// where the copy holds the old one (SQL expressions of bare `sub`s), else the value as it is, untouched (a text
+    /// column holding JSON keeps its very text unless the location changes).
+    func subjectCopyValueSQL(_ copy: SubjectCopy, alias: String, table: PostgresIdentifier, old: String, new: PostgresQuery) -> PostgresQuery {
+        let column = "\(alias).\(copy.column.quoted)"
+        guard let path = copy.path else {
+            return "CASE WHEN \(unsafeRaw: column)::text = \(unsafeRaw: old) THEN " + new + " ELSE \(unsafeRaw: column) END"
+        }
+        let document = path.updatedSQL(document: "\(unsafeRaw: column)", holds: { "\(unsafeRaw: $0) = \(unsafeRaw: old)" }, newValue: new)
+        return "(SELECT CASE WHEN n.v IS DISTINCT FROM \(unsafeRaw: column)::jsonb THEN (jsonb_populate_record(NULL::\(table), jsonb_build_object(\(unsafeRaw: copy.column.name.sqlLiteral)::text, n.v))).\(copy.column) ELSE \(unsafeRaw: column) END FROM (SELECT "
+            + document + " AS v) AS n)"
+    }
+
+    /// The columns the CTE `old` of the migration and rollback statements selects from the legacy row `u` for the subject
+    /// copies in other tables: ` , u."ref" AS c0 …` (empty without such copies).
+    var subjectCopyReferencesSQL: String {
+        subjectCopies.enumerated().compactMap { index, copy in copy.table.map { ", u.\($0.referenceColumn.quoted) AS c\(index)" } }.joined()
+    }
+
+    /// The CTEs rewriting each subject copy in another table from `old` to `new` (SQL expressions of bare `sub`s over
+    /// `from`, which holds the CTE `old` with ``subjectCopyReferencesSQL``): the rows referencing the legacy row, passing
+    /// the copy's filters, whose copy holds `old`. Each starts with `, `; empty without such copies.
+    func subjectCopiesSQL(from: String, old: String, new: PostgresQuery) -> PostgresQuery {
+        subjectCopies.enumerated().reduce(PostgresQuery(unsafeSQL: "")) { sql, entry in
+            let (index, copy) = entry
+            guard let table = copy.table else { return sql }
+            let value = subjectCopyValueSQL(copy, alias: "c", table: table.name, old: old, new: new)
+            return sql + ", subject_copy_\(unsafeRaw: String(index)) AS (UPDATE \(table.name) AS c SET \(copy.column) = " + value
+                + " FROM \(unsafeRaw: from) WHERE c.\(table.keyColumn) = old.c\(unsafeRaw: String(index))" + Self.filterSQL(copy.filters, alias: "c")
+                + " AND c.\(copy.column) IS DISTINCT FROM " + value + " RETURNING 1)"
+        }
+    }
+
     /// The bare `sub` of the subject column of the row `alias`, as text: `u."sub"::text`, or its stored form with the
     /// format's text around `{sub}` cut off (for a row ``filterSQL(alias:)`` selects; the lengths are Baton's own numbers).
     package func subjectSQL(alias: String = "u") -> String {
-        let column = "\(alias).\(subjectColumn.quoted)::text"
+        let column = "\(subjectValueSQL(alias: alias))::text"
         guard !storesBareSubject else { return column }
         let prefix = subjectPrefix.unicodeScalars.count, suffix = subjectSuffix.unicodeScalars.count
         return "substr(\(column), \(prefix + 1), length(\(column)) - \(prefix + suffix))"

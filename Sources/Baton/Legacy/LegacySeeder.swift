@@ -56,7 +56,7 @@ public struct LegacySeeder: Sendable {
     /// The recipient's rows awaiting an exchange: a transfer identifier in the transfer column, no subject yet.
     private static func awaitingExchange(_ legacy: BatonConfiguration.LegacyIdentifiers) -> String {
         guard let column = legacy.transferColumn else { return "false" }
-        let subject = "u.\(legacy.subjectColumn.quoted)"
+        let subject = legacy.subjectValueSQL()
         return "u.\(column.quoted) IS NOT NULL AND u.\(column.quoted)::text <> '' AND (\(subject) IS NULL OR \(subject)::text = '')"
     }
 
@@ -132,7 +132,7 @@ public struct LegacySeeder: Sendable {
         let transferCondition = l.transferColumn.map { "AND u.\($0.quoted) IS NULL" } ?? ""
         let needing = """
             FROM \(l.table.quoted) u LEFT JOIN baton.transfers t ON t.old_sub = \(l.subjectSQL())
-            WHERE u.\(l.subjectColumn.quoted) IS NOT NULL AND u.\(l.subjectColumn.quoted)::text <> '' \(transferCondition)
+            WHERE \(l.subjectValueSQL()) IS NOT NULL AND \(l.subjectValueSQL())::text <> '' \(transferCondition)
               AND (t.old_sub IS NULL OR (t.state = 'pending' AND t.transfer_sub IS NULL))
               AND NOT EXISTS (SELECT 1 FROM baton.transfers m WHERE m.new_sub = \(l.subjectSQL()))
             """

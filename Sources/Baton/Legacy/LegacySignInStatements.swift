@@ -3,7 +3,8 @@ import BatonPostgres
 import Foundation
 
 /// The sign-in's statements for an event loop's pipeline: the same statements the store's async methods run (the
-/// lookup, the nonce, the migration locking the legacy row `NOWAIT`, the consent restored, the unmatched signal),
+/// lookup, the nonce, the migration locking the legacy row `NOWAIT` (unless it takes Baton's own lock first: a subject
+/// inside JSON), the consent restored, the unmatched signal),
 /// and a duplicate's record, read the same way. A current user's email change, a duplicate's merge and the re-link's
 /// steps run only the async way: they are rare, and take more than one statement (the email's fallbacks for a
 /// refused value, the merge's transaction).
@@ -18,7 +19,7 @@ extension LegacyStore: PipelinedSignInStore {
             SignInStatement(nonceInsertQuery(use, now: now)) { .nonceConsumed(try Self.nonceConsumed($0, use)) }
         case .lookup(let sub, let transferSub):
             SignInStatement(lookupQuery(subject: sub, transferSub: transferSub)) { .lookedUp(try Self.subjectMatch($0)) }
-        case .migrate(let request):
+        case .migrate(let request) where !locksNewSubject:
             SignInStatement(pipelinedMigrationQuery(request)) { .migration(try Self.pipelinedMigrationOutcome($0, newSub: request.newSub)) }
         case .restoreAuthorization(let sub):
             SignInStatement(restoreAuthorizationQuery(subject: sub)) { _ in .authorizationRestored }
@@ -30,7 +31,7 @@ extension LegacyStore: PipelinedSignInStore {
             SignInStatement(recordDuplicateQuery(newSub: newSub, oldSub: oldSub, transferSub: transferSub, foundBy: foundBy)) {
                 .duplicateRecorded(try Self.recordedDuplicate($0))
             }
-        case .updateEmail, .mergeDuplicate, .consumeLinkSession, .checkLinkable, .finish, .fail: nil
+        case .migrate, .updateEmail, .mergeDuplicate, .consumeLinkSession, .checkLinkable, .finish, .fail: nil
         }
     }
 }

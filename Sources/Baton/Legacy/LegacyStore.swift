@@ -123,14 +123,14 @@ public struct LegacyStore: BatonStore {
                 WHERE t.transfer_sub = \(transferSub)::text AND t.state <> 'migrated' AND t.old_sub IS NOT NULL)
             """
         if let column = l.transferColumn {
-            waiting = waiting + " OR EXISTS (SELECT 1 FROM \(l.table) AS x WHERE x.\(column) = \(transferSub)::text AND x.\(l.subjectColumn) IS DISTINCT FROM " + l.storedSubjectSQL(expression: "\(sub)::text")
+            waiting = waiting + " OR EXISTS (SELECT 1 FROM \(l.table) AS x WHERE x.\(column) = \(transferSub)::text AND \(unsafeRaw: l.subjectValueSQL(alias: "x")) IS DISTINCT FROM " + l.storedSubjectSQL(expression: "\(sub)::text")
                 + l.filterSQL(alias: "x") + ")"
         }
         return "SELECT u.\(l.keyColumn)::text, \(unsafeRaw: l.emailSQL), s.state, \(unsafeRaw: l.subjectSQL()), " + waiting + """
             )), \(unsafeRaw: l.accountKeySQL)
             FROM \(l.table) AS u\(unsafeRaw: l.emailJoinSQL) LEFT JOIN baton.subjects AS s ON s.sub = \(sub)
-            WHERE u.\(l.subjectColumn) =
-            """ + l.storedSubjectSQL(sub) + l.filterSQL() + " LIMIT 1"
+            WHERE
+            """ + " " + l.subjectEqualsSQL(l.storedSubjectSQL(sub)) + l.filterSQL() + " LIMIT 1"
     }
 
     /// The statement of ``oldSubject(forTransferSubject:)`` (also the SQL `baton-bench signin` gives pgbench).
@@ -142,7 +142,7 @@ public struct LegacyStore: BatonStore {
         return """
             SELECT old_sub FROM baton.transfers WHERE transfer_sub = \(transferSub) AND old_sub IS NOT NULL
             UNION ALL
-            SELECT \(unsafeRaw: l.subjectSQL()) FROM \(l.table) AS u WHERE u.\(column) = \(transferSub) AND u.\(l.subjectColumn) IS NOT NULL
+            SELECT \(unsafeRaw: l.subjectSQL()) FROM \(l.table) AS u WHERE u.\(column) = \(transferSub) AND \(unsafeRaw: l.subjectValueSQL()) IS NOT NULL
             """ + l.filterSQL() + " LIMIT 1"
     }
 
@@ -188,7 +188,7 @@ public struct LegacyStore: BatonStore {
     public func linkableSubject(legacySubject legacySub: String, currentSubject currentSub: String) async throws -> String? {
         let l = legacy
         // The row must be one of the Apple rows (`legacy.where`): another provider's subject is never linkable.
-        let onRecord: PostgresQuery = "SELECT \(unsafeRaw: l.subjectSQL()) FROM \(l.table) AS u WHERE u.\(l.subjectColumn) = " + l.storedSubjectSQL(legacySub) + l.filterSQL()
+        let onRecord: PostgresQuery = "SELECT \(unsafeRaw: l.subjectSQL()) FROM \(l.table) AS u WHERE " + l.subjectEqualsSQL(l.storedSubjectSQL(legacySub)) + l.filterSQL()
         let rows = try await pool.query("""
             (SELECT old_sub FROM baton.transfers WHERE old_sub = \(legacySub) AND (state <> 'migrated' OR new_sub = \(currentSub)))
             UNION ALL (
@@ -236,8 +236,8 @@ public struct LegacyStore: BatonStore {
             WITH old AS (
                 SELECT u.\(l.keyColumn) AS k, \(unsafeRaw: l.emailSQL) AS e, \(unsafeRaw: l.subjectSQL()) AS s\(unsafeRaw: reference)
                 FROM \(l.table) AS u\(unsafeRaw: l.emailJoinSQL)
-                WHERE u.\(l.keyColumn)::text = \(user.key) AND u.\(l.subjectColumn) =
-            """ + l.storedSubjectSQL(user.subject)
+                WHERE u.\(l.keyColumn)::text = \(user.key) AND
+            """ + " " + l.subjectEqualsSQL(l.storedSubjectSQL(user.subject))
         query = query + l.filterSQL() + " FOR UPDATE OF u)"
         let wanted: PostgresQuery = " \(write) AND old.e IS DISTINCT FROM \(email)::text AND (\(unsafeRaw: l.policySQL(stored: "old.e")))"
         if let column = l.emailColumn {

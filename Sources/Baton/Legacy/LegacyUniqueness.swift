@@ -13,7 +13,7 @@ struct UniqueIndex: Sendable, Equatable {
 
 extension BatonConfiguration.LegacyIdentifiers {
     /// The columns the filters hold to one value (an equality, or an `in` of one value).
-    private var fixedColumns: Set<String> {
+    var fixedColumns: Set<String> {
         Set(filters.filter { $0.condition.fixedValue != nil }.map(\.column.name))
     }
 
@@ -31,11 +31,25 @@ extension BatonConfiguration.LegacyIdentifiers {
         }
     }
 
+    /// The statement creating the unique index Baton needs for the subject: over the subject column
+    /// (``uniqueIndexStatement(over:concurrently:)``), or, for a subject inside JSON (`legacy.subject_path`), over the
+    /// columns the filters hold to one value and the subject's expression, partial on the other filters.
+    func subjectIndexStatement(concurrently: Bool = true) -> String {
+        guard subjectPath != nil else { return uniqueIndexStatement(over: subjectColumn, concurrently: concurrently) }
+        return uniqueIndexStatement(last: "(\(subjectValueSQL(alias: "")))", concurrently: concurrently)
+    }
+
     /// The statement creating the unique index ``makesUnique(_:by:)`` accepts for `column`: over the columns the
     /// filters hold to one value and `column`, partial on the other filters.
     func uniqueIndexStatement(over column: PostgresIdentifier, concurrently: Bool = true) -> String {
+        uniqueIndexStatement(last: column.quoted, except: column, concurrently: concurrently)
+    }
+
+    /// `CREATE UNIQUE INDEX` over the columns the filters hold to one value (but `except`) and then `last`, partial on
+    /// the other filters.
+    private func uniqueIndexStatement(last: String, except: PostgresIdentifier? = nil, concurrently: Bool) -> String {
         let fixed = fixedColumns
-        let columns = filters.filter { fixed.contains($0.column.name) && $0.column != column }.map(\.column.quoted) + [column.quoted]
+        let columns = filters.filter { fixed.contains($0.column.name) && $0.column != except }.map(\.column.quoted) + [last]
         let partial = filters.filter { !fixed.contains($0.column.name) }.map(\.literalSQL)
         return "CREATE UNIQUE INDEX\(concurrently ? " CONCURRENTLY" : "") ON \(table.quoted) (\(columns.joined(separator: ", ")))"
             + (partial.isEmpty ? "" : " WHERE " + partial.joined(separator: " AND "))
