@@ -182,6 +182,29 @@ struct LegacyShapesTests {
         await f.pool.close()
     }
 
+    @Test("start-up: a key that is not unique gets the index that makes it unique with the where columns, or the table's unique column")
+    func keyAdvice() async throws {
+        let f = try await ShapeFixture("shape_key_advice")
+        // The primary key is `id`: naming it is one way, the index over the where column and the key the other.
+        let byUser = LegacyStore(pool: f.pool, legacy: try ShapeFixture.legacy { $0.keyColumn = "userId" }.identifiers())
+        let failure = try #require(try await byUser.inspectLegacyTable().failure)
+        #expect(failure.name == "key uniqueness")
+        #expect(failure.detail == "legacy.key_column userId is not unique among the rows legacy.where selects, so a rewrite could reach several rows")
+        #expect(failure.fix == #"name id (unique) in legacy.key_column, or run CREATE UNIQUE INDEX CONCURRENTLY ON "public"."Identity" ("provider", "userId")"#)
+        // Gitea's shape: a primary key over the subject and the provider, no column unique on its own: the statement alone.
+        try await f.pool.execute(#"CREATE TABLE public.links ("provider" text NOT NULL, "providerSub" text NOT NULL, "userId" text, "claims" jsonb, "transferSub" text, PRIMARY KEY ("providerSub", "provider"))"#)
+        let links = LegacyStore(pool: f.pool, legacy: try ShapeFixture.legacy { $0.table = "public.links"; $0.keyColumn = "userId" }.identifiers())
+        let statement = #"CREATE UNIQUE INDEX CONCURRENTLY ON "public"."links" ("provider", "userId")"#
+        #expect(try await links.inspectLegacyTable().failure?.fix == statement)
+        _ = try f.value(statement.replacingOccurrences(of: " CONCURRENTLY", with: ""))
+        #expect(try await links.inspectLegacyTable().failure == nil)
+        // Unique only among the Apple rows (a partial index the filter implies) is as good.
+        try await f.pool.execute(#"DROP INDEX public."links_provider_userId_idx""#)
+        try await f.pool.execute(#"CREATE UNIQUE INDEX ON public.links ("userId") WHERE provider = 'apple'"#)
+        #expect(try await links.inspectLegacyTable().failure == nil)
+        await f.pool.close()
+    }
+
     @Test("on a large identity table the sign-in statements are index scans: lookup, and migration by transfer identifier")
     func plans() async throws {
         let f = try await ShapeFixture("shape_plans")

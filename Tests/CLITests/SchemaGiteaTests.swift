@@ -175,9 +175,9 @@ struct SchemaGiteaTests {
     }
 
     /// Without the index docs/schemas.md gives, `baton doctor` fails on the key's uniqueness (the subject's is the
-    /// primary key), and its advice is to name the primary key, which here is no user's key: the statement is docs/schemas.md's.
-    @Test("doctor fails on the key's uniqueness until the unique index docs/schemas.md gives exists")
+    /// primary key, over no single column), and its fix is that index: the link source's column leading, then `user_id`.
+    @Test("doctor fails on the key's uniqueness, printing the unique index docs/schemas.md gives, until it exists")
     func index() async throws {
-        try await MissingIndex(statement: Framework.giteaKeyIndex, failure: "FAIL  key uniqueness", printed: false).run(.gitea)
+        try await MissingIndex(statement: Framework.giteaKeyIndex, failure: "FAIL  key uniqueness").run(.gitea)
     }
 }

@@ -327,13 +327,14 @@ public struct LegacyReach: Sendable, Equatable {
 }
 
 extension LegacyStore {
-    /// Counts the Apple rows Baton cannot find, those with a relay address, and the duplicates waiting; one statement.
+    /// Counts the Apple rows Baton cannot find (the record a merged duplicate released aside), those with a relay address, and the duplicates waiting; one statement.
     /// - Throws: ``PostgresError``.
     public func reach() async throws -> LegacyReach {
         let l = legacy
         let transfer = l.transferColumn.map { " AND u.\($0.quoted) IS NULL" } ?? ""
         let query: PostgresQuery = """
-            SELECT count(*), count(*) FILTER (WHERE \(unsafeRaw: l.subjectValueSQL()) IS NULL\(unsafeRaw: transfer)),
+            SELECT count(*), count(*) FILTER (WHERE \(unsafeRaw: l.subjectValueSQL()) IS NULL\(unsafeRaw: transfer)
+                                              AND NOT EXISTS (SELECT 1 FROM baton.duplicates AS d WHERE d.fresh_key = u.\(l.keyColumn)::text AND d.merged_at IS NOT NULL)),
                    count(*) FILTER (WHERE \(unsafeRaw: BatonConfiguration.LegacyIdentifiers.isRelaySQL(l.emailSQL))),
                    (SELECT count(*) FROM baton.duplicates WHERE merged_at IS NULL)
             FROM \(l.table) AS u\(unsafeRaw: l.emailJoinSQL) WHERE true

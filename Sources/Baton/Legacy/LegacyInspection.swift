@@ -74,7 +74,9 @@ extension LegacyStore {
                 fix: "name the column it is computed from (for a JSON copy, legacy.json) instead")
             return LegacyInspection(findings: findings)
         }
-        add(.ok, "legacy table", "\(l.table) has columns \(wanted.map(\.1.name).joined(separator: ", "))")
+        var named: [String] = []
+        for (_, column) in wanted where !named.contains(column.name) { named.append(column.name) }
+        add(.ok, "legacy table", "\(l.table) has columns \(named.joined(separator: ", "))")
 
         let count = try await pool.query("SELECT count(*) FROM \(l.table) AS u WHERE true" + l.filterSQL())[0].decode(Int.self, at: 0)
         if l.filters.isEmpty {
@@ -105,8 +107,21 @@ extension LegacyStore {
         if let index = indexes.first(where: { l.makesUnique(l.keyColumn, by: $0) }) {
             add(.ok, "key uniqueness", described(index))
         } else {
-            add(.failure, "key uniqueness", "legacy.key_column \(l.keyColumn) is not unique, so a rewrite could reach several rows",
-                fix: "name the primary key in legacy.key_column")
+            // The index that makes the configured key unique (the columns the filters fix leading, partial on the other
+            // filters) and, when the table has one, a column an index already makes unique among the Apple rows (a
+            // primary key such as `id`, or Casdoor's `name` within one `owner`) to name instead, never one Baton writes:
+            // no advice to name a primary key the table lacks (Gitea's is over the subject and the source).
+            let within = l.filters.isEmpty ? "" : " among the rows legacy.where selects"
+            let statement = l.uniqueIndexStatement(over: l.keyColumn)
+            let excluded = Set([l.keyColumn, l.subjectColumn, l.emailColumn, l.transferColumn, l.json?.column].compactMap { $0 })
+            let unique = indexes.lazy.flatMap { index in
+                index.columns.sorted().compactMap { name -> String? in
+                    guard let column = try? PostgresIdentifier(name), !excluded.contains(column), l.makesUnique(column, by: index) else { return nil }
+                    return name
+                }
+            }.first
+            add(.failure, "key uniqueness", "legacy.key_column \(l.keyColumn.name) is not unique\(within), so a rewrite could reach several rows",
+                fix: unique.map { "name \($0) (unique) in legacy.key_column, or run \(statement)" } ?? statement)
         }
 
         if let mail = l.emailTable {
@@ -138,6 +153,11 @@ extension LegacyStore {
         }
         for (index, copy) in l.emailCopies.enumerated() {
             let finding = try await inspectEmailCopy(copy, key: "legacy.email_copies[\(index)]")
+            findings.append(finding)
+            if finding.status == .failure { return LegacyInspection(findings: findings) }
+        }
+        for (index, copy) in l.subjectCopies.enumerated() {
+            let finding = try await inspectSubjectCopy(copy, key: "legacy.subject_copies[\(index)]", legacyColumns: columns)
             findings.append(finding)
             if finding.status == .failure { return LegacyInspection(findings: findings) }
         }
@@ -196,6 +216,45 @@ extension LegacyStore {
                          fix: "CREATE INDEX CONCURRENTLY ON \(copy.table.quoted) (\(copy.userColumn.quoted))")
         }
         return .init(status: .ok, name: "email copy", detail: detail)
+    }
+
+    /// One subject copy (`legacy.subject_copies`): its table and columns exist, the column is not generated, a JSON location
+    /// is in a json, jsonb or text column, and (in another table) an index leads with the key column.
+    private func inspectSubjectCopy(_ copy: BatonConfiguration.LegacyIdentifiers.SubjectCopy, key: String,
+                                    legacyColumns: [String: ColumnInfo]) async throws -> LegacyInspection.Finding {
+        let l = legacy
+        func failure(_ detail: String, fix: String) -> LegacyInspection.Finding {
+            .init(status: .failure, name: "subject copy", detail: detail, fix: fix)
+        }
+        let table = copy.table?.name ?? l.table
+        guard let columns = copy.table == nil ? legacyColumns : try await columnInfo(of: table) else {
+            return failure("\(key).table \(table) does not exist", fix: "name the table holding the copy (names are case-sensitive)")
+        }
+        let wanted = [("column", copy.column)] + (copy.table.map { [("key_column", $0.keyColumn)] } ?? []) + copy.filters.map { ("where", $0.column) }
+        if let absent = wanted.first(where: { columns[$0.1.name] == nil }) {
+            return failure("\(table) has no column \(absent.1.name) (\(key).\(absent.0))", fix: "name an existing column")
+        }
+        let type = columns[copy.column.name]!
+        if type.generated {
+            return failure("\(table).\(copy.column.name) is a generated column", fix: "name the column it is computed from")
+        }
+        if copy.path != nil, !Self.holdsJSON(type.type) {
+            return failure("\(key).column \(copy.column.name) is of type \(type.type), not json, jsonb or text", fix: "name a JSON column, or leave out path")
+        }
+        let location = "\(table).\(copy.column.name)" + (copy.path.map { " at \($0)" } ?? "")
+        guard let other = copy.table else {
+            return .init(status: .ok, name: "subject copy", detail: "\(location) in the legacy row: rewritten where it holds the old sub")
+        }
+        let detail = "\(location), the rows by \(other.keyColumn.name) = \(l.table.name).\(other.referenceColumn.name): rewritten where they hold the old sub"
+        let indexed = try await pool.query("""
+            SELECT EXISTS (SELECT 1 FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0]
+                           WHERE i.indrelid = to_regclass(\(table.quoted)) AND a.attname = \(other.keyColumn.name))
+            """)[0].decode(Bool.self, at: 0)
+        guard indexed else {
+            return .init(status: .warning, name: "subject copy", detail: detail + "; no index leads with \(other.keyColumn.name), so each migration reads the whole table",
+                         fix: "CREATE INDEX CONCURRENTLY ON \(table.quoted) (\(other.keyColumn.quoted))")
+        }
+        return .init(status: .ok, name: "subject copy", detail: detail)
     }
 
     /// Checks at start-up, with ``inspectLegacyTable()``, that Baton can run against the legacy table.

@@ -4,7 +4,7 @@ import BatonPostgres
 /// a list whose strings are object keys and whose one-member objects pick the elements of an array by a sibling member,
 /// as Kratos' `["providers", {"provider": "apple"}, "subject"]`. Keys are written into statements as SQL literals (a
 /// path is configuration, validated: never a value from a request).
-public struct LegacyJSONPath: Sendable, Equatable, Codable, ExpressibleByArrayLiteral {
+public struct LegacyJSONPath: Sendable, Equatable, Codable, ExpressibleByArrayLiteral, CustomStringConvertible {
     /// One step of the path.
     public enum Step: Sendable, Equatable {
         /// The member `key` of an object.
@@ -49,6 +49,16 @@ public struct LegacyJSONPath: Sendable, Equatable, Codable, ExpressibleByArrayLi
             case .element(let member, let value): try list.encode([member: value])
             }
         }
+    }
+
+    /// The path for messages: `providers[provider=apple].subject`.
+    public var description: String {
+        steps.enumerated().map { index, step in
+            switch step {
+            case .key(let key): index == 0 ? key : "." + key
+            case .element(let member, let value): "[\(member)=\(value)]"
+            }
+        }.joined()
     }
 
     /// Whether every step is an object key (a path `#>>` reads, which an expression index can hold).

@@ -56,7 +56,7 @@ struct SigninBenchmarkOptions: CommandOptions {
     let concurrency = Option.integer("concurrency", default: 32, in: 1...1024, "keep-alive connections")
     let pgbenchSeconds = Option.integer("pgbench-seconds", default: 10, in: 1...600, "seconds of each pgbench run")
     let poolSize = Option.integer("pool-size", default: 8, in: 1...256, "baton serve's database.pool_size")
-    let schema = Option.choice("schema", default: BenchSchema.users, "the application's tables: public.users, or Django allauth's")
+    let schema = Option.choice("schema", default: BenchSchema.users, "the application's tables: public.users, Django allauth's, Ory Kratos' (a prefixed subject and its JSON copy) or Logto's (a subject inside JSON)")
     let wrkSeconds = Option.integer("wrk-seconds", default: 10, in: 1...600, "seconds of each wrk run (1, 8, 32 and 64 connections)")
     let perf = Option.text("perf", "FILE", "record a perf profile of baton serve under wrk -c 32 into FILE and print it by group")
     let logLevel = Option.logLevel(default: .warning, "baton serve's log level")

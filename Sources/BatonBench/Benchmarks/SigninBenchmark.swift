@@ -38,7 +38,10 @@ import BatonProcess
 ///
 /// `--schema allauth` runs the same on Django allauth's tables (`socialaccount_socialaccount` where
 /// `provider = 'apple'`, a tenth of the users also with a Google row of the same subject, the email in
-/// `auth_user`, the subject copied in `extra_data`); the default is the plain `public.users` table.
+/// `auth_user`, the subject copied in `extra_data`); `--schema kratos` on Ory Kratos' `apple:<sub>` identifiers with the
+/// subject copied into the credential's JSON array; `--schema logto` on Logto's subject inside `users.identities` JSON
+/// (with the expression index Baton prints; migrations take Baton's own lock, on the async path); the default is the
+/// plain `public.users` table.
 ///
 /// The last line is one JSON object.
 @Sendable
@@ -299,7 +302,9 @@ private func say(_ line: String) {
 
 /// The application tables the sign-in benchmark runs on.
 enum BenchSchema: String, CaseIterable, Sendable {
-    case users, allauth
+    /// A plain subject column; Django allauth's tables; Ory Kratos' prefixed identifier with its copy inside the
+    /// credential's JSON array; Logto's subject inside JSON (with the expression index Baton prints, and its copy).
+    case users, allauth, kratos, logto
 
     var legacy: BatonConfiguration.Legacy {
         switch self {
@@ -310,6 +315,15 @@ enum BenchSchema: String, CaseIterable, Sendable {
                                       filters: ["provider": "apple"],
                                       email: LegacyEmailTable(table: "public.auth_user", column: "email", keyColumn: "id", referenceColumn: "user_id"),
                                       json: LegacyJSONCopy(column: "extra_data", subjectKeys: ["sub"], emailKeys: ["email"]))
+        case .kratos:
+            BatonConfiguration.Legacy(table: "public.identity_credential_identifiers", keyColumn: "id", subjectColumn: "identifier", emailColumn: nil,
+                                      filters: ["nid": "1"], subjectFormat: "apple:{sub}",
+                                      subjectCopies: [LegacySubjectCopy(column: "config", path: LegacyJSONPath([.key("providers"), .element(member: "provider", value: "apple"), .key("subject")]),
+                                                                        table: "public.identity_credentials", keyColumn: "id", referenceColumn: "identity_credential_id")])
+        case .logto:
+            BatonConfiguration.Legacy(table: "public.users", keyColumn: "id", subjectColumn: "identities", emailColumn: "primary_email",
+                                      filters: ["tenant_id": "t1"], subjectPath: ["apple", "userId"],
+                                      subjectCopies: [LegacySubjectCopy(column: "identities", path: ["apple", "details", "id"])])
         }
     }
 
@@ -342,7 +356,34 @@ enum BenchSchema: String, CaseIterable, Sendable {
                     FROM generate_series(\(first), \(users), 10) AS g;
 
                 """
+        case .kratos:
+            return """
+                CREATE TABLE public.identity_credentials (id bigint PRIMARY KEY, config jsonb NOT NULL);
+                CREATE TABLE public.identity_credential_identifiers (id bigint PRIMARY KEY, identifier varchar(255) NOT NULL,
+                    identity_credential_id bigint NOT NULL, nid integer NOT NULL, UNIQUE (nid, identifier));
+                INSERT INTO public.identity_credentials (id, config)
+                    SELECT g, jsonb_build_object('providers', jsonb_build_array(jsonb_build_object('provider', 'apple', 'subject', 'legacy.' || g)))
+                    FROM generate_series(\(first), \(users)) AS g;
+                INSERT INTO public.identity_credential_identifiers (id, identifier, identity_credential_id, nid)
+                    SELECT g, 'apple:legacy.' || g, g, 1 FROM generate_series(\(first), \(users)) AS g;
+
+                """
+        case .logto:
+            return """
+                CREATE TABLE public.users (tenant_id varchar(21) NOT NULL, id varchar(21) PRIMARY KEY, primary_email varchar(128),
+                    identities jsonb NOT NULL DEFAULT '{}'::jsonb);
+                CREATE UNIQUE INDEX ON public.users ("tenant_id", (("identities"::jsonb #>> ARRAY['apple', 'userId']::text[])));
+                INSERT INTO public.users (tenant_id, id, primary_email, identities)
+                    SELECT 't1', g::text, 'u' || g || '@privaterelay.appleid.com', \(Self.logtoIdentities("'legacy.' || g", email: "'u' || g || '@privaterelay.appleid.com'"))
+                    FROM generate_series(\(first), \(users)) AS g;
+
+                """
         }
+    }
+
+    /// Logto's `identities` of an Apple user (SQL expressions of the subject and email).
+    private static func logtoIdentities(_ sub: String, email: String) -> String {
+        "jsonb_build_object('apple', jsonb_build_object('userId', \(sub), 'details', jsonb_build_object('id', \(sub), 'email', \(email))))"
     }
 
     /// Inserts the emulator's people (`$1`: lines `old,transfer,email`, numbered from 1) and their transfers.
@@ -366,12 +407,29 @@ enum BenchSchema: String, CaseIterable, Sendable {
                       SELECT n, 'apple', old, jsonb_build_object('sub', old, 'email', e), n FROM m)
                 INSERT INTO baton.transfers (old_sub, transfer_sub) SELECT old, t FROM m
                 """
+        case .kratos:
+            return source + """
+                , c AS (INSERT INTO public.identity_credentials (id, config)
+                        SELECT n, jsonb_build_object('providers', jsonb_build_array(jsonb_build_object('provider', 'apple', 'subject', old))) FROM m),
+                i AS (INSERT INTO public.identity_credential_identifiers (id, identifier, identity_credential_id, nid)
+                      SELECT n, 'apple:' || old, n, 1 FROM m)
+                INSERT INTO baton.transfers (old_sub, transfer_sub) SELECT old, t FROM m
+                """
+        case .logto:
+            return source + """
+                , u AS (INSERT INTO public.users (tenant_id, id, primary_email, identities) SELECT 't1', n::text, e, \(Self.logtoIdentities("old", email: "e")) FROM m)
+                INSERT INTO baton.transfers (old_sub, transfer_sub) SELECT old, t FROM m
+                """
         }
     }
 
     /// The tables to analyze after loading.
     var tables: [String] {
-        self == .users ? ["public.users"] : ["public.auth_user", "public.socialaccount_socialaccount"]
+        switch self {
+        case .users, .logto: ["public.users"]
+        case .allauth: ["public.auth_user", "public.socialaccount_socialaccount"]
+        case .kratos: ["public.identity_credentials", "public.identity_credential_identifiers"]
+        }
     }
 }
 
