@@ -377,16 +377,21 @@ struct ConfigurationTests {
                                                        referenceColumn: "credential_id", filters: ["kind": "oidc"])]
         full.server.eventLoops = 2
         full.jobs.maxActiveBackends = 8
+        full.legacy.emailDerived = ["email_lower": .lower]
+        full.legacy.email?.derived = ["email_constraint": .same]
+        full.legacy.emailCopies?[0].path = ["email"]
+        full.legacy.emailCopies?[0].derived = ["lower_email": .lower]
         let encoder = JSONEncoder()
         encoder.dateEncodingStrategy = .iso8601
         let tree = try #require(try JSONSerialization.jsonObject(with: encoder.encode(full)) as? [String: Any])
         func leaves(_ object: [String: Any], _ prefix: String) -> [String] {
             object.flatMap { name, value -> [String] in
                 let path = prefix.isEmpty ? name : "\(prefix).\(name)"
-                // `legacy.where` is one key whose value is an object of column filters, and so is each copy's `where`;
+                // `legacy.where` is one key whose value is an object of column filters, and so is each copy's `where`
+                // (and each `derived`, of column forms);
                 // a list of objects is a key and its members (`legacy.email_copies[].table`).
                 if let items = value as? [[String: Any]], let first = items.first { return [path] + leaves(first, path + "[]") }
-                guard let child = value as? [String: Any], !path.hasSuffix("where") else { return [path] }
+                guard let child = value as? [String: Any], !path.hasSuffix("where"), !path.hasSuffix("derived") else { return [path] }
                 return leaves(child, path)
             }
         }

@@ -339,6 +339,8 @@ public struct BatonConfiguration: Sendable, Equatable, Codable, ConfigurationSec
         public var onDuplicate: DuplicatePolicy?
         /// A column of `table` holding when each row was created, recorded for a duplicate's fresh record.
         public var createdAtColumn: String?
+        /// Further columns of `table` written with the new email whenever `emailColumn` is (set it after creating the section).
+        public var emailDerived: LegacyDerivedColumns?
 
         /// Creates the section.
         public init(table: String, keyColumn: String, subjectColumn: String, emailColumn: String?, transferColumn: String? = nil,

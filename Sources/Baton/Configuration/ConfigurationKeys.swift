@@ -102,11 +102,13 @@ extension BatonConfiguration {
 
     /// `BATON_` + the path upper-cased with `.` as `_`: `database.url` → `BATON_DATABASE_URL`.
     /// An index in a list (`apple.client_ids[1]`) names the list's variable.
-    /// `legacy.email.column` would collide with `legacy.email_column`, so it is `BATON_LEGACY_EMAIL_TABLE_COLUMN`.
+    /// `legacy.email.column` would collide with `legacy.email_column`, so it is `BATON_LEGACY_EMAIL_TABLE_COLUMN`, and
+    /// `legacy.email.derived` (beside `legacy.email_derived`) is `BATON_LEGACY_EMAIL_TABLE_DERIVED`.
     /// A member of a list's objects (`legacy.email_copies[0].table`) names the list's variable.
     public static func environmentVariable(for path: String) -> String {
         let key = keyPath(of: path)
         if key == "legacy.email.column" { return "BATON_LEGACY_EMAIL_TABLE_COLUMN" }
+        if key == "legacy.email.derived" { return "BATON_LEGACY_EMAIL_TABLE_DERIVED" }
         let list = key.split(separator: "[", maxSplits: 1).first.map(String.init) ?? key
         return "BATON_" + list.uppercased().replacingOccurrences(of: ".", with: "_")
     }
@@ -261,6 +263,8 @@ extension BatonConfiguration.Legacy {
                   "a second account under the new team's identifier beside the user's real one (a sign-in that bypassed Baton during the cutover): `report` records the pair in `baton.duplicates` and moves nothing; `merge` also moves the Apple identity onto the real record where Baton meets the pair (`baton merge` does it for recorded pairs either way; [runbook.md](runbook.md#arriving-after-acceptance))"),
         .optional("created_at_column", \.createdAtColumn, absent: "`null`",
                   "a timestamp column of `legacy.table` holding when a row was created; recorded for a duplicate's fresh record, shown by `baton report`"),
+        .optional("email_derived", \.emailDerived, absent: "`null`",
+                  "further columns of `legacy.table` written whenever `legacy.email_column` is, column → `\"same\"` (the new email) or `\"lower\"` (lower-cased); none of the columns Baton writes or filters on; from the environment `column=lower` pairs or the JSON object"),
     ]
 
     static var defaults: Self { Self(table: "", keyColumn: "", subjectColumn: "", emailColumn: nil) }
@@ -276,6 +280,8 @@ extension LegacyEmailTable {
                   "its key column"),
         .required("reference_column", \.referenceColumn,
                   "the column of `legacy.table` referencing that key (`user_id`)"),
+        .optional("derived", \.derived, absent: "`null`",
+                  "further columns of that row written whenever its email is, column → `\"same\"` (the new email: Keycloak's `email_constraint`) or `\"lower\"` (lower-cased); from the environment `column=same` pairs or the JSON object (the variable's name avoids `BATON_LEGACY_EMAIL_DERIVED`)"),
     ]
 
     static var defaults: Self { Self(table: "", column: "", keyColumn: "", referenceColumn: "") }
@@ -325,6 +331,10 @@ extension LegacyEmailCopy {
                   "its column holding the user's key: `legacy.email.key_column`'s value when the email is in `legacy.email`, else `legacy.key_column`'s"),
         .optional("where", \.filters, absent: "`null`",
                   "filters narrowing the rows that are copies, as `legacy.where`"),
+        .optional("path", \.path, absent: "`null`: the column is the address",
+                  "where in `column` (json, jsonb or text holding JSON) the address is: strings are object keys, a one-member object `{\"type\": \"apple\"}` picks the array elements whose member `type` is that string (`[\"emails\", {\"type\": \"apple\"}, \"value\"]`); rewritten with `jsonb_set` where it holds the old address (ignoring case), every other key and element kept, a missing one never added"),
+        .optional("derived", \.derived, absent: "`null`",
+                  "further columns of the copy's row written whenever the copy is, column → `\"same\"` or `\"lower\"` (Gitea's `email_address.lower_email`)"),
     ]
 
     static var defaults: Self { Self(table: "", column: "", userColumn: "") }

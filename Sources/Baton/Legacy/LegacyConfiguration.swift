@@ -125,13 +125,17 @@ public struct LegacyEmailTable: Sendable, Equatable, Codable, ConfigurationSecti
     public var keyColumn: String
     /// The column of `legacy.table` holding that key (`user_id`).
     public var referenceColumn: String
+    /// Further columns of the users row written with the new email whenever `column` is (Keycloak's
+    /// `user_entity.email_constraint`); nil: none.
+    public var derived: LegacyDerivedColumns?
 
     /// Creates the section.
-    public init(table: String, column: String, keyColumn: String, referenceColumn: String) {
+    public init(table: String, column: String, keyColumn: String, referenceColumn: String, derived: LegacyDerivedColumns? = nil) {
         self.table = table
         self.column = column
         self.keyColumn = keyColumn
         self.referenceColumn = referenceColumn
+        self.derived = derived
     }
 }
 
@@ -148,13 +152,21 @@ public struct LegacyEmailCopy: Sendable, Equatable, Codable, ConfigurationSectio
     public var userColumn: String
     /// Filters (column → condition, as `legacy.where`) narrowing the rows that are copies; nil: every row of the user.
     public var filters: [String: LegacyCondition]?
+    /// Where in `column` (json, jsonb or text holding JSON) the copy is; nil: the column itself is the address.
+    public var path: LegacyJSONPath?
+    /// Further columns of the copy's row written with the new email whenever the copy is (Gitea's
+    /// `email_address.lower_email`); nil: none.
+    public var derived: LegacyDerivedColumns?
 
     /// Creates an entry.
-    public init(table: String, column: String, userColumn: String, filters: [String: LegacyCondition]? = nil) {
+    public init(table: String, column: String, userColumn: String, filters: [String: LegacyCondition]? = nil,
+                path: LegacyJSONPath? = nil, derived: LegacyDerivedColumns? = nil) {
         self.table = table
         self.column = column
         self.userColumn = userColumn
         self.filters = filters
+        self.path = path
+        self.derived = derived
     }
 }
 
@@ -243,6 +255,8 @@ extension BatonConfiguration {
             public var keyColumn: PostgresIdentifier
             /// The column of the legacy table referencing `keyColumn`.
             public var referenceColumn: PostgresIdentifier
+            /// The users row's columns following its email (`legacy.email.derived`).
+            public var derived: [DerivedColumn] = []
         }
 
         /// The JSON copy of the claims.
@@ -289,6 +303,10 @@ extension BatonConfiguration {
             public var userColumn: PostgresIdentifier
             /// The filters narrowing its rows, ordered by column name (empty: every row of the user).
             public var filters: [Filter]
+            /// Where in `column` the copy is (nil: the column itself).
+            public var path: LegacyJSONPath? = nil
+            /// The row's columns following the copy (`derived`).
+            public var derived: [DerivedColumn] = []
         }
 
         /// The table, possibly schema-qualified.
@@ -317,6 +335,8 @@ extension BatonConfiguration {
         public var json: JSONCopy?
         /// The further copies of the email, in configuration order.
         public var emailCopies: [EmailCopy]
+        /// The columns of `table` following `emailColumn` (`legacy.email_derived`).
+        public var emailDerived: [DerivedColumn] = []
         /// When emails are replaced; `never` when no email location is configured.
         public var emailPolicy: EmailPolicy
 
@@ -359,6 +379,7 @@ extension BatonConfiguration {
             duplicatePolicy = legacy.onDuplicate ?? .report
             createdAtColumn = try legacy.identifier(\.createdAtColumn, in: path)
             try checkDistinct()
+            try addEmailLocations(legacy)
         }
 
         /// The text before and after `{sub}` in `format` (nil: both empty), which must hold `{sub}` exactly once and

@@ -62,13 +62,14 @@ extension LegacyStore {
             wanted.append(copy.table.map { ("legacy.subject_copies[\(index)].reference_column", $0.referenceColumn) } ?? ("legacy.subject_copies[\(index)].column", copy.column))
         }
         wanted += l.filters.map { ("legacy.where", $0.column) }
+        wanted += l.emailDerived.map { ("legacy.email_derived", $0.column) }
         let missing = wanted.filter { columns[$0.1.name] == nil }.map { "\($0.0) \($0.1.name)" }
         guard missing.isEmpty else {
             add(.failure, "legacy table", "legacy.table \(l.table) has no column \(missing.joined(separator: ", "))",
                 fix: "name the existing columns in the legacy section (names are case-sensitive)")
             return LegacyInspection(findings: findings)
         }
-        let written = [l.subjectColumn, l.emailColumn, l.json?.column].compactMap { $0 } + l.subjectCopies.filter { $0.table == nil }.map(\.column)
+        let written = [l.subjectColumn, l.emailColumn, l.json?.column].compactMap { $0 } + l.subjectCopies.filter { $0.table == nil }.map(\.column) + l.emailDerived.map(\.column)
         if let generated = written.first(where: { columns[$0.name]?.generated == true }) {
             add(.failure, "legacy table", "\(l.table).\(generated.name) is a generated column, which cannot be written",
                 fix: "name the column it is computed from (for a JSON copy, legacy.json) instead")
@@ -131,12 +132,13 @@ extension LegacyStore {
             }
             let jsonColumn = l.json?.emailTableColumn
             let absent = ([("legacy.email.column", mail.column), ("legacy.email.key_column", mail.keyColumn)]
-                          + (jsonColumn.map { [("legacy.json.email_table_column", $0)] } ?? [])).filter { mailColumns[$0.1.name] == nil }
+                          + (jsonColumn.map { [("legacy.json.email_table_column", $0)] } ?? [])
+                          + mail.derived.map { ("legacy.email.derived", $0.column) }).filter { mailColumns[$0.1.name] == nil }
             if let first = absent.first {
                 add(.failure, "email", "legacy.email.table \(mail.table) has no column \(first.1.name) (\(first.0))", fix: "name an existing column")
                 return LegacyInspection(findings: findings)
             }
-            if let generated = [mail.column, jsonColumn].compactMap({ $0 }).first(where: { mailColumns[$0.name]?.generated == true }) {
+            if let generated = ([mail.column, jsonColumn].compactMap({ $0 }) + mail.derived.map(\.column)).first(where: { mailColumns[$0.name]?.generated == true }) {
                 add(.failure, "email", "\(mail.table).\(generated.name) is a generated column", fix: "name the column it is computed from")
                 return LegacyInspection(findings: findings)
             }
@@ -189,14 +191,19 @@ extension LegacyStore {
             return failure("\(key).table \(copy.table) does not exist", fix: "name the table holding the copy (names are case-sensitive)")
         }
         let wanted = [("column", copy.column), ("user_column", copy.userColumn)] + copy.filters.map { ("where", $0.column) }
+            + copy.derived.map { ("derived", $0.column) }
         if let absent = wanted.first(where: { columns[$0.1.name] == nil }) {
             return failure("\(key).table \(copy.table) has no column \(absent.1.name) (\(key).\(absent.0))", fix: "name an existing column")
         }
         let type = columns[copy.column.name]!
-        if type.generated {
-            return failure("\(copy.table).\(copy.column.name) is a generated column", fix: "name the column it is computed from")
+        if let generated = ([copy.column] + copy.derived.map(\.column)).first(where: { columns[$0.name]?.generated == true }) {
+            return failure("\(copy.table).\(generated.name) is a generated column", fix: "name the column it is computed from")
         }
-        guard ["text", "citext"].contains(type.type) || type.type.hasPrefix("character") else {
+        if copy.path != nil {
+            guard Self.holdsJSON(type.type) else {
+                return failure("\(key).column \(copy.column.name) is of type \(type.type), not json, jsonb or text (\(key).path)", fix: "name the JSON column")
+            }
+        } else if !(["text", "citext"].contains(type.type) || type.type.hasPrefix("character")) {
             return failure("\(key).column \(copy.column.name) is of type \(type.type), not text, varchar or citext", fix: "name the email column")
         }
         let (referenced, referencedKey) = l.emailTable.map { ($0.table, $0.keyColumn) } ?? (l.table, l.keyColumn)

@@ -75,8 +75,9 @@ public struct LegacyJSONPath: Sendable, Equatable, Codable, ExpressibleByArrayLi
             case .element(let member, let value): [member, value]
             }
         }
-        guard (1...6).contains(steps.count), texts.allSatisfy({ !$0.unicodeScalars.contains("\0") && $0.utf8.count <= 255 }) else {
-            throw ConfigurationError(.invalidValue, key: key, reason: "must hold one to six steps, each without NUL and at most 255 bytes")
+        // No `$` either: the texts are literals, and joining statements renumbers every `$n` after the first one's bindings.
+        guard (1...6).contains(steps.count), texts.allSatisfy({ !$0.unicodeScalars.contains { $0 == "\0" || $0 == "$" } && $0.utf8.count <= 255 }) else {
+            throw ConfigurationError(.invalidValue, key: key, reason: "must hold one to six steps, each without NUL or $ and at most 255 bytes")
         }
         if keysOnly && !isKeysOnly {
             throw ConfigurationError(.invalidValue, key: key, reason: "must hold object keys only (an array element cannot be looked up by index)")

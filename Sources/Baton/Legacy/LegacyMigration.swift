@@ -284,6 +284,8 @@ extension LegacyStore {
         if let column = l.emailColumn, l.emailPolicy != .never {
             set = set + ", \(column) = CASE WHEN " + mayWrite
                 + " AND (\(unsafeRaw: l.policySQL(stored: "u.\(column.quoted)::text"))) THEN \(newEmail) ELSE u.\(column) END"
+            set = set + l.derivedSQL(l.emailDerived, alias: "u", email: "\(newEmail)",
+                                     when: mayWrite + " AND (\(unsafeRaw: l.policySQL(stored: "u.\(column.quoted)::text")))")
         }
         if let json = l.json, shape.writeJSON {
             set = set + ", \(json.column) = " + l.jsonSQL(json, newSub: newSub, newEmail: newEmail, write: writeEmail)
@@ -306,6 +308,7 @@ extension LegacyStore {
             let writesEmail: PostgresQuery = l.emailPolicy == .never ? "false" : mayWrite + " AND m.\(mail.column) IS DISTINCT FROM \(newEmail)::text AND ("
                 + "\(unsafeRaw: l.policySQL(stored: "m.\(mail.column.quoted)::text")))"
             var set: PostgresQuery = "\(mail.column) = CASE WHEN " + writesEmail + " THEN \(newEmail) ELSE m.\(mail.column) END"
+            set = set + l.derivedSQL(mail.derived, alias: "m", email: "\(newEmail)", when: writesEmail)
             var changes = writesEmail
             if let (json, column) = mailJSON {
                 let value = l.jsonSQL(json, in: "m.\(column.quoted)", held: ("old.s", "old.e"), newSub: newSub, newEmail: newEmail, write: writeEmail)

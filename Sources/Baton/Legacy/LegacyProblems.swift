@@ -77,7 +77,8 @@ extension LegacyStore {
             try await rows(.emailConflict, "lower(m.\(unsafeRaw: mail.column.quoted)::text) IN (SELECT lower(\(mail.column)::text) FROM \(mail.table) WHERE \(mail.column) IS NOT NULL GROUP BY 1 HAVING count(*) > 1)",
                            join: l.emailJoinSQL)
         }
-        for copy in l.emailCopies {
+        // A copy at a JSON path is no column to compare.
+        for copy in l.emailCopies where copy.path == nil {
             let stored = "lower(c.\(copy.column.quoted)::text)"
             let userCopies: PostgresQuery = "EXISTS (SELECT 1 FROM \(copy.table) AS c WHERE c.\(copy.userColumn) = \(unsafeRaw: l.copyUserSQL(alias: "u"))"
                 + BatonConfiguration.LegacyIdentifiers.filterSQL(copy.filters, alias: "c")

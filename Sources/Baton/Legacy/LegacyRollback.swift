@@ -114,7 +114,7 @@ extension LegacyStore {
         let held: PostgresQuery = " FROM (SELECT \(m.newSub)::text AS s, \(m.newEmail)::text AS e) AS r"
         var set = l.subjectAssignmentSQL(l.storedSubjectSQL(m.oldSub), copies: ("r.s", "\(m.oldSub)::text"))
         if let column = l.emailColumn, restoresEmail {
-            set = set + ", \(column) = \(m.oldEmail)"
+            set = set + ", \(column) = \(m.oldEmail)" + l.derivedSQL(l.emailDerived, alias: "u", email: "\(m.oldEmail)", when: "true")
         }
         if let json = l.json {
             set = set + ", \(json.column) = " + l.jsonSQL(json, held: ("r.s", "r.e"), newSub: m.oldSub, newEmail: m.oldEmail, write: restoresEmail)
@@ -131,7 +131,7 @@ extension LegacyStore {
         let userKey = try row.decode(String?.self, at: 2)
         if let mail = l.emailTable, let userKey {
             var mailSet: PostgresQuery = "\(mail.column) = m.\(mail.column)"
-            if restoresEmail { mailSet = "\(mail.column) = \(m.oldEmail)" }
+            if restoresEmail { mailSet = "\(mail.column) = \(m.oldEmail)" + l.derivedSQL(mail.derived, alias: "m", email: "\(m.oldEmail)", when: "true") }
             if let json = l.json, let column = json.emailTableColumn {
                 mailSet = mailSet + ", \(column) = "
                     + l.jsonSQL(json, in: "m.\(column.quoted)", held: ("r.s", "r.e"), newSub: m.oldSub, newEmail: m.oldEmail, write: restoresEmail)
@@ -145,7 +145,8 @@ extension LegacyStore {
             let reference = l.emailTable.map { "u.\($0.referenceColumn.quoted)" } ?? "NULL"
             for copy in l.emailCopies {
                 let row = l.copyRowSQL(copy, user: l.emailTable == nil ? "r.k" : "r.uk", oldEmail: "r.e", newEmail: oldEmail, write: true)
-                try await connection.execute("UPDATE \(copy.table) AS c SET \(copy.column) = \(oldEmail) FROM (SELECT u.\(l.keyColumn) AS k, "
+                try await connection.execute("UPDATE \(copy.table) AS c SET " + l.copySetSQL(copy, oldEmail: "r.e", newEmail: oldEmail, write: true)
+                    + " FROM (SELECT u.\(l.keyColumn) AS k, "
                     + "\(unsafeRaw: reference) AS uk, \(m.newEmail)::text AS e FROM \(l.table) AS u WHERE u.\(l.keyColumn)::text = \(m.legacyKey)"
                     + l.filterSQL() + ") AS r WHERE " + row)
             }

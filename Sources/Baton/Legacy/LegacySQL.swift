@@ -136,14 +136,17 @@ extension BatonConfiguration.LegacyIdentifiers {
     /// the email table's reference as `r`.
     var copyUserInOld: String { emailTable == nil ? "old.k" : "old.r" }
 
-    /// For each email copy (alias `c`), the condition that a row of it is the user's copy of `oldEmail` (an SQL
-    /// expression of Baton's own text) that ``emailPolicy`` lets Baton replace with `newEmail` when `write`:
-    /// the row references `user` (through `user_column`), passes the copy's filters and holds `oldEmail`, ignoring case.
-    func copyRowSQL<Email: PostgresEncodable>(_ copy: EmailCopy, user: String, oldEmail: String, newEmail: Email, write: Bool) -> PostgresQuery {
-        let stored = "c.\(copy.column.quoted)::text"
-        return "c.\(copy.userColumn) = \(unsafeRaw: user)" + Self.filterSQL(copy.filters, alias: "c")
-            + " AND \(write) AND \(newEmail)::text IS NOT NULL AND lower(\(unsafeRaw: stored)) = lower(\(unsafeRaw: oldEmail))"
-            + " AND \(unsafeRaw: stored) IS DISTINCT FROM \(newEmail)::text AND (\(unsafeRaw: policySQL(stored: stored)))"
+    /// For each email copy (alias `alias`, by default `c`), the condition that a row of it is the user's copy of `oldEmail`
+    /// (an SQL expression of Baton's own text) that ``emailPolicy`` lets Baton replace with `newEmail` when `write`:
+    /// the row references `user` (through `user_column`), passes the copy's filters and holds `oldEmail`, ignoring case
+    /// (at the copy's `path`, somewhere the path reaches).
+    func copyRowSQL<Email: PostgresEncodable>(_ copy: EmailCopy, user: String, oldEmail: String, newEmail: Email, write: Bool,
+                                              alias: String = "c") -> PostgresQuery {
+        let row: PostgresQuery = "\(unsafeRaw: alias).\(copy.userColumn) = \(unsafeRaw: user)" + Self.filterSQL(copy.filters, alias: alias)
+            + " AND \(write) AND \(newEmail)::text IS NOT NULL AND "
+        guard copy.path != nil else { return row + emailHeldSQL("\(alias).\(copy.column.quoted)::text", oldEmail: oldEmail, newEmail: newEmail) }
+        return row + "\(unsafeRaw: alias).\(copy.column)::jsonb IS DISTINCT FROM "
+            + copyValueSQL(copy, alias: alias, oldEmail: oldEmail, newEmail: newEmail, write: write)
     }
 
     /// The CTEs rewriting each email copy of the user (`user`, `oldEmail`: SQL expressions over `from`) to
@@ -157,10 +160,10 @@ extension BatonConfiguration.LegacyIdentifiers {
         return emailCopies.enumerated().reduce(PostgresQuery(unsafeSQL: "")) { sql, entry in
             let (index, copy) = entry
             let row = copyRowSQL(copy, user: user, oldEmail: oldEmail, newEmail: newEmail, write: write)
-            let taken: PostgresQuery = "EXISTS (SELECT 1 FROM \(copy.table) AS o WHERE o.\(copy.column) = \(newEmail)::text)"
+            let taken = copyTakenSQL(copy, user: user, oldEmail: oldEmail, newEmail: newEmail, write: write)
             let detail: PostgresQuery = "jsonb_build_object('copy', \(copy.table.description)::text)"
-            let value = Self.assignedSQL(newEmail, else: "c.\(copy.column.quoted)", write: write)
-            return sql + ", copy_\(unsafeRaw: String(index)) AS (UPDATE \(copy.table) AS c SET \(copy.column) = " + value + " FROM \(unsafeRaw: from) WHERE "
+            let value = copySetSQL(copy, oldEmail: oldEmail, newEmail: newEmail, write: write)
+            return sql + ", copy_\(unsafeRaw: String(index)) AS (UPDATE \(copy.table) AS c SET " + value + " FROM \(unsafeRaw: from) WHERE "
                 + row + " AND NOT " + taken + " RETURNING 1), copy_\(unsafeRaw: String(index))_clash AS (INSERT INTO baton.events (kind, \(unsafeRaw: event.columns), detail) SELECT 'email_conflict', "
                 + event.values + ", " + detail + " FROM \(unsafeRaw: from) WHERE " + taken
                 + " AND EXISTS (SELECT 1 FROM \(copy.table) AS c WHERE " + row + "))"

@@ -242,6 +242,7 @@ public struct LegacyStore: BatonStore {
         let wanted: PostgresQuery = " \(write) AND old.e IS DISTINCT FROM \(email)::text AND (\(unsafeRaw: l.policySQL(stored: "old.e")))"
         if let column = l.emailColumn {
             var set: PostgresQuery = "\(column) = " + BatonConfiguration.LegacyIdentifiers.assignedSQL(email, else: "u.\(column.quoted)", write: write)
+                + l.derivedSQL(l.emailDerived, alias: "u", email: "\(email)", when: "\(unsafeRaw: write ? "true" : "false")")
             if let json = l.json, !json.emailKeys.isEmpty {
                 set = set + ", \(json.column) = " + l.jsonSQL(json, newSub: nil as String?, newEmail: email, write: true)
             }
@@ -250,6 +251,7 @@ public struct LegacyStore: BatonStore {
                 + " AND" + wanted + " RETURNING u.\(l.keyColumn)::text AS k, u.\(column)::text AS e)"
         } else if let mail = l.emailTable {
             var set: PostgresQuery = "\(mail.column) = " + BatonConfiguration.LegacyIdentifiers.assignedSQL(email, else: "m.\(mail.column.quoted)", write: write)
+                + l.derivedSQL(mail.derived, alias: "m", email: "\(email)", when: "\(unsafeRaw: write ? "true" : "false")")
             if let json = l.json, let column = json.emailTableColumn, !json.emailKeys.isEmpty {
                 set = set + ", \(column) = " + l.jsonSQL(json, in: "m.\(column.quoted)", held: ("NULL", "old.e"), newSub: nil as String?, newEmail: email, write: true)
             }
