@@ -127,7 +127,11 @@ struct Rehearsal {
         do {
             try await offPool {
                 let listing = try String(contentsOfFile: list, encoding: .utf8)
-                try catalog.restoreList(listing).write(toFile: list, atomically: false, encoding: .utf8)
+                let restore = catalog.restoreList(listing)
+                for policy in restore.policiesLeftOut {
+                    printError("baton rehearse: not copied: \(policy) (row-level security does not bind the copy's superuser, and may read tables not copied)")
+                }
+                try restore.listing.write(toFile: list, atomically: false, encoding: .utf8)
                 try ThrowawayCluster.run("\(bin)/pg_restore", ["--dbname=\(cluster.url)", "--use-list=\(list)", "--exit-on-error", "--no-owner", "--no-privileges",
                                                                 "--no-comments", "--no-tablespaces", "--no-publications", "--no-subscriptions", "--no-security-labels", dump],
                                          log: cluster.directory + "/pg_restore.log")

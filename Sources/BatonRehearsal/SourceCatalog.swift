@@ -52,15 +52,23 @@ struct SourceCatalog: Sendable {
         }
     }
 
-    /// A `pg_restore -l` listing with the entries of ``foreignKeysLeftOut`` commented out (`;`), for `pg_restore -L`.
+    /// A `pg_restore -l` listing with the entries of ``foreignKeysLeftOut`` commented out (`;`), for `pg_restore -L`, and
+    /// the row-level security policies too (`POLICY`, `ROW SECURITY`): a policy may read a table the rehearsal does not
+    /// copy (Logto's reads `tenants`), and it would not bind the copy's superuser anyway. Returns the policies left out.
     /// An entry reads `3317; 2606 16529 FK CONSTRAINT public users users_org_id_fkey postgres`.
-    func restoreList(_ listing: String) -> String {
+    func restoreList(_ listing: String) -> (listing: String, policiesLeftOut: [String]) {
         let leftOut = Set(foreignKeysLeftOut.map(\.catalogID))
-        return listing.split(separator: "\n", omittingEmptySubsequences: false).map { line in
+        var policies: [String] = []
+        let lines = listing.split(separator: "\n", omittingEmptySubsequences: false).map { line in
             let words = line.split(separator: " ", maxSplits: 3)
-            guard words.count == 4, words[0].hasSuffix(";"), leftOut.contains("\(words[1]) \(words[2])") else { return String(line) }
-            return ";" + line
-        }.joined(separator: "\n")
+            guard words.count == 4, words[0].hasSuffix(";") else { return String(line) }
+            if words[3].hasPrefix("POLICY ") || words[3].hasPrefix("ROW SECURITY ") {
+                policies.append(words[3].split(separator: " ").dropLast().joined(separator: " "))
+                return ";" + line
+            }
+            return leftOut.contains("\(words[1]) \(words[2])") ? ";" + line : String(line)
+        }
+        return (lines.joined(separator: "\n"), policies)
     }
 
     /// `$1`: the tables' OIDs (`{16518,16535}`). One statement a row, in the order to run them.

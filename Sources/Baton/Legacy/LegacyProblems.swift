@@ -72,7 +72,11 @@ extension LegacyStore {
         }
 
         if let email = l.emailColumn {
-            try await rows(.emailConflict, "lower(u.\(unsafeRaw: email.quoted)::text) IN (SELECT lower(\(email)::text) FROM \(l.table) WHERE \(email) IS NOT NULL GROUP BY 1 HAVING count(*) > 1)")
+            // Among the rows the equality filters share (Logto's addresses are unique per tenant), as the table's own
+            // constraint would be.
+            let shared = BatonConfiguration.LegacyIdentifiers.filterSQL(l.filters.filter { $0.condition.fixedValue != nil }, alias: "o")
+            try await rows(.emailConflict, "lower(u.\(unsafeRaw: email.quoted)::text) IN (SELECT lower(o.\(email)::text) FROM \(l.table) AS o WHERE o.\(email) IS NOT NULL"
+                           + shared + " GROUP BY 1 HAVING count(*) > 1)")
         } else if let mail = l.emailTable {
             try await rows(.emailConflict, "lower(m.\(unsafeRaw: mail.column.quoted)::text) IN (SELECT lower(\(mail.column)::text) FROM \(mail.table) WHERE \(mail.column) IS NOT NULL GROUP BY 1 HAVING count(*) > 1)",
                            join: l.emailJoinSQL)

@@ -7,10 +7,13 @@ import BatonPostgres
 /// ``BatonConfiguration/LegacyIdentifiers`` (validated, quoted); values are bound parameters; the only
 /// raw SQL is Baton's own text.
 extension BatonConfiguration.LegacyIdentifiers {
-    /// ` AND u."provider" = $n …` for each filter (empty without filters), and under a `legacy.subject_format` the
-    /// condition that the row's subject, when not NULL, has the format's form: a row without it is not an Apple row.
+    /// ` AND u."provider" = $n …` for each filter (empty without filters); for a subject inside JSON
+    /// (`legacy.subject_path`) the condition that the document holds it (a Logto user of another connector is no Apple
+    /// row); and under a `legacy.subject_format` the condition that the row's subject, when not NULL, has the format's
+    /// form: a row without it is not an Apple row.
     package func filterSQL(alias: String = "u") -> PostgresQuery {
-        let filters = Self.filterSQL(filters, alias: alias)
+        var filters = Self.filterSQL(filters, alias: alias)
+        if subjectPath != nil { filters = filters + " AND \(unsafeRaw: subjectValueSQL(alias: alias)) IS NOT NULL" }
         guard !storesBareSubject else { return filters }
         let column = "\(subjectValueSQL(alias: alias))::text"
         let pattern = [subjectPrefix, subjectSuffix].map { part in
