@@ -9,6 +9,8 @@ internal import CBatonMicroHTTPD
 final class ServerCore: Sendable {
     let router: Router
     let configuration: HTTPServerConfiguration
+    /// The limits every request's lifecycle is held to, from ``configuration``.
+    let limits: RequestLifecycle.Limits
     let logger: Logger
     /// Requests begun and not yet completed (sent or aborted). Atomics, not a lock: every request of every
     /// polling thread counts here twice.
@@ -25,6 +27,7 @@ final class ServerCore: Sendable {
     init(router: Router, configuration: HTTPServerConfiguration, logger: Logger) {
         self.router = router
         self.configuration = configuration
+        limits = RequestLifecycle.Limits(configuration)
         self.logger = logger
         perAddress = Mutex(AddressLimit(limit: configuration.connectionsPerAddress, wait: configuration.addressSlotWait))
     }
@@ -123,23 +126,20 @@ final class DaemonContext: Sendable {
     }
 }
 
-/// An event loop with the state of the requests its daemon started (``LoopRequests``), which belongs to the loop:
-/// the loop can be carried to any thread, the requests are reached only on its thread (checked).
-final class ServingLoop: @unchecked Sendable {
-    // `@unchecked Sendable`: `loopRequests` is touched only on `loop`'s thread, which `requests` asserts.
+/// An event loop with the state of the requests its daemon started (``LoopRequests``), which belongs to the loop
+/// (``LoopBound``): the loop can be carried to any thread, the requests are reached only on its thread (checked).
+final class ServingLoop: Sendable {
     /// The loop.
     let loop: EventLoop
-    private let loopRequests = LoopRequests()
+    private let loopRequests: LoopBound<LoopRequests>
 
     init(_ loop: EventLoop) {
         self.loop = loop
+        loopRequests = LoopBound(LoopRequests(), loop: loop)
     }
 
-    /// The loop's requests; call it on the loop's thread.
-    var requests: LoopRequests {
-        precondition(EventLoop.current === loop, "a loop's requests are used on its own thread")
-        return loopRequests
-    }
+    /// The loop's requests; call it on the loop's thread (checked).
+    var requests: LoopRequests { loopRequests.value }
 
     /// Runs `work` on the loop's thread: now when the caller is on it (`onLoopThread`, which the caller knows), else in
     /// the loop's next round.
@@ -148,70 +148,73 @@ final class ServingLoop: @unchecked Sendable {
     }
 }
 
-/// Per-request state, owned by libmicrohttpd's `con_cls` slot from the first callback until
-/// the completion callback releases it.
-final class RequestContext: Sendable {
-    /// The body received so far and whether it overflowed; only touched on the polling thread
-    /// that owns the connection, but kept in a mutex so the type is plainly `Sendable`.
-    private let upload = Mutex<(body: [UInt8], tooLarge: Bool)>(([], false))
-    /// Set by the handler's task (or its deadline) just before it resumes the connection.
-    private let answer = Mutex<HTTPResponse?>(nil)
-    /// Whether the handler or its deadline has answered: the first one resumes the connection, once.
-    private let answered = Atomic<Bool>(false)
-    /// The handler's task, which its deadline cancels.
-    let handlerTask = Mutex<Task<Void, Never>?>(nil)
-    /// Whether a response has been queued before the body was read (a 413 or a 431).
-    let queuedEarly = Atomic<Bool>(false)
-    /// Whether the connection was suspended for a handler and libmicrohttpd has not yet taken it back (called the
-    /// access handler again after `MHD_resume_connection`, or ended the request).
-    private let suspended = Atomic<Bool>(false)
+/// One request on the thread that polls its connection: its ``RequestLifecycle`` and what performing its actions
+/// needs. libmicrohttpd's `con_cls` slot holds it from the first callback until the completion callback releases it.
+/// Not `Sendable`: another thread reaches it only through a ``LoopBound`` (on an event loop, checked), or not at all
+/// (with libmicrohttpd's own threads, an answer from another thread crosses over in a ``CrossThreadAnswer``).
+final class RequestContext {
+    let connection: OpaquePointer
+    var lifecycle: RequestLifecycle
+    /// On an event loop: the task running the handler's async work, which its deadline cancels.
+    var handlerTask: Task<Void, Never>?
+    /// With libmicrohttpd's own threads: where the handler's answer, or its deadline's, waits for the connection's
+    /// resumption.
+    var crossing: CrossThreadAnswer?
 
-    func markSuspended() { suspended.store(true, ordering: .releasing) }
-
-    /// True once, for the first caller after ``markSuspended()``: the connection is libmicrohttpd's again.
-    func endSuspension() -> Bool {
-        suspended.compareExchange(expected: true, desired: false, ordering: .acquiringAndReleasing).exchanged
+    init(_ connection: OpaquePointer, limits: RequestLifecycle.Limits) {
+        self.connection = connection
+        lifecycle = RequestLifecycle(limits: limits)
     }
-
-    /// Appends a chunk unless that would pass `limit`, in which case the body is dropped.
-    func append(_ chunk: UnsafeRawBufferPointer, limit: Int) {
-        upload.withLock { upload in
-            guard !upload.tooLarge else { return }
-            if upload.body.count + chunk.count > limit {
-                upload.tooLarge = true
-                upload.body = []
-            } else {
-                upload.body.append(contentsOf: chunk)
-            }
-        }
-    }
-
-    /// The complete body, or nil when it exceeded the limit; leaves the buffer empty.
-    func takeBody() -> [UInt8]? {
-        upload.withLock { upload in
-            if upload.tooLarge { return nil }
-            let body = upload.body
-            upload.body = []
-            return body
-        }
-    }
-
-    func setResponse(_ response: HTTPResponse) { answer.withLock { $0 = response } }
-
-    /// Whether the handler or its deadline has answered.
-    var isAnswered: Bool { answered.load(ordering: .acquiring) }
-
-    /// Stores `response` unless an answer was already given; true for the first caller only.
-    func answerOnce(_ response: HTTPResponse) -> Bool {
-        guard answered.compareExchange(expected: false, desired: true, ordering: .acquiringAndReleasing).exchanged else { return false }
-        setResponse(response)
-        return true
-    }
-    func takeResponse() -> HTTPResponse? { answer.withLock { $0.take() } }
 }
 
-/// A connection pointer carried to the handler's task, which only passes it to
-/// `MHD_resume_connection` (documented thread-safe) once, while the connection is suspended.
+/// A handler's answer crossing over to one of libmicrohttpd's own threads, which no other thread can hand work to:
+/// the task that computed it (or the task keeping its deadline) leaves it here and resumes the connection; the access
+/// handler, called again on the connection's thread, carries it into the request's lifecycle
+/// (``RequestLifecycle/called(answer:)``). The one lock of such a request, because two tasks race to answer and only
+/// the first may resume the connection; it holds both tasks, so the first cancels the other.
+final class CrossThreadAnswer: Sendable {
+    private struct State {
+        var answered = false
+        var answer: HTTPResponse?
+        var handler: Task<Void, Never>?
+        var deadline: Task<Void, Never>?
+    }
+
+    private let state = Mutex(State())
+
+    /// Keeps the handler's task and its deadline's, so the one that loses is cancelled; cancels both when an answer
+    /// came first.
+    func watch(handler: Task<Void, Never>?, deadline: Task<Void, Never>?) {
+        let answered = state.withLock { state in
+            if !state.answered { (state.handler, state.deadline) = (handler, deadline) }
+            return state.answered
+        }
+        if answered {
+            handler?.cancel()
+            deadline?.cancel()
+        }
+    }
+
+    /// Leaves `response` unless an answer came first; true for the first caller only, which resumes the connection.
+    /// The other task is cancelled: the deadline's when the handler answers, the handler's when its deadline does.
+    func answer(_ response: HTTPResponse, byDeadline: Bool) -> Bool {
+        let (first, other) = state.withLock { state -> (Bool, Task<Void, Never>?) in
+            guard !state.answered else { return (false, nil) }
+            state.answered = true
+            state.answer = response
+            defer { (state.handler, state.deadline) = (nil, nil) }
+            return (true, byDeadline ? state.handler : state.deadline)
+        }
+        other?.cancel()
+        return first
+    }
+
+    /// The answer left, once.
+    func take() -> HTTPResponse? { state.withLock { $0.answer.take() } }
+}
+
+/// A connection pointer carried to another thread, which only passes it to `MHD_resume_connection` (documented
+/// thread-safe) once, while the connection is suspended.
 private struct SuspendedConnection: @unchecked Sendable {
     let pointer: OpaquePointer
 }
@@ -236,16 +239,8 @@ private final class MHDResponse {
     deinit { MHD_destroy_response(pointer) }
 }
 
-/// Queues `response`; with `closing` (or while the server stops) it says `Connection: close` and libmicrohttpd
-/// closes the connection once it is sent.
-private func queue(_ response: HTTPResponse, on connection: OpaquePointer, core: ServerCore, closing: Bool = false) -> MHD_Result {
-    guard let mhd = MHDResponse(response, closeConnection: closing || core.isStopping) else { return CMicroHTTPD_no() }
-    return MHD_queue_response(connection, UInt32(clamping: response.status), mhd.pointer)
-}
-
-/// libmicrohttpd's access handler: collects the body, then answers through the router on this thread when the
-/// route has a blocking handler that can answer at once; otherwise suspends the connection and runs the
-/// router's work on a task, and, called again after resumption, queues the stored response.
+/// libmicrohttpd's access handler: turns each call into an event of the request's ``RequestLifecycle`` (the head,
+/// a chunk of the body, the request read or the connection taken back) and performs what it returns.
 func batonAccessHandler(
     _ cls: UnsafeMutableRawPointer?,
     _ connection: OpaquePointer?,
@@ -259,112 +254,189 @@ func batonAccessHandler(
     guard let cls, let connection, let url, let method, let uploadDataSize, let contextSlot else { return CMicroHTTPD_no() }
     let daemon = Unmanaged<DaemonContext>.fromOpaque(cls).takeUnretainedValue()
     let core = daemon.core
-    let limit = core.configuration.maxBodySize
 
     guard let slot = contextSlot.pointee else {
-        // First call: the head is parsed. Refuse an oversized head, or an announced oversized body before reading it.
-        let context = RequestContext()
+        // First call: the head is parsed.
+        let context = RequestContext(connection, limits: core.limits)
         contextSlot.pointee = Unmanaged.passRetained(context).toOpaque()
         core.requestBegan()
-        let headLimit = core.configuration.maxHeaderSize
-        let early: HTTPError? = if CMicroHTTPD_request_head_size(connection) > headLimit {
-            HTTPError.requestHeadTooLarge(limit: headLimit)
-        } else if let length = MHD_lookup_connection_value(connection, .HEADER_KIND, "Content-Length"),
-                  let announced = UInt64(String(cString: length)), announced > UInt64(limit) {
-            HTTPError.payloadTooLarge(limit: limit)
-        } else {
-            nil
-        }
-        guard let early else { return CMicroHTTPD_yes() }
-        core.readingEnded(connection)
-        context.queuedEarly.store(true, ordering: .relaxed)
-        return queue(early.response, on: connection, core: core, closing: true)
+        let announced = MHD_lookup_connection_value(connection, .HEADER_KIND, "Content-Length").flatMap { UInt64(String(cString: $0)) }
+        let action = context.lifecycle.headReceived(headSize: CMicroHTTPD_request_head_size(connection), announcedBodySize: announced)
+        // Answered with its head: the request-head deadline no longer applies.
+        if case .queue = action { core.readingEnded(connection) }
+        return perform(action, context, daemon, url: url, method: method)
     }
     let context = Unmanaged<RequestContext>.fromOpaque(slot).takeUnretainedValue()
 
     if uploadDataSize.pointee > 0 {
-        if let uploadData, !context.queuedEarly.load(ordering: .relaxed) {
-            context.append(UnsafeRawBufferPointer(start: uploadData, count: uploadDataSize.pointee), limit: limit)
-        }
+        if let uploadData { context.lifecycle.bodyReceived(UnsafeRawBufferPointer(start: uploadData, count: uploadDataSize.pointee)) }
         uploadDataSize.pointee = 0
         return CMicroHTTPD_yes()
     }
-    if context.queuedEarly.load(ordering: .relaxed) { return CMicroHTTPD_yes() }
+    let (tookBack, action) = context.lifecycle.called(answer: context.crossing?.take())
     // A handler, or a wait for a slot, counts as running until libmicrohttpd has taken the resumed connection back:
     // stopping the daemon while a resumed connection is still on its suspended list aborts the process.
-    if context.endSuspension() { core.handlerEnded() }
-    if let response = context.takeResponse() { return queue(response, on: connection, core: core) }
-    if let counted = CountedConnection.of(connection), counted.arrivedOverLimit {
-        switch core.requestRead(connection, from: counted.address) {
-        case .serve: break
-        case .refuse:
-            // Answered once the request is read (so the close does not reset it), then closed: one answer per refusal.
+    if tookBack { core.handlerEnded() }
+    return perform(action, context, daemon, url: url, method: method)
+}
+
+/// Performs `action` for `context`'s request in the access handler, and the actions the events it leads to return,
+/// until one leaves the connection to libmicrohttpd; returns what the access handler answers.
+private func perform(_ action: RequestLifecycle.Action, _ context: RequestContext, _ daemon: DaemonContext,
+                     url: UnsafePointer<CChar>, method: UnsafePointer<CChar>) -> MHD_Result {
+    let core = daemon.core, connection = context.connection
+    var action = action
+    // What the router handed on, started once the connection is suspended; the address waiting for a slot.
+    var routed: (request: HTTPRequest, answer: NowOrLater<HTTPResponse>)?
+    var waiting: ClientAddress?
+    while true {
+        switch action {
+        case .proceed:
+            return CMicroHTTPD_yes()
+        case .queue(let response, let closing):
+            return queue(response, on: connection, core: core, closing: closing)
+        case .admit:
             core.readingEnded(connection)
-            core.logger.info("connection over the per-address limit", ["address": clientHost(connection), "answer": "503 too_many_connections"])
-            return queue(HTTPError.tooManyConnections(limit: core.configuration.connectionsPerAddress).response, on: connection, core: core, closing: true)
-        case .wait(let until):
-            core.readingEnded(connection)
-            return waitForSlot(connection, of: counted.address, until: until, context, daemon)
+            let counted = CountedConnection.of(connection).flatMap { $0.arrivedOverLimit ? $0.address : nil }
+            waiting = counted
+            action = context.lifecycle.admitted(counted.map { admission(connection, of: $0, core) } ?? .serve)
+        case .route(let body):
+            let request = HTTPRequest(
+                method: String(cString: method),
+                path: String(cString: url),
+                query: queryParameters(connection),
+                headers: requestHeaders(connection),
+                body: body,
+                remoteAddress: CMicroHTTPD_client_address(connection).flatMap(numericHost)
+            )
+            // Answered on this thread when the route can (no hop at all); otherwise the connection waits for the answer.
+            let answer = core.router.respondWithoutWaiting(to: request, context: HTTPRequestContext(loop: daemon.serving?.loop), logger: core.logger)
+            if case .now(let response) = answer {
+                action = context.lifecycle.answeredAtOnce(response)
+            } else {
+                routed = (request, answer)
+                action = context.lifecycle.handlerStarted()
+            }
+        case .suspendForHandler:
+            guard suspend(connection, core) else {
+                action = context.lifecycle.suspensionRefused()
+                continue
+            }
+            if let routed { startHandler(routed.answer, for: routed.request, context, daemon) }
+            return CMicroHTTPD_yes()
+        case .suspendForSlot(let until):
+            guard suspend(connection, core) else {
+                action = context.lifecycle.suspensionRefused()
+                continue
+            }
+            if let waiting { waitForSlot(connection, of: waiting, until: until, daemon) }
+            return CMicroHTTPD_yes()
         }
     }
-    guard let body = context.takeBody() else {
-        return queue(HTTPError.payloadTooLarge(limit: limit).response, on: connection, core: core)
-    }
+}
 
-    let request = HTTPRequest(
-        method: String(cString: method),
-        path: String(cString: url),
-        query: queryParameters(connection),
-        headers: requestHeaders(connection),
-        body: body,
-        remoteAddress: CMicroHTTPD_client_address(connection).flatMap(numericHost)
-    )
-    core.readingEnded(connection)
-    // Answered on this thread when the route can (no hop at all); otherwise the connection waits for the answer.
-    let serving = daemon.serving
-    let answer = core.router.respondWithoutWaiting(to: request, context: HTTPRequestContext(loop: serving?.loop), logger: core.logger)
-    if case .now(let response) = answer { return queue(response, on: connection, core: core) }
-    if let refused = suspendAsHandler(connection, context, core) { return refused }
-    let suspended = SuspendedConnection(pointer: connection)
-    // The handler and its deadline race; whichever answers first resumes the connection, exactly once. Each caller
-    // says whether it runs on the loop's thread.
-    let deliver: @Sendable (HTTPResponse, _ onLoopThread: Bool) -> Void = { response, onLoopThread in
-        guard context.answerOnce(response) else { return }
-        resume(suspended, on: serving, onLoopThread: onLoopThread)
+/// Queues `response`; with `closing` (or while the server stops) it says `Connection: close` and libmicrohttpd
+/// closes the connection once it is sent.
+private func queue(_ response: HTTPResponse, on connection: OpaquePointer, core: ServerCore, closing: Bool) -> MHD_Result {
+    guard let mhd = MHDResponse(response, closeConnection: closing || core.isStopping) else { return CMicroHTTPD_no() }
+    return MHD_queue_response(connection, UInt32(clamping: response.status), mhd.pointer)
+}
+
+/// The address limit's verdict on the request of `connection`, which arrived over `address`'s limit; a refusal is
+/// logged.
+private func admission(_ connection: OpaquePointer, of address: ClientAddress, _ core: ServerCore) -> AddressLimit.Verdict {
+    let verdict = core.requestRead(connection, from: address)
+    if verdict == .refuse {
+        // Answered once the request is read (so the close does not reset it), then closed: one answer per refusal.
+        core.logger.info("connection over the per-address limit", ["address": clientHost(connection), "answer": "503 too_many_connections"])
     }
-    switch answer {
-    case .now: break
-    case .later(let work): runOnTask(work, request, context, core) { deliver($0, false) }
-    case .soon(let start):
-        // Work on this thread's event loop: the loop's round answers it past its deadline.
-        if let timeout = core.configuration.handlerTimeout {
-            serving?.requests.add(ContinuousClock.now + timeout, context) {
-                core.logger.warning("request timed out", ["method": request.method, "path": request.path])
-                deliver(HTTPError.timeout(after: timeout).response, true)
+    return verdict
+}
+
+/// Counts a handler (or a wait for a slot) as running and suspends `connection` for it; false, uncounted and not
+/// suspended, when the server is stopping: it is too late to wait for an answer (``HTTPServer/stop()`` may already
+/// have found no handler running).
+private func suspend(_ connection: OpaquePointer, _ core: ServerCore) -> Bool {
+    core.handlerBegan()
+    guard !core.isStopping else {
+        core.handlerEnded()
+        return false
+    }
+    MHD_suspend_connection(connection)
+    return true
+}
+
+/// Starts the work the router handed on, its connection suspended, and its deadline. On an event loop both reach
+/// the request's lifecycle on the loop's thread (``RequestLifecycle/handlerAnswered(_:)``,
+/// ``RequestLifecycle/deadlinePassed()``), the deadline kept by the loop's rounds; with libmicrohttpd's own threads,
+/// which nothing can run on, the first of them crosses over (``CrossThreadAnswer``) and resumes the connection.
+private func startHandler(_ answer: NowOrLater<HTTPResponse>, for request: HTTPRequest, _ context: RequestContext, _ daemon: DaemonContext) {
+    let core = daemon.core
+    let timeout = core.configuration.handlerTimeout
+    let method = request.method, path = request.path
+    let logTimeout: @Sendable () -> Void = { core.logger.warning("request timed out", ["method": method, "path": path]) }
+    let deliver: @Sendable (HTTPResponse, _ onLoopThread: Bool) -> Void
+    var deadline: Task<Void, Never>?
+    let crossing: CrossThreadAnswer?
+    if let serving = daemon.serving {
+        let bound = LoopBound(context, loop: serving.loop)
+        deliver = { response, onLoopThread in
+            serving.run({
+                let context = bound.value
+                resume(context.lifecycle.handlerAnswered(response), context, on: serving, logTimeout)
+            }, onLoopThread: onLoopThread)
+        }
+        if let timeout {
+            serving.requests.add(ContinuousClock.now + timeout, context) {
+                resume(context.lifecycle.deadlinePassed(), context, on: serving, logTimeout)
             }
         }
-        start { settle($0, deliver) }
+        crossing = nil
+    } else {
+        let answers = CrossThreadAnswer(), suspended = SuspendedConnection(pointer: context.connection)
+        deliver = { response, _ in
+            if answers.answer(response, byDeadline: false) { MHD_resume_connection(suspended.pointer) }
+        }
+        deadline = timeout.map { timeout in
+            Task {
+                try? await Task.sleep(for: timeout)
+                guard !Task.isCancelled, answers.answer(HTTPError.timeout(after: timeout).response, byDeadline: true) else { return }
+                logTimeout()
+                MHD_resume_connection(suspended.pointer)
+            }
+        }
+        context.crossing = answers
+        crossing = answers
     }
-    return CMicroHTTPD_yes()
+    var handler: Task<Void, Never>?
+    switch answer {
+    case .now(let response): deliver(response, true)
+    case .later(let work): handler = Task { deliver(await settled(work), false) }
+    case .soon(let start): start { settle($0, deliver) }
+    }
+    if let crossing { crossing.watch(handler: handler, deadline: deadline) } else { context.handlerTask = handler }
 }
 
-/// Counts a running handler and suspends `connection` for it; when the server is stopping, it is too late to wait
-/// for an answer (``HTTPServer/stop()`` may already have found no handler running): answers 503 at once instead, and
-/// returns that result.
-private func suspendAsHandler(_ connection: OpaquePointer, _ context: RequestContext, _ core: ServerCore) -> MHD_Result? {
-    core.handlerBegan()
-    if core.isStopping {
-        core.handlerEnded()
-        return queue(HTTPError.shuttingDown.response, on: connection, core: core)
+/// Performs what an answer or a deadline reaching the loop came to: the suspended connection resumed (the loop runs
+/// libmicrohttpd again this round), after a timeout is logged and the handler's task cancelled.
+private func resume(_ resumption: RequestLifecycle.Resumption, _ context: RequestContext, on serving: ServingLoop,
+                    _ logTimeout: () -> Void) {
+    switch resumption {
+    case .none: return
+    case .resume: break
+    case .timeOut:
+        logTimeout()
+        context.handlerTask?.cancel()
     }
-    context.markSuspended()
-    MHD_suspend_connection(connection)
-    return nil
+    context.handlerTask = nil
+    MHD_resume_connection(context.connection)
+    serving.requests.resumed = true
 }
 
-/// Resumes a suspended connection. An event loop's daemon is resumed on the loop's thread (at once when the caller is
-/// on it, `onLoopThread`), which then runs libmicrohttpd in the same round (the daemon's own wake-up does not reach
-/// the loop's epoll when it comes from another thread); libmicrohttpd's own threads are woken by the library.
+/// Resumes a connection suspended for a slot. An event loop's daemon is resumed on the loop's thread (at once when
+/// the caller is on it, `onLoopThread`), which then runs libmicrohttpd in the same round (the daemon's own wake-up
+/// does not reach the loop's epoll when it comes from another thread); libmicrohttpd's own threads are woken by the
+/// library.
 private func resume(_ connection: SuspendedConnection, on serving: ServingLoop?, onLoopThread: Bool) {
     guard let serving else { return MHD_resume_connection(connection.pointer) }
     serving.run({
@@ -373,48 +445,28 @@ private func resume(_ connection: SuspendedConnection, on serving: ServingLoop?,
     }, onLoopThread: onLoopThread)
 }
 
-/// Suspends a connection over its address's limit, its request read, until one of its address's connections closes
-/// and hands it a slot (it is then served) or its wait ends at `until` (it is then refused): ``AddressLimit``. It
-/// counts as a running handler meanwhile, so ``HTTPServer/stop()`` waits for it.
-private func waitForSlot(_ connection: OpaquePointer, of address: ClientAddress, until: ContinuousClock.Instant,
-                         _ context: RequestContext, _ daemon: DaemonContext) -> MHD_Result {
+/// Leaves a connection suspended over its address's limit, its request read, until one of its address's connections
+/// closes and hands it a slot (it is then served) or its wait ends at `until` (it is then refused): ``AddressLimit``.
+/// It counts as a running handler meanwhile, so ``HTTPServer/stop()`` waits for it.
+private func waitForSlot(_ connection: OpaquePointer, of address: ClientAddress, until: ContinuousClock.Instant, _ daemon: DaemonContext) {
     let core = daemon.core
-    if let refused = suspendAsHandler(connection, context, core) { return refused }
     // Only a suspended connection may be resumed, so it is handed to other threads only now; a slot freed since its
     // verdict leaves it to be resumed here. A slot is freed by a connection closing on any daemon's thread, or by a
     // task: resumed in the loop's next round.
     let suspended = SuspendedConnection(pointer: connection), serving = daemon.serving
     guard core.park(connection, from: address, resume: { resume(suspended, on: serving, onLoopThread: false) }) else {
-        resume(suspended, on: serving, onLoopThread: true)
-        return CMicroHTTPD_yes()
+        return resume(suspended, on: serving, onLoopThread: true)
     }
     let id = UInt(bitPattern: connection)
     Task {
         try? await Task.sleep(until: until, clock: .continuous)
         core.waitEnded(id, from: address)
     }
-    return CMicroHTTPD_yes()
 }
 
-/// Runs a handler's async work on a task, racing its deadline.
-private func runOnTask(_ work: @escaping @Sendable () async throws -> HTTPResponse, _ request: HTTPRequest, _ context: RequestContext,
-                       _ core: ServerCore, _ deliver: @escaping @Sendable (HTTPResponse) -> Void) {
-    // The deadline's task is cancelled as soon as the handler answers, so no sleeper outlives its request.
-    let deadline = core.configuration.handlerTimeout.map { timeout in
-        Task {
-            try? await Task.sleep(for: timeout)
-            guard !Task.isCancelled else { return }
-            context.handlerTask.withLock { $0?.cancel() }
-            core.logger.warning("request timed out", ["method": request.method, "path": request.path])
-            deliver(HTTPError.timeout(after: timeout).response)
-        }
-    }
-    let handler = Task {
-        // The router's work maps every error to a response already.
-        deliver((try? await work()) ?? HTTPError.internalError.response)
-        deadline?.cancel()
-    }
-    context.handlerTask.withLock { $0 = handler }
+/// What async work comes to: its response (the router's work maps every error to a response already), else 500.
+private func settled(_ work: @Sendable () async throws -> HTTPResponse) async -> HTTPResponse {
+    (try? await work()) ?? HTTPError.internalError.response
 }
 
 /// Answers through `deliver` with what a step on the event loop came to (delivered on the loop's thread): a response,
@@ -422,31 +474,37 @@ private func runOnTask(_ work: @escaping @Sendable () async throws -> HTTPRespon
 private func settle(_ outcome: Result<NowOrLater<HTTPResponse>, any Error>, _ deliver: @escaping @Sendable (HTTPResponse, _ onLoopThread: Bool) -> Void) {
     switch outcome {
     case .success(.now(let response)): deliver(response, true)
-    case .success(.later(let work)): Task { deliver((try? await work()) ?? HTTPError.internalError.response, false) }
+    case .success(.later(let work)): Task { deliver(await settled(work), false) }
     case .success(.soon(let next)): next { settle($0, deliver) }
     case .failure: deliver(HTTPError.internalError.response, true)
     }
 }
 
 /// What an event loop's daemon must do for the requests its handlers started: run libmicrohttpd again when one was
-/// resumed since it last ran, and answer those past their deadline. The deadlines are kept oldest first (they share
-/// one timeout, so that is also the order they pass in).
+/// resumed since it last ran, and tell those past their deadline. The deadlines are kept oldest first (they share
+/// one timeout, so that is also the order they pass in). It belongs to the loop (``ServingLoop/requests``).
 final class LoopRequests {
     /// A connection was resumed since libmicrohttpd last ran: it must run again this round to send the answer.
     var resumed = false
-    private var entries: [(deadline: ContinuousClock.Instant, context: RequestContext, answer: () -> Void)] = []
+    private var entries: [(deadline: ContinuousClock.Instant, context: RequestContext, passed: () -> Void)] = []
     private var head = 0
 
-    func add(_ deadline: ContinuousClock.Instant, _ context: RequestContext, answer: @escaping () -> Void) {
-        entries.append((deadline, context, answer))
+    /// Calls `passed` once `deadline` has passed, unless `context`'s request no longer waits for its answer by then.
+    func add(_ deadline: ContinuousClock.Instant, _ context: RequestContext, passed: @escaping () -> Void) {
+        entries.append((deadline, context, passed))
     }
 
-    /// Drops the answered requests at the front and answers the overdue ones.
+    /// Drops the requests at the front no longer waiting for their answer and tells those past their deadline (their
+    /// lifecycle decides whether that still answers them).
     func answerOverdue() {
         guard head < entries.count else { return }
         let now = ContinuousClock.now
-        while head < entries.count, entries[head].context.isAnswered || entries[head].deadline <= now {
-            if !entries[head].context.isAnswered { entries[head].answer() }
+        while head < entries.count {
+            if entries[head].deadline <= now {
+                entries[head].passed()
+            } else if entries[head].context.lifecycle.awaitsAnswer {
+                break
+            }
             head += 1
         }
         if head == entries.count || head >= 64 {
@@ -464,7 +522,7 @@ final class LoopRequests {
     }
 }
 
-/// libmicrohttpd's completion callback: releases the request's context.
+/// libmicrohttpd's completion callback: the request's lifecycle ends and its context is released.
 func batonRequestCompleted(
     _ cls: UnsafeMutableRawPointer?,
     _ connection: OpaquePointer?,
@@ -473,10 +531,10 @@ func batonRequestCompleted(
 ) {
     guard let cls, let contextSlot, let slot = contextSlot.pointee else { return }
     let core = Unmanaged<DaemonContext>.fromOpaque(cls).takeUnretainedValue().core
-    // A resumed connection that ended before its response was queued (the client went away) is taken back here.
-    if Unmanaged<RequestContext>.fromOpaque(slot).takeUnretainedValue().endSuspension() { core.handlerEnded() }
-    Unmanaged<RequestContext>.fromOpaque(slot).release()
+    let context = Unmanaged<RequestContext>.fromOpaque(slot).takeRetainedValue()
     contextSlot.pointee = nil
+    // A resumed connection that ended before its response was queued (the client went away) is taken back here.
+    if context.lifecycle.completed() { core.handlerEnded() }
     core.requestEnded()
     // A kept-alive connection now waits for its next request: the deadline applies again.
     if let connection, termination == .REQUEST_TERMINATED_COMPLETED_OK { core.readingBegan(connection) }
