@@ -240,7 +240,7 @@ extension BatonConfiguration.Legacy {
         .required("key_column", \.keyColumn,
                   "its primary key column (unique: checked at start-up)"),
         .required("subject_column", \.subjectColumn,
-                  "the column holding the Apple `sub`; a unique index making it unique among the rows `legacy.where` selects is required at start-up ([where filters](#where-filters))"),
+                  "the column holding the Apple `sub`; a unique index making it unique among the rows `legacy.where` selects is required at start-up ([where filters](#where-filters)), but for a subject inside JSON (`legacy.subject_path`)"),
         .optional("subject_format", \.subjectFormat, absent: "`{sub}`",
                   "how `legacy.subject_column` stores a `sub`: a text holding `{sub}` exactly once, such as `apple:{sub}` (Ory Kratos' `identity_credential_identifiers.identifier`); Baton binds the stored form where it compares or writes the column, reads the bare `sub` back, and treats a row whose column lacks the text around `{sub}` as not an Apple row ([schemas.md](schemas.md#ory-kratos))"),
         .optional("subject_path", \.subjectPath, absent: "`null`: the column holds the subject",
