@@ -509,7 +509,8 @@ private func pgbenchSQL(_ query: PostgresQuery) -> String {
         case "\u{1}email": expression = "('n' || :n || '@privaterelay.appleid.com')"
         case "\u{1}nonce": expression = "('nonce.' || :n)"
         case "t": expression = "true"
-        case let text?: expression = "'\(text)'"
+        // A literal: pgbench would read `:name` inside it as a variable (`'apple:_%'`), so a colon is joined in apart.
+        case let text?: expression = "'" + text.replacingOccurrences(of: "'", with: "''").replacingOccurrences(of: ":", with: "' || ':' || '") + "'"
         case nil: expression = "NULL"
         }
         sql = sql.replacingOccurrences(of: "$\(index + 1)", with: expression)
